@@ -1,0 +1,90 @@
+//! A rank's share of causal self-attention: its heads of Q, K and V (column-parallel,
+//! each of the three sharded separately) and the matching rows of the output projection
+//! (row-parallel). Returns the partial output `A_r(h)`, without `b_o`.
+
+use super::{BlockConfig, DropSite, Fwd};
+use crate::ops;
+use crate::tp::{ColumnParallelLinear, Init, ParamBuilder, ParamKind, RowParallelLinear, Shard};
+use anyhow::Result;
+use candle_core::Tensor;
+
+#[derive(Debug, Clone)]
+pub struct AttentionShard {
+    qkv: ColumnParallelLinear,
+    o: RowParallelLinear,
+    /// Heads held by this rank.
+    n_head: usize,
+    head_dim: usize,
+    tp_rank: usize,
+    tp_size: usize,
+    layer: usize,
+}
+
+impl AttentionShard {
+    pub fn build(
+        b: &mut ParamBuilder,
+        cfg: &BlockConfig,
+        layer: usize,
+        tp_rank: usize,
+    ) -> Result<Self> {
+        let c = cfg.n_embd;
+        let n = b.tp_size();
+        let qkv_shard = ParamKind::Sharded(Shard::Columns { groups: 3 });
+        let w = b.param(
+            &format!("h.{layer}.qkv.w"),
+            &[c, 3 * c],
+            qkv_shard,
+            cfg.weight_init(),
+        )?;
+        let bias = if cfg.bias {
+            Some(b.param(
+                &format!("h.{layer}.qkv.b"),
+                &[3 * c],
+                qkv_shard,
+                Init::Zeros,
+            )?)
+        } else {
+            None
+        };
+        let o = b.param(
+            &format!("h.{layer}.o.w"),
+            &[c, c],
+            ParamKind::Sharded(Shard::Rows),
+            cfg.residual_init(),
+        )?;
+        Ok(Self {
+            qkv: ColumnParallelLinear::new(w, bias),
+            o: RowParallelLinear::new(o),
+            n_head: cfg.n_head / n,
+            head_dim: c / cfg.n_head,
+            tp_rank,
+            tp_size: n,
+            layer,
+        })
+    }
+
+    /// `h (B, T, C)` -> partial `A_r(h) (B, T, C)`.
+    pub fn forward(&self, h: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        let (b, t, _c) = h.dims3()?;
+        let local = self.n_head * self.head_dim;
+        let qkv = self.qkv.forward(h)?; // (B, T, 3 * local): [Q_r | K_r | V_r]
+        let heads = |i: usize| -> Result<Tensor> {
+            Ok(qkv
+                .narrow(2, i * local, local)?
+                .reshape((b, t, self.n_head, self.head_dim))?
+                .transpose(1, 2)? // (B, H_r, T, hd)
+                .contiguous()?)
+        };
+        let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let att = (q.matmul(&k.t()?)? * scale)?; // (B, H_r, T, T)
+        let mut att = ops::causal_softmax(&att)?;
+        if fwd.active() {
+            let key = fwd.site_key(self.layer, DropSite::AttnProbs);
+            att = ops::dropout_part(&att, fwd.dropout, key, 1, self.tp_rank, self.tp_size)?;
+        }
+        let y = att.matmul(&v)?; // (B, H_r, T, hd)
+        let y = y.transpose(1, 2)?.reshape((b, t, local))?; // (B, T, C/N)
+        Ok(self.o.forward(&y)?)
+    }
+}

@@ -1,0 +1,91 @@
+//! `p` — ParallelBlock, one forward all-reduce per maximal run of consecutive `p`:
+//!
+//! ```text
+//! x_r = x
+//! for j = 1..L:
+//!     p_r = A_r^j(LN1^j(x_r));  a_r = x_r + p_r;  z_r = p_r + M_r^j(LN2^j(a_r))
+//!     if j < L: x_r = x_r + z_r                 # local
+//! y = (1/N) sum_r x_r + sum_r z_r                # the run's one all-reduce
+//! ```
+//! `p` blocks have no output biases. Their LayerNorms live inside rank paths (tag
+//! `ReplicatedPartial`). A run of length 1 is the same formula with `x_r = x`.
+
+use super::{build_norm, AttentionShard, BlockConfig, DropSite, Fwd, MlpShard};
+use crate::ops::Norm;
+use crate::tp::{copy_to_tp, reduce_from_tp, CountedComm, ParamBuilder, ParamKind, Site};
+use anyhow::Result;
+use candle_core::Tensor;
+
+struct ParallelBlock {
+    layer: usize,
+    ln1: Norm,
+    attn: AttentionShard,
+    ln2: Norm,
+    mlp: MlpShard,
+}
+
+/// A maximal run of `p` blocks: layers `first .. first + len`.
+pub struct ParallelRun {
+    blocks: Vec<ParallelBlock>,
+    tp: CountedComm,
+}
+
+impl ParallelRun {
+    pub fn build(
+        b: &mut ParamBuilder,
+        cfg: &BlockConfig,
+        first: usize,
+        len: usize,
+        tp: &CountedComm,
+    ) -> Result<Self> {
+        let partial = ParamKind::ReplicatedPartial;
+        let blocks = (first..first + len)
+            .map(|layer| {
+                Ok(ParallelBlock {
+                    layer,
+                    ln1: build_norm(b, cfg, &format!("h.{layer}.ln1"), partial)?,
+                    attn: AttentionShard::build(b, cfg, layer, tp.rank())?,
+                    ln2: build_norm(b, cfg, &format!("h.{layer}.ln2"), partial)?,
+                    mlp: MlpShard::build(b, cfg, layer)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            blocks,
+            tp: tp.clone(),
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        let first = self.blocks[0].layer;
+        let last = self.blocks[self.blocks.len() - 1].layer;
+        let mut x_r = copy_to_tp(x, &self.tp, Site::Layer(first))?;
+        let mut z_r = None;
+        for (j, blk) in self.blocks.iter().enumerate() {
+            let l = blk.layer;
+            let p = fwd.drop(
+                &blk.attn.forward(&blk.ln1.forward(&x_r)?, fwd)?,
+                l,
+                DropSite::AttnOut,
+            )?;
+            let a = (&x_r + &p)?;
+            let z = (p + fwd.drop(
+                &blk.mlp.forward(&blk.ln2.forward(&a)?)?,
+                l,
+                DropSite::MlpOut,
+            )?)?;
+            if j + 1 < self.blocks.len() {
+                x_r = (x_r + &z)?;
+            }
+            z_r = Some(z);
+        }
+        let z_r = z_r.expect("a p-run has at least one block");
+        let n = self.tp.size();
+        let out = if n == 1 {
+            (x_r + z_r)?
+        } else {
+            ((x_r / n as f64)? + z_r)?
+        };
+        Ok(reduce_from_tp(&out, &self.tp, Site::Layer(last))?)
+    }
+}

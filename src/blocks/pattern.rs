@@ -1,0 +1,348 @@
+//! Pattern strings: which block kind each layer is (blocks.md, "Pattern strings").
+//!
+//! ```text
+//! pattern := seq
+//! seq     := element*
+//! element := kind | "(" seq ")" | count "x" "(" seq ")" | count "x" seq   (rest of seq)
+//! kind    := "t" | "s" | "p"
+//! count   := decimal integer >= 1
+//! ```
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockKind {
+    /// TPBlock: two forward all-reduces.
+    T,
+    /// SPDBlock: one forward all-reduce.
+    S,
+    /// ParallelBlock: one forward all-reduce per maximal run.
+    P,
+}
+
+impl BlockKind {
+    pub fn letter(self) -> char {
+        match self {
+            BlockKind::T => 't',
+            BlockKind::S => 's',
+            BlockKind::P => 'p',
+        }
+    }
+}
+
+/// A parsed pattern: the source text and one kind per layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub pattern: String,
+    pub kinds: Vec<BlockKind>,
+}
+
+impl Layout {
+    pub fn parse(pattern: &str) -> Result<Self, PatternError> {
+        let kinds = parse(pattern)?;
+        Ok(Self {
+            pattern: pattern.to_string(),
+            kinds,
+        })
+    }
+    pub fn n_layer(&self) -> usize {
+        self.kinds.len()
+    }
+    /// The expanded layout, one letter per layer.
+    pub fn expanded(&self) -> String {
+        self.kinds.iter().map(|k| k.letter()).collect()
+    }
+    /// Maximal runs of consecutive `p` blocks as (first layer, length).
+    pub fn p_runs(&self) -> Vec<(usize, usize)> {
+        let mut runs = Vec::new();
+        let mut i = 0;
+        while i < self.kinds.len() {
+            if self.kinds[i] == BlockKind::P {
+                let start = i;
+                while i < self.kinds.len() && self.kinds[i] == BlockKind::P {
+                    i += 1;
+                }
+                runs.push((start, i - start));
+            } else {
+                i += 1;
+            }
+        }
+        runs
+    }
+    /// blocks.md's count: `2 * count(t) + count(s) + number of maximal p-runs`.
+    pub fn forward_allreduces(&self) -> usize {
+        let t = self.kinds.iter().filter(|k| **k == BlockKind::T).count();
+        let s = self.kinds.iter().filter(|k| **k == BlockKind::S).count();
+        2 * t + s + self.p_runs().len()
+    }
+}
+
+/// A pattern error: what is wrong and at which character (0-based byte offset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatternError {
+    pub pattern: String,
+    pub position: usize,
+    pub message: String,
+}
+
+impl fmt::Display for PatternError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bad pattern \"{}\": {} at position {} (use t, s, p, groups \"(..)\" and repeats like \"3xsppp\")",
+            self.pattern,
+            self.message,
+            self.position + 1
+        )
+    }
+}
+
+impl std::error::Error for PatternError {}
+
+struct Parser<'a> {
+    src: &'a str,
+    chars: Vec<char>,
+    pos: usize,
+}
+
+/// Expands a pattern into one block kind per layer.
+pub fn parse(pattern: &str) -> Result<Vec<BlockKind>, PatternError> {
+    let mut p = Parser {
+        src: pattern,
+        chars: pattern.chars().collect(),
+        pos: 0,
+    };
+    if p.chars.is_empty() {
+        return Err(p.err(0, "the pattern is empty".into()));
+    }
+    let kinds = p.seq(None)?;
+    if p.pos < p.chars.len() {
+        // Only a stray ')' stops the top-level sequence early.
+        return Err(p.err(p.pos, "unbalanced ')' with no matching '('".into()));
+    }
+    if kinds.is_empty() {
+        return Err(p.err(0, "the pattern has no blocks".into()));
+    }
+    Ok(kinds)
+}
+
+impl Parser<'_> {
+    fn err(&self, position: usize, message: String) -> PatternError {
+        PatternError {
+            pattern: self.src.to_string(),
+            position,
+            message,
+        }
+    }
+
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.pos).copied()
+    }
+
+    /// Parses elements until the end or a ')' (left unconsumed).
+    fn seq(&mut self, open: Option<usize>) -> Result<Vec<BlockKind>, PatternError> {
+        let mut out = Vec::new();
+        while let Some(c) = self.peek() {
+            match c {
+                ')' => {
+                    if open.is_none() {
+                        return Err(
+                            self.err(self.pos, "unbalanced ')' with no matching '('".into())
+                        );
+                    }
+                    break;
+                }
+                't' | 's' | 'p' => {
+                    out.push(match c {
+                        't' => BlockKind::T,
+                        's' => BlockKind::S,
+                        _ => BlockKind::P,
+                    });
+                    self.pos += 1;
+                }
+                '(' => out.extend(self.group()?),
+                '0'..='9' => {
+                    let (count, count_pos) = self.count()?;
+                    let x_pos = self.pos;
+                    match self.peek() {
+                        Some('x') => self.pos += 1,
+                        Some(other) => {
+                            return Err(self.err(
+                                self.pos,
+                                format!("count {count} is followed by '{other}' instead of 'x'"),
+                            ))
+                        }
+                        None => {
+                            return Err(
+                                self.err(count_pos, format!("count {count} has no 'x' after it"))
+                            )
+                        }
+                    }
+                    if count == 0 {
+                        return Err(
+                            self.err(count_pos, "a repeat count must be at least 1 ('0x')".into())
+                        );
+                    }
+                    let body = match self.peek() {
+                        None | Some(')') => {
+                            return Err(
+                                self.err(x_pos, "trailing 'x' with nothing to repeat".into())
+                            )
+                        }
+                        Some('(') => self.group()?,
+                        // "count x seq": the rest of the enclosing sequence.
+                        Some(_) => {
+                            let rest = self.seq(open)?;
+                            let mut body = Vec::with_capacity(rest.len() * count);
+                            for _ in 0..count {
+                                body.extend_from_slice(&rest);
+                            }
+                            out.extend(body);
+                            return Ok(out);
+                        }
+                    };
+                    for _ in 0..count {
+                        out.extend_from_slice(&body);
+                    }
+                }
+                other => {
+                    return Err(self.err(
+                        self.pos,
+                        format!("unknown block kind '{other}' (blocks are t, s and p)"),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn group(&mut self) -> Result<Vec<BlockKind>, PatternError> {
+        let open = self.pos;
+        self.pos += 1; // '('
+        let body = self.seq(Some(open))?;
+        if self.peek() != Some(')') {
+            return Err(self.err(open, "unbalanced '(' is never closed".into()));
+        }
+        if body.is_empty() {
+            return Err(self.err(open, "empty group '()'".into()));
+        }
+        self.pos += 1; // ')'
+        Ok(body)
+    }
+
+    fn count(&mut self) -> Result<(usize, usize), PatternError> {
+        let start = self.pos;
+        while matches!(self.peek(), Some('0'..='9')) {
+            self.pos += 1;
+        }
+        let digits: String = self.chars[start..self.pos].iter().collect();
+        let n = digits
+            .parse::<usize>()
+            .map_err(|_| self.err(start, format!("count {digits} is too large")))?;
+        if n > 100_000 {
+            return Err(self.err(start, format!("count {digits} is too large")));
+        }
+        Ok((n, start))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(p: &str) -> String {
+        Layout::parse(p).unwrap().expanded()
+    }
+
+    #[test]
+    fn blocks_md_examples_expand_as_stated() {
+        assert_eq!(expand("3xsppp"), "sppp".repeat(3));
+        assert_eq!(expand("t3xsp"), "tspspsp");
+        assert_eq!(expand("2x(ts)4xp"), "tstspppp");
+        assert_eq!(expand("12xt"), "t".repeat(12));
+        assert_eq!(expand("sppp"), "sppp");
+        assert_eq!(expand("tstt"), "tstt");
+        assert_eq!(expand("3x(sp)"), "spspsp");
+        assert_eq!(expand("6x(ts)"), "ts".repeat(6));
+        assert_eq!(expand("2x(s5xp)"), "sppppp".repeat(2));
+        assert_eq!(Layout::parse("3xsppp").unwrap().n_layer(), 12);
+    }
+
+    #[test]
+    fn blocks_md_examples_have_the_stated_forward_allreduce_counts() {
+        for (p, n) in [
+            ("tttt", 8),
+            ("tstt", 7),
+            ("sppp", 2),
+            ("pppp", 1),
+            ("ssss", 4),
+            ("spps", 3),
+            ("3xsppp", 6),
+            ("12xt", 24),
+            ("12xs", 12),
+            ("6x(ts)", 18),
+            ("4x(tss)", 16),
+            ("4x(spp)", 8),
+            ("2x(s5xp)", 4),
+            ("6x(sp)", 12),
+        ] {
+            assert_eq!(Layout::parse(p).unwrap().forward_allreduces(), n, "{p}");
+        }
+    }
+
+    #[test]
+    fn p_runs_are_maximal_including_runs_of_length_one() {
+        let l = Layout::parse("pspp").unwrap();
+        assert_eq!(l.p_runs(), vec![(0, 1), (2, 2)]);
+        let l = Layout::parse("tpst").unwrap();
+        assert_eq!(l.p_runs(), vec![(1, 1)]);
+    }
+
+    fn err_at(p: &str) -> (usize, String) {
+        let e = Layout::parse(p).unwrap_err();
+        (e.position, e.to_string())
+    }
+
+    #[test]
+    fn each_error_class_names_the_offending_character() {
+        let (pos, msg) = err_at("");
+        assert_eq!(pos, 0);
+        assert!(msg.contains("empty"), "{msg}");
+
+        let (pos, msg) = err_at("tsqt");
+        assert_eq!(pos, 2);
+        assert!(msg.contains("'q'") && msg.contains("position 3"), "{msg}");
+
+        let (pos, msg) = err_at("t0xs");
+        assert_eq!(pos, 1);
+        assert!(msg.contains("0x"), "{msg}");
+
+        let (pos, msg) = err_at("t3s");
+        assert_eq!(pos, 2);
+        assert!(msg.contains("'s' instead of 'x'"), "{msg}");
+
+        let (pos, msg) = err_at("ts3");
+        assert_eq!(pos, 2);
+        assert!(msg.contains("no 'x'"), "{msg}");
+
+        let (pos, msg) = err_at("(ts");
+        assert_eq!(pos, 0);
+        assert!(msg.contains("'('"), "{msg}");
+
+        let (pos, msg) = err_at("ts)t");
+        assert_eq!(pos, 2);
+        assert!(msg.contains("')'"), "{msg}");
+
+        let (pos, msg) = err_at("ts3x");
+        assert_eq!(pos, 3);
+        assert!(msg.contains("trailing 'x'"), "{msg}");
+
+        let (pos, msg) = err_at("2x(t3x)");
+        assert_eq!(pos, 5);
+        assert!(msg.contains("trailing 'x'"), "{msg}");
+
+        let (pos, msg) = err_at("t()");
+        assert_eq!(pos, 1);
+        assert!(msg.contains("empty group"), "{msg}");
+    }
+}

@@ -1,0 +1,122 @@
+//! GPT-2: token and learned position embeddings, the block stack a pattern describes,
+//! a final norm and the LM head tied to the token embedding.
+//!
+//! Parameter names (shared with the golden vectors and checkpoints): `wte` (V, C), `wpe`
+//! (T, C), `lnf.w/.b`, and per layer `h.i.{ln1,qkv,o,ln2,fc,pr}.{w,b}` with linear
+//! weights stored (in, out).
+
+use super::config::ModelConfig;
+use crate::blocks::{BlockStack, Fwd, Layout};
+use crate::ops::{self, Norm, NormKind};
+use crate::tp::{CountedComm, Init, ParamBuilder, ParamKind, ParamRegistry, ParamSource};
+use anyhow::{bail, Result};
+use candle_core::Tensor;
+
+pub struct Gpt {
+    pub cfg: ModelConfig,
+    pub layout: Layout,
+    wte: Tensor,
+    wpe: Tensor,
+    stack: BlockStack,
+    lnf: Norm,
+    params: ParamRegistry,
+}
+
+impl Gpt {
+    /// Builds this rank's model: logical weights from `source`, sliced for `tp`'s rank.
+    pub fn build(
+        cfg: &ModelConfig,
+        layout: &Layout,
+        source: &dyn ParamSource,
+        tp: &CountedComm,
+    ) -> Result<Self> {
+        if layout.n_layer() != cfg.n_layer {
+            bail!(
+                "pattern \"{}\" has {} layers but n_layer is {}: make them agree (or leave n_layer unset)",
+                layout.pattern,
+                layout.n_layer(),
+                cfg.n_layer
+            );
+        }
+        cfg.check(tp.size())?;
+        let (v, t, c) = (cfg.vocab_size, cfg.block_size, cfg.n_embd);
+        let mut b = ParamBuilder::new(source, tp.rank(), tp.size());
+        let rep = ParamKind::Replicated;
+        let wte = b.param("wte", &[v, c], rep, Init::Normal { std: 0.02 })?;
+        let wpe = b.param("wpe", &[t, c], rep, Init::Normal { std: 0.02 })?;
+        let block_cfg = cfg.block_config();
+        let stack = BlockStack::build(layout, &block_cfg, &mut b, tp)?;
+        let lnf_w = b.param("lnf.w", &[c], rep, Init::Ones)?;
+        let lnf_b = if cfg.bias && cfg.norm == NormKind::Layernorm {
+            Some(b.param("lnf.b", &[c], rep, Init::Zeros)?)
+        } else {
+            None
+        };
+        let lnf = Norm {
+            kind: cfg.norm,
+            weight: lnf_w,
+            bias: lnf_b,
+            eps: cfg.norm_eps,
+        };
+        Ok(Self {
+            cfg: cfg.clone(),
+            layout: layout.clone(),
+            wte,
+            wpe,
+            stack,
+            lnf,
+            params: b.finish(),
+        })
+    }
+
+    pub fn params(&self) -> &ParamRegistry {
+        &self.params
+    }
+
+    /// `idx (B, T)` u32 -> token + position embeddings `(B, T, C)`.
+    pub fn embed(&self, idx: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        let (b, t) = idx.dims2()?;
+        if t > self.cfg.block_size {
+            bail!(
+                "sequence of {t} tokens is longer than block_size {}",
+                self.cfg.block_size
+            );
+        }
+        let tok =
+            self.wte
+                .index_select(&idx.flatten_all()?, 0)?
+                .reshape((b, t, self.cfg.n_embd))?;
+        let x = tok.broadcast_add(&self.wpe.narrow(0, 0, t)?)?;
+        if fwd.active() {
+            let key = fwd.key.unwrap_or(0) ^ 0xE3B0_C442;
+            return Ok(ops::dropout(&x, fwd.dropout, key)?);
+        }
+        Ok(x)
+    }
+
+    /// Embeddings `(B, T, C)` -> logits `(B, T, V)`.
+    pub fn forward_embedded(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        let (b, t, c) = x.dims3()?;
+        let h = self.lnf.forward(&self.stack.forward(x, fwd)?)?;
+        let logits = h.reshape((b * t, c))?.matmul(&self.wte.t()?)?; // (B*T, V)
+        Ok(logits.reshape((b, t, self.cfg.vocab_size))?)
+    }
+
+    pub fn forward(&self, idx: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        self.forward_embedded(&self.embed(idx, fwd)?, fwd)
+    }
+
+    /// Mean cross-entropy over all `B x T` positions.
+    pub fn loss_embedded(&self, x: &Tensor, targets: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        let logits = self.forward_embedded(x, fwd)?;
+        let v = self.cfg.vocab_size;
+        Ok(ops::cross_entropy(
+            &logits.reshape(((), v))?,
+            &targets.flatten_all()?,
+        )?)
+    }
+
+    pub fn loss(&self, idx: &Tensor, targets: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        self.loss_embedded(&self.embed(idx, fwd)?, targets, fwd)
+    }
+}

@@ -1,0 +1,134 @@
+//! Element-wise and normalisation ops, all differentiable through candle's autograd.
+//!
+//! Every block and the model call these and nothing else for norms, activations, softmax
+//! and the loss, so fused kernels with hand-written backward can replace them here without
+//! touching the blocks. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
+//! have no backward (candle #2977, #3011): do not use them for training.
+
+use candle_core::{DType, Result, Tensor, D};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    Layernorm,
+    Rmsnorm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// Exact erf form (nanoGPT, the seed's code).
+    Gelu,
+    /// GPT-2's tanh approximation.
+    GeluTanh,
+    Relu,
+}
+
+/// `(x - mean) / sqrt(var + eps) * w + b` over the last dimension.
+pub fn layer_norm(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    let mean = x.mean_keepdim(D::Minus1)?;
+    let xc = x.broadcast_sub(&mean)?;
+    let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
+    let y = xc.broadcast_div(&(var + eps)?.sqrt()?)?.broadcast_mul(w)?;
+    match b {
+        Some(b) => y.broadcast_add(b),
+        None => Ok(y),
+    }
+}
+
+/// `x / sqrt(mean(x^2) + eps) * w` over the last dimension.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)
+}
+
+/// A normalisation layer on given tensors (weight, optional bias).
+#[derive(Debug, Clone)]
+pub struct Norm {
+    pub kind: NormKind,
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub eps: f64,
+}
+
+impl Norm {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self.kind {
+            NormKind::Layernorm => layer_norm(x, &self.weight, self.bias.as_ref(), self.eps),
+            NormKind::Rmsnorm => rms_norm(x, &self.weight, self.eps),
+        }
+    }
+}
+
+pub fn activation(x: &Tensor, act: Activation) -> Result<Tensor> {
+    match act {
+        Activation::Gelu => x.gelu_erf(),
+        Activation::GeluTanh => x.gelu(),
+        Activation::Relu => x.relu(),
+    }
+}
+
+/// Softmax over the last dimension. The max is detached: it only shifts the exponent
+/// for range, and its exact gradient is zero.
+pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let e = x.broadcast_sub(&max)?.exp()?;
+    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+}
+
+/// Causal softmax of attention scores `(.., T, T)`: position i attends to j <= i.
+pub fn causal_softmax(scores: &Tensor) -> Result<Tensor> {
+    let t = scores.dim(D::Minus1)?;
+    let mask: Vec<u8> = (0..t * t).map(|i| u8::from(i % t > i / t)).collect();
+    let mask = Tensor::from_vec(mask, (t, t), scores.device())?.broadcast_as(scores.shape())?;
+    let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?.broadcast_as(scores.shape())?;
+    softmax_last_dim(&mask.where_cond(&neg_inf, scores)?)
+}
+
+/// Mean cross-entropy of `logits (N, V)` against `targets (N,)` (u32).
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let max = logits.max_keepdim(D::Minus1)?.detach();
+    let shifted = logits.broadcast_sub(&max)?;
+    let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+    let logp = shifted.broadcast_sub(&lse)?;
+    let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
+    picked.mean_all()?.neg()
+}
+
+/// Inverted dropout with a mask drawn from `key`: every rank that passes the same key
+/// drops the same elements, which keeps replicated activations identical across a TP
+/// group.
+pub fn dropout(x: &Tensor, p: f64, key: u64) -> Result<Tensor> {
+    dropout_part(x, p, key, 1, 0, 1)
+}
+
+/// Dropout of a rank's part of a larger logical activation: the mask is drawn for the
+/// logical tensor (dimension `dim` of size `parts * x.dim(dim)`) and part `part` is kept,
+/// so a sharded activation is dropped exactly as the unsharded model would drop it.
+pub fn dropout_part(
+    x: &Tensor,
+    p: f64,
+    key: u64,
+    dim: usize,
+    part: usize,
+    parts: usize,
+) -> Result<Tensor> {
+    if p <= 0.0 {
+        return Ok(x.clone());
+    }
+    let mut full_shape = x.dims().to_vec();
+    let local = full_shape[dim];
+    full_shape[dim] = local * parts;
+    let n: usize = full_shape.iter().product();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(key);
+    let scale = 1.0 / (1.0 - p) as f32;
+    let mask: Vec<f32> = (0..n)
+        .map(|_| if rng.random::<f64>() < p { 0.0 } else { scale })
+        .collect();
+    let mask = Tensor::from_vec(mask, full_shape, x.device())?
+        .to_dtype(DType::F32)?
+        .narrow(dim, part * local, local)?;
+    x.mul(&mask)
+}

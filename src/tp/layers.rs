@@ -1,0 +1,58 @@
+//! Megatron's column- and row-parallel linears, on a rank's shard of the weight.
+//!
+//! Weights are stored (in, out) so that `y = x W + b`, the layout of GPT-2's Conv1D and of
+//! the golden vectors. Neither layer communicates: the blocks place `f` and `g` around them.
+
+use candle_core::{Result, Tensor, D};
+
+fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let (n_in, n_out) = w.dims2()?;
+    let mut out_shape = x.dims().to_vec();
+    let last = out_shape.len() - 1;
+    out_shape[last] = n_out;
+    let x2 = x.reshape(((), n_in))?; // (rows, in)
+    let mut y = x2.matmul(w)?; // (rows, out)
+    if let Some(b) = b {
+        y = y.broadcast_add(b)?;
+    }
+    y.reshape(out_shape)
+}
+
+/// Output features split over ranks: rank r holds columns `[r*out/N, (r+1)*out/N)` of `W`
+/// and the matching part of `b`. Input replicated, output sharded.
+#[derive(Debug, Clone)]
+pub struct ColumnParallelLinear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl ColumnParallelLinear {
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self { weight, bias }
+    }
+    /// `x (.., in)` -> `(.., out/N)`
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        linear(x, &self.weight, self.bias.as_ref())
+    }
+    pub fn out_features(&self) -> Result<usize> {
+        self.weight.dim(D::Minus1)
+    }
+}
+
+/// Input features split over ranks: rank r holds rows `[r*in/N, (r+1)*in/N)` of `W`.
+/// Returns the rank's partial product without bias ("skip bias add"): the caller adds the
+/// bias once, after (or scaled inside) the reduction.
+#[derive(Debug, Clone)]
+pub struct RowParallelLinear {
+    weight: Tensor,
+}
+
+impl RowParallelLinear {
+    pub fn new(weight: Tensor) -> Self {
+        Self { weight }
+    }
+    /// `x (.., in/N)` -> partial `(.., out)`
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        linear(x, &self.weight, None)
+    }
+}

@@ -1,0 +1,25 @@
+//! Communication for tensor and data parallelism, independent of any model: the `Comm`
+//! trait and its backends, the device mesh, the counting layer and tally, the conjugate
+//! autograd operators f/g, parallel linears, sharding and the parameter registry.
+
+pub mod comm;
+pub mod counted;
+pub mod layers;
+pub mod mappings;
+pub mod mesh;
+pub mod params;
+pub mod shard;
+pub mod tally;
+pub mod threads;
+
+pub use comm::{Comm, SoloComm};
+pub use counted::CountedComm;
+pub use layers::{ColumnParallelLinear, RowParallelLinear};
+pub use mappings::{copy_to_tp, reduce_from_tp, share_grad_over_tp};
+pub use mesh::Mesh;
+pub use params::{
+    Init, Param, ParamBuilder, ParamKind, ParamRegistry, ParamSource, SeededInit, StoredParams,
+};
+pub use shard::Shard;
+pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};
+pub use threads::{ThreadComm, ThreadWorld};

@@ -1,0 +1,193 @@
+//! The parameter registry: every trainable tensor of a rank, sorted by name and tagged
+//! with how it lives across the TP group. The tag drives the TP gradient sum, the clipping
+//! norm, weight-decay groups and checkpoints.
+
+use super::shard::Shard;
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor, Var};
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    /// Each rank holds a different slice; its gradient is complete for that slice.
+    Sharded(Shard),
+    /// Every rank holds the whole tensor and computes its whole gradient.
+    Replicated,
+    /// Every rank holds the whole tensor but only its own path's share of the gradient:
+    /// summed over the TP group once per step.
+    ReplicatedPartial,
+}
+
+impl ParamKind {
+    pub fn label(&self) -> &'static str {
+        match self {
+            ParamKind::Sharded(_) => "sharded",
+            ParamKind::Replicated => "replicated",
+            ParamKind::ReplicatedPartial => "replicated-partial-grad",
+        }
+    }
+}
+
+pub struct Param {
+    pub name: String,
+    pub var: Var,
+    pub kind: ParamKind,
+    /// Shape of the logical (unsharded) tensor.
+    pub full_shape: Vec<usize>,
+}
+
+/// Name-sorted registry of one rank's parameters.
+#[derive(Default)]
+pub struct ParamRegistry {
+    params: BTreeMap<String, Param>,
+}
+
+impl ParamRegistry {
+    pub fn iter(&self) -> impl Iterator<Item = &Param> {
+        self.params.values()
+    }
+    pub fn get(&self, name: &str) -> Option<&Param> {
+        self.params.get(name)
+    }
+    pub fn len(&self) -> usize {
+        self.params.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+    pub fn names(&self) -> Vec<String> {
+        self.params.keys().cloned().collect()
+    }
+    /// Number of logical parameters (every tensor counted once, at full size).
+    pub fn logical_numel(&self) -> usize {
+        self.iter()
+            .map(|p| p.full_shape.iter().product::<usize>())
+            .sum()
+    }
+}
+
+/// How a parameter is initialised when no stored value is given.
+#[derive(Debug, Clone, Copy)]
+pub enum Init {
+    Normal { std: f64 },
+    Zeros,
+    Ones,
+}
+
+/// Where logical parameter values come from.
+pub trait ParamSource {
+    fn full(&self, name: &str, shape: &[usize], init: Init) -> Result<Tensor>;
+}
+
+/// Draws each logical tensor in full from its own stream, keyed by the seed and the name,
+/// so the same seed gives the same logical model whatever the tp and the build order.
+pub struct SeededInit {
+    pub seed: u64,
+}
+
+fn fnv1a(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+impl ParamSource for SeededInit {
+    fn full(&self, name: &str, shape: &[usize], init: Init) -> Result<Tensor> {
+        let dev = Device::Cpu;
+        Ok(match init {
+            Init::Zeros => Tensor::zeros(shape, DType::F32, &dev)?,
+            Init::Ones => Tensor::ones(shape, DType::F32, &dev)?,
+            Init::Normal { std } => {
+                let n: usize = shape.iter().product();
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ fnv1a(name));
+                let dist = Normal::new(0f32, std as f32)?;
+                let v: Vec<f32> = (0..n).map(|_| dist.sample(&mut rng)).collect();
+                Tensor::from_vec(v, shape, &dev)?
+            }
+        })
+    }
+}
+
+/// Stored logical tensors by name (golden vectors, checkpoints).
+pub struct StoredParams {
+    pub tensors: HashMap<String, Tensor>,
+}
+
+impl ParamSource for StoredParams {
+    fn full(&self, name: &str, shape: &[usize], _init: Init) -> Result<Tensor> {
+        let t = self
+            .tensors
+            .get(name)
+            .with_context(|| format!("parameter `{name}` is missing from the stored weights"))?;
+        if t.dims() != shape {
+            bail!(
+                "parameter `{name}` has shape {:?} in the stored weights but the model expects {:?}",
+                t.dims(),
+                shape
+            );
+        }
+        Ok(t.to_dtype(DType::F32)?)
+    }
+}
+
+/// Creates a rank's parameters: draws or loads the logical tensor, keeps this rank's part.
+pub struct ParamBuilder<'a> {
+    source: &'a dyn ParamSource,
+    tp_rank: usize,
+    tp_size: usize,
+    registry: ParamRegistry,
+}
+
+impl<'a> ParamBuilder<'a> {
+    pub fn new(source: &'a dyn ParamSource, tp_rank: usize, tp_size: usize) -> Self {
+        Self {
+            source,
+            tp_rank,
+            tp_size,
+            registry: ParamRegistry::default(),
+        }
+    }
+
+    pub fn tp_size(&self) -> usize {
+        self.tp_size
+    }
+
+    /// Registers `name` and returns this rank's tensor (a variable: gradients flow to it).
+    pub fn param(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        kind: ParamKind,
+        init: Init,
+    ) -> Result<Tensor> {
+        if self.registry.params.contains_key(name) {
+            bail!("parameter `{name}` registered twice");
+        }
+        let full = self.source.full(name, shape, init)?;
+        let local = match kind {
+            ParamKind::Sharded(spec) => spec.slice(&full, self.tp_rank, self.tp_size)?,
+            _ => full,
+        };
+        let var = Var::from_tensor(&local)?;
+        let t = var.as_tensor().clone();
+        self.registry.params.insert(
+            name.to_string(),
+            Param {
+                name: name.to_string(),
+                var,
+                kind,
+                full_shape: shape.to_vec(),
+            },
+        );
+        Ok(t)
+    }
+
+    pub fn finish(self) -> ParamRegistry {
+        self.registry
+    }
+}

@@ -1,0 +1,157 @@
+//! The communication tally: every collective is recorded per site (a layer, or the
+//! parameter buckets) and per kind, with calls, bytes and seconds.
+//!
+//! Training passes and evaluation/sampling passes are kept apart: the per-pass counts that
+//! blocks.md's formula predicts are about training steps, so [`Tally::set_phase`] routes
+//! evaluation traffic into its own totals.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommKind {
+    /// Activation all-reduce in a forward pass (the `g` operator).
+    TpForward,
+    /// Input-gradient all-reduce in a backward pass (the `f` operator).
+    TpBackward,
+    /// Once-per-step sum of partial gradients of replicated parameters.
+    TpParamGrad,
+    /// Data-parallel gradient average.
+    DpGrad,
+    /// Scalars: losses, gradient norms.
+    Other,
+}
+
+impl CommKind {
+    pub const ALL: [CommKind; 5] = [
+        CommKind::TpForward,
+        CommKind::TpBackward,
+        CommKind::TpParamGrad,
+        CommKind::DpGrad,
+        CommKind::Other,
+    ];
+    pub fn label(self) -> &'static str {
+        match self {
+            CommKind::TpForward => "tp-forward",
+            CommKind::TpBackward => "tp-backward",
+            CommKind::TpParamGrad => "tp-param-grad",
+            CommKind::DpGrad => "dp-grad",
+            CommKind::Other => "other",
+        }
+    }
+}
+
+/// Where a collective was issued: a transformer layer, or outside the layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Site {
+    Layer(usize),
+    Params,
+    Misc,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Stat {
+    pub calls: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+impl Stat {
+    fn add(&mut self, bytes: u64, seconds: f64) {
+        self.calls += 1;
+        self.bytes += bytes;
+        self.seconds += seconds;
+    }
+    pub fn merge(&mut self, other: &Stat) {
+        self.calls += other.calls;
+        self.bytes += other.bytes;
+        self.seconds += other.seconds;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Train,
+    Eval,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct TallySnapshot {
+    /// Training traffic per (site, kind).
+    pub train: BTreeMap<(Site, CommKind), Stat>,
+    /// Evaluation and sampling traffic per kind.
+    pub eval: BTreeMap<CommKind, Stat>,
+}
+
+impl TallySnapshot {
+    pub fn total(&self, kind: CommKind) -> Stat {
+        let mut s = Stat::default();
+        for ((_, k), v) in &self.train {
+            if *k == kind {
+                s.merge(v);
+            }
+        }
+        s
+    }
+    pub fn at(&self, site: Site, kind: CommKind) -> Stat {
+        self.train.get(&(site, kind)).copied().unwrap_or_default()
+    }
+}
+
+struct Inner {
+    phase: Phase,
+    snap: TallySnapshot,
+}
+
+/// One rank's tally. Cheap to record into; shared by every counted group of the rank.
+pub struct Tally {
+    inner: Mutex<Inner>,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                phase: Phase::Train,
+                snap: TallySnapshot::default(),
+            }),
+        }
+    }
+}
+
+impl Tally {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        self.lock().phase = phase;
+    }
+
+    pub fn record(&self, site: Site, kind: CommKind, bytes: u64, seconds: f64) {
+        let mut g = self.lock();
+        match g.phase {
+            Phase::Train => g
+                .snap
+                .train
+                .entry((site, kind))
+                .or_default()
+                .add(bytes, seconds),
+            Phase::Eval => g.snap.eval.entry(kind).or_default().add(bytes, seconds),
+        }
+    }
+
+    pub fn snapshot(&self) -> TallySnapshot {
+        self.lock().snap.clone()
+    }
+
+    pub fn reset(&self) {
+        self.lock().snap = TallySnapshot::default();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

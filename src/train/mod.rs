@@ -1,0 +1,4 @@
+//! Training: configuration, gradients, optimiser, schedule, the rank program, launchers
+//! and run outputs.
+
+pub mod grads;

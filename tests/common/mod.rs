@@ -1,0 +1,288 @@
+//! Shared helpers for the correctness tests: launching TP groups as threads, gathering
+//! logical gradients, comparing tensors, and random test weights.
+#![allow(dead_code)]
+
+pub mod dense;
+pub mod literal;
+
+use candle_core::{backprop::GradStore, Device, Tensor, Var};
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
+use std::collections::HashMap;
+use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::model::{Gpt, ModelConfig};
+use tp_harness::ops::{Activation, NormKind};
+use tp_harness::tp::{CountedComm, Init, ParamKind, ParamSource, Tally, ThreadWorld};
+use tp_harness::train::grads::GradBuffer;
+
+/// Runs `f` on `n` ranks (threads) of one TP group and returns the results in rank order.
+pub fn run_tp<R: Send>(n: usize, f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
+    let world = ThreadWorld::new();
+    let comms = world.group(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let f = &f;
+                s.spawn(move || {
+                    f(CountedComm::new(
+                        std::sync::Arc::new(c),
+                        std::sync::Arc::new(Tally::new()),
+                    ))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank panicked"))
+            .collect()
+    })
+}
+
+/// Every logical parameter drawn at random (biases and norm weights too), so that a
+/// bias or norm wired wrongly changes the loss.
+pub struct RandomWeights {
+    pub seed: u64,
+}
+
+impl ParamSource for RandomWeights {
+    fn full(&self, name: &str, shape: &[usize], init: Init) -> anyhow::Result<Tensor> {
+        let mut h: u64 = self.seed;
+        for b in name.bytes() {
+            h = h.wrapping_mul(31).wrapping_add(b as u64);
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(h);
+        let n: usize = shape.iter().product();
+        let (mean, std) = match init {
+            Init::Ones => (1.0, 0.1),
+            Init::Zeros => (0.0, 0.1),
+            Init::Normal { .. } => (0.0, 0.2),
+        };
+        let d = Normal::new(mean as f32, std as f32)?;
+        let v: Vec<f32> = (0..n).map(|_| d.sample(&mut rng)).collect();
+        Ok(Tensor::from_vec(v, shape, &Device::Cpu)?)
+    }
+}
+
+pub fn small_config(n_layer: usize, bias: bool) -> ModelConfig {
+    ModelConfig {
+        vocab_size: 11,
+        block_size: 16,
+        n_layer,
+        n_head: 4,
+        n_embd: 32,
+        bias,
+        norm: NormKind::Layernorm,
+        activation: Activation::GeluTanh,
+        norm_eps: 1e-5,
+        dropout: 0.0,
+    }
+}
+
+pub fn batch(seed: u64, b: usize, t: usize, vocab: usize) -> (Tensor, Tensor) {
+    use rand::Rng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let idx: Vec<u32> = (0..b * t)
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect();
+    let tgt: Vec<u32> = (0..b * t)
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect();
+    (
+        Tensor::from_vec(idx, (b, t), &Device::Cpu).unwrap(),
+        Tensor::from_vec(tgt, (b, t), &Device::Cpu).unwrap(),
+    )
+}
+
+/// The logical loss and gradients of a TP model: sharded gradients gathered to full shape,
+/// partial gradients summed by the same once-per-step sync the trainer uses.
+pub struct Logical {
+    pub loss: f32,
+    pub grads: HashMap<String, Tensor>,
+    /// Gradient with respect to the embedded input `(B, T, C)`.
+    pub input_grad: Tensor,
+}
+
+pub fn tp_logical(
+    cfg: &ModelConfig,
+    pattern: &str,
+    tp: usize,
+    source: &(dyn ParamSource + Sync),
+    idx: &Tensor,
+    tgt: &Tensor,
+) -> Logical {
+    let layout = Layout::parse(pattern).unwrap();
+    let per_rank = run_tp(tp, |comm| {
+        let model = Gpt::build(cfg, &layout, source, &comm).unwrap();
+        let fwd = Fwd::eval();
+        let loss = model.loss(idx, tgt, &fwd).unwrap();
+        let grads = loss.backward().unwrap();
+        let mut buf = GradBuffer::new(model.params());
+        buf.accumulate(model.params(), &grads, 1.0).unwrap();
+        buf.sync_tp_partial(&comm).unwrap();
+        let local: Vec<(String, ParamKind, Tensor)> = model
+            .params()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let t =
+                    Tensor::from_vec(buf.slice(i).to_vec(), p.var.shape(), &Device::Cpu).unwrap();
+                (p.name.clone(), p.kind, t)
+            })
+            .collect();
+        // Input gradient: a separate pass from a variable embedding.
+        let x = Var::from_tensor(&model.embed(idx, &fwd).unwrap().detach()).unwrap();
+        let l2 = model.loss_embedded(x.as_tensor(), tgt, &fwd).unwrap();
+        let g2 = l2.backward().unwrap();
+        let xg = g2.get(x.as_tensor()).unwrap().clone();
+        (loss.to_scalar::<f32>().unwrap(), local, xg)
+    });
+    let mut grads = HashMap::new();
+    for (i, (name, kind, _)) in per_rank[0].1.iter().enumerate() {
+        let shards: Vec<Tensor> = per_rank.iter().map(|r| r.1[i].2.clone()).collect();
+        let full = match kind {
+            ParamKind::Sharded(spec) => spec.gather(&shards).unwrap(),
+            _ => {
+                // Replicated gradients must already be identical on every rank.
+                for s in &shards[1..] {
+                    assert_eq!(
+                        s.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                        shards[0].flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                        "replicated gradient of {name} differs across ranks"
+                    );
+                }
+                shards[0].clone()
+            }
+        };
+        grads.insert(name.clone(), full);
+    }
+    for r in &per_rank[1..] {
+        assert_eq!(r.0, per_rank[0].0, "loss differs across ranks");
+    }
+    Logical {
+        loss: per_rank[0].0,
+        grads,
+        input_grad: per_rank[0].2.clone(),
+    }
+}
+
+/// ‖a − b‖ / ‖b‖
+pub fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    let a = a
+        .flatten_all()
+        .unwrap()
+        .to_dtype(candle_core::DType::F64)
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap();
+    let b = b
+        .flatten_all()
+        .unwrap()
+        .to_dtype(candle_core::DType::F64)
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap();
+    assert_eq!(a.len(), b.len());
+    let num: f64 = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y) * (x - y))
+        .sum::<f64>()
+        .sqrt();
+    let den: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    if den == 0.0 {
+        num
+    } else {
+        num / den
+    }
+}
+
+/// Compares every gradient by name; prints the max error per tensor like llm.c's test.
+pub fn assert_grads_match(
+    ours: &HashMap<String, Tensor>,
+    reference: &HashMap<String, Tensor>,
+    tol: f64,
+    what: &str,
+) {
+    let mut names: Vec<_> = reference.keys().collect();
+    names.sort();
+    assert_eq!(
+        {
+            let mut o: Vec<_> = ours.keys().collect();
+            o.sort();
+            o
+        },
+        names,
+        "{what}: parameter sets differ"
+    );
+    let mut worst = (0.0, String::new());
+    for n in names {
+        assert_eq!(ours[n].dims(), reference[n].dims(), "{what}: shape of {n}");
+        let e = rel_err(&ours[n], &reference[n]);
+        if e > worst.0 {
+            worst = (e, n.clone());
+        }
+        assert!(
+            e <= tol,
+            "{what}: gradient of {n} differs by {e:e} (relative) > {tol:e}"
+        );
+    }
+    eprintln!(
+        "{what}: worst relative gradient error {:e} ({})",
+        worst.0, worst.1
+    );
+}
+
+pub fn grads_of(vars: &HashMap<String, Var>, g: &GradStore) -> HashMap<String, Tensor> {
+    vars.iter()
+        .map(|(n, v)| {
+            let t = g
+                .get(v.as_tensor())
+                .cloned()
+                .unwrap_or_else(|| v.as_tensor().zeros_like().unwrap());
+            (n.clone(), t)
+        })
+        .collect()
+}
+
+/// The logical parameters of a model config drawn from `source`, as variables.
+pub fn logical_vars(
+    names_shapes: &[(String, Vec<usize>, Init)],
+    source: &dyn ParamSource,
+) -> HashMap<String, Var> {
+    names_shapes
+        .iter()
+        .map(|(n, s, i)| {
+            (
+                n.clone(),
+                Var::from_tensor(&source.full(n, s, *i).unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Names, logical shapes and inits of a model's parameters, read off a tp-1 build.
+pub fn param_specs(cfg: &ModelConfig, pattern: &str) -> Vec<(String, Vec<usize>, Init)> {
+    let layout = Layout::parse(pattern).unwrap();
+    let model = Gpt::build(
+        cfg,
+        &layout,
+        &tp_harness::tp::SeededInit { seed: 0 },
+        &CountedComm::solo(),
+    )
+    .unwrap();
+    model
+        .params()
+        .iter()
+        .map(|p| {
+            let init = if p.name.ends_with(".w") && p.full_shape.len() == 1 {
+                Init::Ones
+            } else if p.full_shape.len() == 1 {
+                Init::Zeros
+            } else {
+                Init::Normal { std: 0.02 }
+            };
+            (p.name.clone(), p.full_shape.clone(), init)
+        })
+        .collect()
+}

@@ -1,1 +1,112 @@
-fn main() {}
+//! `tp-train`: train GPT-2 with a pattern of t/s/p blocks across tensor- and
+//! data-parallel ranks. With no arguments it runs the default experiment.
+
+use clap::Parser;
+use std::path::PathBuf;
+use tp_harness::error::is_user_error;
+use tp_harness::train::bench::bench;
+use tp_harness::train::config::{parse_assignment, read_config_file, resolve, Origin};
+use tp_harness::train::run::run;
+use tp_harness::train::run_dir::{default_run_path, write_atomic};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tp-train",
+    version,
+    about = "Train GPT-2 with t/s/p tensor-parallel blocks; no arguments runs the default experiment (mini, shakespeare_char, sppp, tp 2)"
+)]
+struct Args {
+    /// YAML file with config keys (nanoGPT names plus pattern, tp, dp).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Block pattern, e.g. sppp, tstt, 3xsppp.
+    #[arg(long)]
+    pattern: Option<String>,
+    /// Tensor-parallel size.
+    #[arg(long)]
+    tp: Option<usize>,
+    /// Data-parallel size.
+    #[arg(long)]
+    dp: Option<usize>,
+    /// Override a config key (repeatable), e.g. --set max_iters=300.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Run directory (default runs/<timestamp>-<pattern>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Measure steady-state step time instead of training a run (tp 1 and 2 unless --tp).
+    #[arg(long)]
+    bench: bool,
+    /// Steps measured by --bench after 3 warm-up steps.
+    #[arg(long, default_value_t = 20)]
+    bench_steps: usize,
+    /// Hide the progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = real_main(args) {
+        eprintln!("tp-train: error: {}", format!("{e:#}").replace('\n', " "));
+        std::process::exit(if is_user_error(&e) { 2 } else { 1 });
+    }
+}
+
+fn real_main(args: Args) -> anyhow::Result<()> {
+    let mut overrides = Vec::new();
+    if let Some(path) = &args.config {
+        overrides.extend(read_config_file(path)?);
+    }
+    let flag = |name: &str, v: String| -> (String, serde_yaml_ng::Value, Origin) {
+        (
+            name.to_string(),
+            serde_yaml_ng::Value::String(v.clone()),
+            Origin::Flag(format!("--{name} {v}")),
+        )
+    };
+    if let Some(p) = &args.pattern {
+        overrides.push(flag("pattern", p.clone()));
+    }
+    if let Some(tp) = args.tp {
+        overrides.push(("tp".into(), tp.into(), Origin::Flag(format!("--tp {tp}"))));
+    }
+    if let Some(dp) = args.dp {
+        overrides.push(("dp".into(), dp.into(), Origin::Flag(format!("--dp {dp}"))));
+    }
+    for s in &args.set {
+        let (k, v) = parse_assignment(s)?;
+        overrides.push((k, v, Origin::Flag(format!("--set {s}"))));
+    }
+    if args.bench {
+        let tps: Vec<usize> = match args.tp {
+            Some(tp) => vec![tp],
+            None => vec![1, 2],
+        };
+        let mut results = Vec::new();
+        for tp in tps {
+            let mut o = overrides.clone();
+            o.push(("tp".into(), tp.into(), Origin::Flag(format!("--tp {tp}"))));
+            let cfg = resolve(&o)?;
+            let r = bench(&cfg, 3, args.bench_steps)?;
+            println!("{}", r.line());
+            results.push(r);
+        }
+        let out = args.out.unwrap_or_else(|| default_run_path("bench"));
+        std::fs::create_dir_all(&out)?;
+        let json = if results.len() == 1 {
+            serde_json::to_string_pretty(&results[0])?
+        } else {
+            serde_json::to_string_pretty(&results)?
+        };
+        write_atomic(&out.join("bench.json"), json.as_bytes())?;
+        println!("bench.json in {}", out.display());
+        return Ok(());
+    }
+    let cfg = resolve(&overrides)?;
+    run(&cfg, args.out, !args.quiet)?;
+    Ok(())
+}

@@ -112,13 +112,6 @@ impl ModelConfig {
         if self.n_head == 0 || self.n_embd == 0 || self.n_layer == 0 || self.block_size == 0 {
             bail!("n_head, n_embd, n_layer and block_size must all be at least 1");
         }
-        if !self.n_embd.is_multiple_of(self.n_head) {
-            bail!(
-                "n_embd {} is not divisible by n_head {}: choose n_embd as a multiple of n_head",
-                self.n_embd,
-                self.n_head
-            );
-        }
         if !self.n_head.is_multiple_of(tp) {
             bail!(
                 "n_head {} is not divisible by tp {tp}: each rank needs whole heads; choose tp dividing {} or change n_head",
@@ -131,6 +124,13 @@ impl ModelConfig {
                 "4*n_embd = {} is not divisible by tp {tp}: choose tp dividing {} or change n_embd",
                 4 * self.n_embd,
                 4 * self.n_embd
+            );
+        }
+        if !self.n_embd.is_multiple_of(self.n_head) {
+            bail!(
+                "n_embd {} is not divisible by n_head {}: choose n_embd as a multiple of n_head",
+                self.n_embd,
+                self.n_head
             );
         }
         if !(0.0..1.0).contains(&self.dropout) {

@@ -1,4 +1,13 @@
 //! Training: configuration, gradients, optimiser, schedule, the rank program, launchers
 //! and run outputs.
 
+pub mod bench;
+pub mod config;
 pub mod grads;
+pub mod launch;
+pub mod optimizer;
+pub mod rank;
+pub mod report;
+pub mod run;
+pub mod run_dir;
+pub mod schedule;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up tp-harness on a Debian/Ubuntu machine: system packages, the release build, and
+# the datasets (copied from ../shared/datasets when present, else downloaded).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential pkg-config curl ca-certificates)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: installing Rust with rustup"
+    curl -fsSL https://sh.rustup.rs | sh -s -- -y --profile minimal --component rustfmt,clippy
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+
+cargo build --release --bins
+./target/release/tp-prepare

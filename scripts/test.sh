@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test suite, as CI runs it: set up on a fresh Debian 12 machine, check formatting and
+# lints, and run every test (release build: the training tests run real steps).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+[ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --check
+else
+  echo "test: rustfmt not installed, skipping the format check"
+fi
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --release --all-targets -- -D warnings
+else
+  echo "test: clippy not installed, skipping lints"
+fi
+cargo test --release

@@ -1,0 +1,41 @@
+//! `tp-prepare [DATASET...]`: prepare datasets into `datasets/<name>/` (all by default),
+//! copying the raw text from `../shared/datasets` when present, else downloading it.
+
+use clap::Parser;
+use tp_harness::data::{data_root, prepare, Dataset, DATASETS};
+use tp_harness::error::is_user_error;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tp-prepare",
+    version,
+    about = "Prepare datasets into datasets/<name>/"
+)]
+struct Args {
+    /// Datasets to prepare (default: all of shakespeare_char, names).
+    datasets: Vec<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let names: Vec<String> = if args.datasets.is_empty() {
+        DATASETS.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.datasets
+    };
+    for name in names {
+        match prepare(&name, &data_root()).and_then(|dir| Ok((Dataset::load(&dir)?, dir))) {
+            Ok((d, dir)) => println!(
+                "{name}: {} train / {} val tokens, vocab {} in {}",
+                d.train.len(),
+                d.val.len(),
+                d.vocab().len(),
+                dir.display()
+            ),
+            Err(e) => {
+                eprintln!("tp-prepare: error: {}", format!("{e:#}").replace('\n', " "));
+                std::process::exit(if is_user_error(&e) { 2 } else { 1 });
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Loading prepared tokens and sampling batches.
+//!
+//! A batch is drawn from a stream keyed by (seed, split, step, micro-step), never from
+//! running RNG state: the global batch of a step (`batch_size x dp` windows) is the same
+//! whatever the number of data-parallel ranks, each rank takes its own contiguous slice,
+//! and resuming at a step needs nothing but the step number.
+
+use super::prepare::Meta;
+use super::vocab::CharVocab;
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Val,
+}
+
+pub struct Dataset {
+    pub meta: Meta,
+    pub train: Arc<Vec<u16>>,
+    pub val: Arc<Vec<u16>>,
+}
+
+fn read_tokens(path: &Path) -> Result<Vec<u16>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() % 2 != 0 {
+        bail!(
+            "{} is truncated (odd byte count); delete the folder to prepare it again",
+            path.display()
+        );
+    }
+    Ok(bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect())
+}
+
+impl Dataset {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let meta: Meta = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("meta.json"))
+                .with_context(|| format!("cannot read {}/meta.json", dir.display()))?,
+        )
+        .with_context(|| {
+            format!(
+                "{}/meta.json is corrupt; delete the folder to prepare it again",
+                dir.display()
+            )
+        })?;
+        Ok(Self {
+            train: Arc::new(read_tokens(&dir.join("train.bin"))?),
+            val: Arc::new(read_tokens(&dir.join("val.bin"))?),
+            meta,
+        })
+    }
+
+    pub fn vocab(&self) -> &CharVocab {
+        &self.meta.vocab
+    }
+
+    pub fn split(&self, s: Split) -> &[u16] {
+        match s {
+            Split::Train => &self.train,
+            Split::Val => &self.val,
+        }
+    }
+}
+
+/// Samples one data-parallel rank's share of each global batch.
+pub struct Batcher<'a> {
+    pub data: &'a Dataset,
+    pub block_size: usize,
+    /// Windows per rank per micro-step.
+    pub batch_size: usize,
+    pub dp: usize,
+    pub dp_rank: usize,
+    pub seed: u64,
+}
+
+/// Keys for batches drawn outside training steps (evaluation rounds).
+pub const EVAL_STREAM: u64 = 1 << 40;
+
+impl Batcher<'_> {
+    /// `(x, y)`, each `(batch_size, block_size)` u32, `y` shifted by one.
+    pub fn batch(&self, split: Split, step: u64, micro: u64) -> Result<(Tensor, Tensor)> {
+        let tokens = self.data.split(split);
+        let t = self.block_size;
+        if tokens.len() <= t + 1 {
+            bail!(
+                "the {:?} split has {} tokens, too few for block_size {t}",
+                split,
+                tokens.len()
+            );
+        }
+        let key = self.seed.wrapping_mul(0x9E3779B97F4A7C15)
+            ^ (step.wrapping_mul(0xD1B54A32D192ED03))
+            ^ micro.wrapping_mul(0x94D049BB133111EB)
+            ^ (split as u64 + 1);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(key);
+        let global = self.batch_size * self.dp;
+        let offsets: Vec<usize> = (0..global)
+            .map(|_| rng.random_range(0..tokens.len() - t - 1))
+            .collect();
+        let mine = &offsets[self.dp_rank * self.batch_size..(self.dp_rank + 1) * self.batch_size];
+        let mut x = Vec::with_capacity(self.batch_size * t);
+        let mut y = Vec::with_capacity(self.batch_size * t);
+        for &o in mine {
+            x.extend(tokens[o..o + t].iter().map(|&v| v as u32));
+            y.extend(tokens[o + 1..o + t + 1].iter().map(|&v| v as u32));
+        }
+        Ok((
+            Tensor::from_vec(x, (self.batch_size, t), &Device::Cpu)?,
+            Tensor::from_vec(y, (self.batch_size, t), &Device::Cpu)?,
+        ))
+    }
+}

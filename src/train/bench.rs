@@ -1,0 +1,104 @@
+//! `tp-train --bench`: steady-state step time of a configuration, split into forward,
+//! backward, gradient sync, optimiser and communication.
+
+use super::config::RunConfig;
+use super::launch::{configure_threads, run_threads};
+use super::rank::RankOptions;
+use super::run::load_dataset;
+use crate::error::user;
+use crate::tp::CommKind;
+use anyhow::Result;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub preset: String,
+    pub pattern: String,
+    pub tp: usize,
+    pub dp: usize,
+    pub math_threads_per_rank: usize,
+    pub batch_size: usize,
+    pub block_size: usize,
+    pub measured_steps: usize,
+    /// Median wall-clock ms of the measured steps.
+    pub ms_per_step: f64,
+    pub tokens_per_s: f64,
+    /// Mean ms per step of each phase on rank 0 (communication happens inside forward,
+    /// backward and grad_sync; `comm_ms` is that share).
+    pub forward_ms: f64,
+    pub backward_ms: f64,
+    pub grad_sync_ms: f64,
+    pub optimizer_ms: f64,
+    pub comm_ms: f64,
+}
+
+pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult> {
+    let mut cfg = cfg.clone();
+    cfg.max_iters = warmup + steps;
+    cfg.eval_interval = 0;
+    cfg.sample_tokens = 0;
+    cfg.validate()?;
+    let data = load_dataset(&cfg)?;
+    cfg.model_config(data.vocab().len())?
+        .check(cfg.tp)
+        .map_err(user)?;
+    let threads = configure_threads(cfg.tp * cfg.dp);
+    let out = run_threads(
+        &cfg,
+        &data,
+        None,
+        RankOptions {
+            keep_params: false,
+            skip_sample: true,
+        },
+    )?;
+    let o = &out[0];
+    let mut measured: Vec<f64> = o.step_ms[warmup.min(o.step_ms.len())..].to_vec();
+    measured.sort_by(|a, b| a.total_cmp(b));
+    let median = measured
+        .get(measured.len() / 2)
+        .copied()
+        .unwrap_or(f64::NAN);
+    let n = o.times.steps.max(1) as f64;
+    let comm: f64 = CommKind::ALL
+        .iter()
+        .map(|k| o.tally.total(*k).seconds)
+        .sum();
+    Ok(BenchResult {
+        preset: cfg.preset.clone(),
+        pattern: cfg.pattern.clone(),
+        tp: cfg.tp,
+        dp: cfg.dp,
+        math_threads_per_rank: threads,
+        batch_size: cfg.batch_size,
+        block_size: cfg.block_size,
+        measured_steps: measured.len(),
+        ms_per_step: median,
+        tokens_per_s: cfg.tokens_per_step() as f64 / (median / 1e3),
+        forward_ms: o.times.forward / n * 1e3,
+        backward_ms: o.times.backward / n * 1e3,
+        grad_sync_ms: o.times.grad_sync / n * 1e3,
+        optimizer_ms: o.times.optimizer / n * 1e3,
+        comm_ms: comm / n * 1e3,
+    })
+}
+
+impl BenchResult {
+    pub fn line(&self) -> String {
+        format!(
+            "{} {} tp {} dp {} ({} thread(s)/rank): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
+            self.preset,
+            self.pattern,
+            self.tp,
+            self.dp,
+            self.math_threads_per_rank,
+            self.ms_per_step,
+            self.tokens_per_s,
+            self.forward_ms,
+            self.backward_ms,
+            self.grad_sync_ms,
+            self.optimizer_ms,
+            self.comm_ms
+        )
+    }
+}

@@ -1,0 +1,130 @@
+//! The `threads` launcher: the whole `dp x tp` world as threads of this process.
+
+use super::config::RunConfig;
+use super::rank::{train_rank, RankContext, RankOptions, Reporter, TrainOutcome};
+use crate::data::Dataset;
+use crate::error::UserError;
+use crate::tp::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
+use anyhow::{anyhow, Result};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
+
+/// Threads each rank's math may use so that `ranks` ranks share the machine's cores
+/// without oversubscribing them (candle's gemm reads `RAYON_NUM_THREADS` at every call;
+/// spinning pools on busy cores cost 6x, see conventions.md). A value the user set in the
+/// environment before the first call wins.
+pub fn configure_threads(ranks: usize) -> usize {
+    static USER_SET: OnceLock<Option<usize>> = OnceLock::new();
+    let user = *USER_SET.get_or_init(|| {
+        std::env::var("RAYON_NUM_THREADS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|n| *n > 0)
+    });
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let per_rank = user.unwrap_or((cores / ranks.max(1)).max(1));
+    std::env::set_var("RAYON_NUM_THREADS", per_rank.to_string());
+    std::env::set_var("CANDLE_NUM_THREADS", per_rank.to_string());
+    per_rank
+}
+
+/// Runs every rank of the job on its own thread and returns their outcomes in rank order.
+/// A rank that fails (error or panic) aborts the world: the others leave their next
+/// collective with an error instead of waiting, and the first failure is returned.
+pub fn run_threads(
+    cfg: &RunConfig,
+    data: &Dataset,
+    reporter: Option<&mut (dyn Reporter + Send)>,
+    opts: RankOptions,
+) -> Result<Vec<TrainOutcome>> {
+    let (tp, dp) = (cfg.tp, cfg.dp);
+    let world_size = tp * dp;
+    let world = ThreadWorld::new();
+    let mut tp_comms: Vec<Option<Arc<dyn Comm>>> = (0..world_size).map(|_| None).collect();
+    let mut dp_comms: Vec<Option<Arc<dyn Comm>>> = (0..world_size).map(|_| None).collect();
+    let probe = Mesh::new(tp, dp, 0)?;
+    for d in 0..dp {
+        for (c, r) in world.group(tp).into_iter().zip(probe.tp_group(d)) {
+            tp_comms[r] = Some(Arc::new(c));
+        }
+    }
+    for t in 0..tp {
+        for (c, r) in world.group(dp).into_iter().zip(probe.dp_group(t)) {
+            dp_comms[r] = Some(Arc::new(c));
+        }
+    }
+    let mut reporter = reporter;
+    let results: Vec<Result<TrainOutcome>> = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(world_size);
+        for rank in 0..world_size {
+            let tally = Arc::new(Tally::new());
+            let ctx = RankContext {
+                mesh: Mesh::new(tp, dp, rank).expect("rank inside the world"),
+                tp: CountedComm::new(tp_comms[rank].take().expect("tp comm"), tally.clone()),
+                dp: CountedComm::new(dp_comms[rank].take().expect("dp comm"), tally.clone()),
+                tally,
+            };
+            let rep = if rank == 0 { reporter.take() } else { None };
+            let world = world.clone();
+            handles.push(s.spawn(move || {
+                let mut rep = rep;
+                let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    train_rank(
+                        cfg,
+                        data,
+                        &ctx,
+                        rep.as_deref_mut().map(|r| r as &mut dyn Reporter),
+                        opts,
+                    )
+                }));
+                let res = match run {
+                    Ok(r) => r,
+                    Err(p) => {
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "panic".into());
+                        Err(anyhow!("panicked: {msg}"))
+                    }
+                };
+                if let Err(e) = &res {
+                    world.abort(&format!("rank {rank} failed: {e:#}"));
+                }
+                res
+            }));
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("rank thread could not be joined")))
+            })
+            .collect()
+    });
+    // Report the failure that started it, not the ranks that were released by the abort.
+    let mut first_err = None;
+    let mut outcomes = Vec::with_capacity(world_size);
+    for (rank, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(o) => outcomes.push(o),
+            Err(e) => {
+                let secondary = format!("{e:#}").contains("collective abandoned");
+                if first_err.is_none()
+                    || (!secondary && first_err.as_ref().is_some_and(|(s, _, _)| *s))
+                {
+                    first_err = Some((secondary, rank, e));
+                }
+            }
+        }
+    }
+    if let Some((_, rank, e)) = first_err {
+        if crate::error::is_user_error(&e) {
+            return Err(anyhow::Error::new(UserError(format!("{e:#}"))));
+        }
+        return Err(e.context(format!("rank {rank} failed")));
+    }
+    Ok(outcomes)
+}

@@ -1,0 +1,118 @@
+//! AdamW with decoupled weight decay (PyTorch's formulation), applied to every parameter in
+//! place in one pass. Decay applies only to tensors of dim >= 2 (nanoGPT's groups). The
+//! moments are plain vectors in registry order, so they can be saved and restored.
+
+use super::grads::GradBuffer;
+use crate::tp::ParamRegistry;
+use anyhow::{bail, Result};
+use candle_core::{CpuStorage, InplaceOp1, Layout};
+use std::cell::RefCell;
+
+#[derive(Debug, Clone, Copy)]
+pub struct AdamWConfig {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+pub struct AdamW {
+    pub cfg: AdamWConfig,
+    /// Steps taken (bias correction).
+    pub t: u64,
+    pub m: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
+    decay: Vec<bool>,
+}
+
+struct Update<'a> {
+    grad: &'a [f32],
+    m: RefCell<&'a mut [f32]>,
+    v: RefCell<&'a mut [f32]>,
+    lr: f32,
+    decay: f32,
+    b1: f32,
+    b2: f32,
+    eps: f32,
+    /// 1 / (1 - beta^t)
+    c1: f32,
+    c2: f32,
+}
+
+impl InplaceOp1 for Update<'_> {
+    fn name(&self) -> &'static str {
+        "adamw"
+    }
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("adamw: parameters must be f32");
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("adamw: parameter is not contiguous");
+        };
+        let p = &mut data[start..end];
+        let mut m = self.m.borrow_mut();
+        let mut v = self.v.borrow_mut();
+        let shrink = 1.0 - self.lr * self.decay;
+        for i in 0..p.len() {
+            let g = self.grad[i];
+            m[i] = self.b1 * m[i] + (1.0 - self.b1) * g;
+            v[i] = self.b2 * v[i] + (1.0 - self.b2) * g * g;
+            let mhat = m[i] * self.c1;
+            let vhat = v[i] * self.c2;
+            p[i] = p[i] * shrink - self.lr * mhat / (vhat.sqrt() + self.eps);
+        }
+        Ok(())
+    }
+}
+
+impl AdamW {
+    pub fn new(reg: &ParamRegistry, cfg: AdamWConfig) -> Self {
+        let sizes: Vec<usize> = reg.iter().map(|p| p.var.elem_count()).collect();
+        Self {
+            cfg,
+            t: 0,
+            m: sizes.iter().map(|&n| vec![0.0; n]).collect(),
+            v: sizes.iter().map(|&n| vec![0.0; n]).collect(),
+            decay: reg.iter().map(|p| p.full_shape.len() >= 2).collect(),
+        }
+    }
+
+    /// Whether parameter `i` (registry order) is weight-decayed.
+    pub fn decays(&self, i: usize) -> bool {
+        self.decay[i]
+    }
+
+    pub fn step(&mut self, reg: &ParamRegistry, grads: &GradBuffer, lr: f64) -> Result<()> {
+        if reg.len() != self.m.len() {
+            bail!(
+                "optimizer state has {} tensors, model has {}",
+                self.m.len(),
+                reg.len()
+            );
+        }
+        self.t += 1;
+        let c1 = 1.0 / (1.0 - self.cfg.beta1.powi(self.t as i32));
+        let c2 = 1.0 / (1.0 - self.cfg.beta2.powi(self.t as i32));
+        for (i, p) in reg.iter().enumerate() {
+            let op = Update {
+                grad: grads.slice(i),
+                m: RefCell::new(&mut self.m[i]),
+                v: RefCell::new(&mut self.v[i]),
+                lr: lr as f32,
+                decay: if self.decay[i] {
+                    self.cfg.weight_decay as f32
+                } else {
+                    0.0
+                },
+                b1: self.cfg.beta1 as f32,
+                b2: self.cfg.beta2 as f32,
+                eps: self.cfg.eps as f32,
+                c1: c1 as f32,
+                c2: c2 as f32,
+            };
+            p.var.as_tensor().inplace_op1(&op)?;
+        }
+        Ok(())
+    }
+}

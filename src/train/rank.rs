@@ -1,0 +1,332 @@
+//! The rank program: what every rank runs, whatever the backend. It never branches on
+//! rank inside the model; only the reporter (rank 0's I/O) differs.
+
+use super::config::RunConfig;
+use super::grads::GradBuffer;
+use super::optimizer::{AdamW, AdamWConfig};
+use super::schedule::CosineSchedule;
+use crate::blocks::Fwd;
+use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
+use crate::model::Gpt;
+use crate::ops;
+use crate::tp::{CommKind, CountedComm, Mesh, Phase, SeededInit, Site, Tally, TallySnapshot};
+use anyhow::{bail, Result};
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A rank's view of the job: where it sits in the mesh and its two counted groups.
+pub struct RankContext {
+    pub mesh: Mesh,
+    pub tp: CountedComm,
+    pub dp: CountedComm,
+    pub tally: Arc<Tally>,
+}
+
+/// One line of `log.jsonl`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct LogLine {
+    pub step: usize,
+    /// Loss of this step's batch, averaged over accumulation and data-parallel ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_loss: Option<f32>,
+    /// Evaluation: mean loss over `eval_iters` batches of each split.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_train_loss: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_loss: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<f64>,
+}
+
+/// Rank 0's outlet for progress and logs; other ranks have none.
+pub trait Reporter {
+    fn started(&mut self, _cfg: &RunConfig, _logical_params: usize) {}
+    fn logged(&mut self, _line: &LogLine) -> Result<()> {
+        Ok(())
+    }
+    fn step_done(&mut self, _step: usize, _loss: f32, _tokens_per_s: f64) {}
+    fn finished(&mut self) {}
+}
+
+/// Seconds spent in each phase of training steps (this rank).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct StepTimes {
+    pub forward: f64,
+    pub backward: f64,
+    /// Gradient sync (TP partial sum, DP average) and the norm.
+    pub grad_sync: f64,
+    pub optimizer: f64,
+    pub steps: usize,
+}
+
+pub struct TrainOutcome {
+    pub rank: usize,
+    pub log: Vec<LogLine>,
+    pub tally: TallySnapshot,
+    pub forward_passes: usize,
+    pub backward_passes: usize,
+    pub times: StepTimes,
+    /// Wall-clock milliseconds of each training step.
+    pub step_ms: Vec<f64>,
+    pub sample: String,
+    /// This rank's parameters after training, by name (only when asked for).
+    pub params: Vec<(String, Vec<f32>)>,
+    pub logical_params: usize,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RankOptions {
+    pub keep_params: bool,
+    pub skip_sample: bool,
+}
+
+fn scalar(t: &Tensor) -> Result<f32> {
+    Ok(t.to_scalar::<f32>()?)
+}
+
+fn evaluate(
+    model: &Gpt,
+    batcher: &Batcher,
+    cfg: &RunConfig,
+    ctx: &RankContext,
+    round: usize,
+) -> Result<(f32, f32)> {
+    ctx.tally.set_phase(Phase::Eval);
+    let mut out = [0f32; 2];
+    for (slot, split) in [Split::Train, Split::Val].into_iter().enumerate() {
+        let mut sum = 0f64;
+        for i in 0..cfg.eval_iters {
+            let (x, y) = batcher.batch(split, EVAL_STREAM + round as u64, i as u64)?;
+            sum += scalar(&model.loss(&x, &y, &Fwd::eval())?)? as f64;
+        }
+        out[slot] = (sum / cfg.eval_iters as f64) as f32;
+    }
+    ctx.dp
+        .all_reduce_mean(&mut out, Site::Misc, CommKind::Other)?;
+    ctx.tally.set_phase(Phase::Train);
+    Ok((out[0], out[1]))
+}
+
+/// Generates `n` tokens after `prompt`, identically on every rank (same seed, and logits
+/// that are bit-identical across the TP group).
+pub fn sample(
+    model: &Gpt,
+    prompt: &[u32],
+    n: usize,
+    temperature: f64,
+    seed: u64,
+) -> Result<Vec<u32>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut ids = prompt.to_vec();
+    let bs = model.cfg.block_size;
+    for _ in 0..n {
+        let ctx = &ids[ids.len().saturating_sub(bs)..];
+        let x = Tensor::from_vec(ctx.to_vec(), (1, ctx.len()), &Device::Cpu)?;
+        let logits = model.forward(&x, &Fwd::eval())?.detach();
+        let last = logits.narrow(1, ctx.len() - 1, 1)?.flatten_all()?;
+        let probs =
+            ops::softmax_last_dim(&(last / temperature.max(1e-6))?.unsqueeze(0)?)?.squeeze(0)?;
+        let probs = probs.to_vec1::<f32>()?;
+        let r: f32 = rng.random();
+        let mut acc = 0f32;
+        let mut pick = probs.len() - 1;
+        for (i, p) in probs.iter().enumerate() {
+            acc += p;
+            if r < acc {
+                pick = i;
+                break;
+            }
+        }
+        ids.push(pick as u32);
+    }
+    Ok(ids[prompt.len()..].to_vec())
+}
+
+pub fn train_rank(
+    cfg: &RunConfig,
+    data: &Dataset,
+    ctx: &RankContext,
+    mut reporter: Option<&mut dyn Reporter>,
+    opts: RankOptions,
+) -> Result<TrainOutcome> {
+    let layout = cfg.layout()?;
+    let mcfg = cfg.model_config(data.vocab().len())?;
+    let model = Gpt::build(&mcfg, &layout, &SeededInit { seed: cfg.seed }, &ctx.tp)?;
+    let reg = model.params();
+    let logical_params = reg.logical_numel();
+    let mut opt = AdamW::new(
+        reg,
+        AdamWConfig {
+            beta1: cfg.beta1,
+            beta2: cfg.beta2,
+            eps: cfg.adam_eps,
+            weight_decay: cfg.weight_decay,
+        },
+    );
+    let sched = CosineSchedule {
+        learning_rate: cfg.learning_rate,
+        min_lr: cfg.min_lr,
+        warmup_iters: cfg.warmup_iters,
+        lr_decay_iters: cfg.lr_decay_iters(),
+        decay: cfg.decay_lr,
+    };
+    let batcher = Batcher {
+        data,
+        block_size: cfg.block_size,
+        batch_size: cfg.batch_size,
+        dp: ctx.mesh.dp,
+        dp_rank: ctx.mesh.dp_rank(),
+        seed: cfg.seed,
+    };
+    if let Some(r) = reporter.as_deref_mut() {
+        r.started(cfg, logical_params);
+    }
+    let mut grads = GradBuffer::new(reg);
+    let mut log = Vec::new();
+    let mut times = StepTimes::default();
+    let mut step_ms = Vec::with_capacity(cfg.max_iters);
+    let (mut fwd_passes, mut bwd_passes) = (0, 0);
+    let accum = cfg.gradient_accumulation_steps;
+    let tokens_per_step = cfg.tokens_per_step() as f64;
+    let mut eval_round = 0;
+    let mut emit = |line: LogLine, reporter: &mut Option<&mut dyn Reporter>| -> Result<()> {
+        if let Some(r) = reporter.as_deref_mut() {
+            r.logged(&line)?;
+        }
+        log.push(line);
+        Ok(())
+    };
+
+    for step in 0..=cfg.max_iters {
+        let eval_now =
+            cfg.eval_interval > 0 && (step % cfg.eval_interval == 0 || step == cfg.max_iters);
+        let mut line = LogLine {
+            step,
+            ..Default::default()
+        };
+        if eval_now {
+            let (tr, va) = evaluate(&model, &batcher, cfg, ctx, eval_round)?;
+            eval_round += 1;
+            line.eval_train_loss = Some(tr);
+            line.val_loss = Some(va);
+        }
+        if step == cfg.max_iters {
+            if eval_now {
+                emit(line, &mut reporter)?;
+            }
+            break;
+        }
+
+        let t_step = Instant::now();
+        let lr = sched.lr(step);
+        grads.zero();
+        let mut loss_sum = 0f32;
+        for micro in 0..accum {
+            let (x, y) = batcher.batch(Split::Train, step as u64, micro as u64)?;
+            let fwd = Fwd {
+                dropout: cfg.dropout,
+                key: Some(
+                    cfg.seed
+                        ^ ((step * accum + micro) as u64).wrapping_mul(0x2545F4914F6CDD1D)
+                        ^ ((ctx.mesh.dp_rank() as u64) << 48),
+                ),
+            };
+            let t0 = Instant::now();
+            let loss = model.loss(&x, &y, &fwd)?;
+            let l = scalar(&loss)?;
+            if !l.is_finite() {
+                bail!("the training loss became {l} at step {step}: lower learning_rate or set a grad_clip");
+            }
+            loss_sum += l;
+            let t1 = Instant::now();
+            let g = loss.backward()?;
+            grads.accumulate(reg, &g, 1.0 / accum as f32)?;
+            drop(g);
+            let t2 = Instant::now();
+            times.forward += (t1 - t0).as_secs_f64();
+            times.backward += (t2 - t1).as_secs_f64();
+            fwd_passes += 1;
+            bwd_passes += 1;
+        }
+        let t0 = Instant::now();
+        grads.sync_tp_partial(&ctx.tp)?;
+        grads.average_dp(&ctx.dp)?;
+        let norm = grads.global_norm(&ctx.tp)?;
+        if !norm.is_finite() {
+            bail!("the gradient norm became {norm} at step {step}: lower learning_rate");
+        }
+        if cfg.grad_clip > 0.0 && norm as f64 > cfg.grad_clip {
+            grads.scale((cfg.grad_clip / (norm as f64 + 1e-6)) as f32);
+        }
+        let t1 = Instant::now();
+        opt.step(reg, &grads, lr)?;
+        let t2 = Instant::now();
+        times.grad_sync += (t1 - t0).as_secs_f64();
+        times.optimizer += (t2 - t1).as_secs_f64();
+        times.steps += 1;
+
+        let ms = t_step.elapsed().as_secs_f64() * 1e3;
+        step_ms.push(ms);
+        let tps = tokens_per_step / (ms / 1e3);
+        let local_loss = loss_sum / accum as f32;
+        if let Some(r) = reporter.as_deref_mut() {
+            r.step_done(step, local_loss, tps);
+        }
+        if step % cfg.log_interval == 0 || eval_now {
+            let mut l = [local_loss];
+            ctx.dp
+                .all_reduce_mean(&mut l, Site::Misc, CommKind::Other)?;
+            line.train_loss = Some(l[0]);
+            line.lr = Some(lr);
+            line.ms = Some(ms);
+            line.tokens_per_s = Some(tps);
+        }
+        if line.train_loss.is_some() || line.val_loss.is_some() {
+            emit(line, &mut reporter)?;
+        }
+    }
+
+    let sample_text = if opts.skip_sample || cfg.sample_tokens == 0 {
+        String::new()
+    } else {
+        ctx.tally.set_phase(Phase::Eval);
+        let vocab = data.vocab();
+        let start = vocab
+            .chars
+            .binary_search(&'\n')
+            .map(|i| i as u32)
+            .unwrap_or(0);
+        let ids = sample(&model, &[start], cfg.sample_tokens, 0.8, cfg.seed)?;
+        ctx.tally.set_phase(Phase::Train);
+        vocab.decode(&ids)
+    };
+    if let Some(r) = reporter {
+        r.finished();
+    }
+    let params = if opts.keep_params {
+        reg.iter()
+            .map(|p| Ok((p.name.clone(), p.var.flatten_all()?.to_vec1::<f32>()?)))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    Ok(TrainOutcome {
+        rank: ctx.mesh.rank,
+        log,
+        tally: ctx.tally.snapshot(),
+        forward_passes: fwd_passes,
+        backward_passes: bwd_passes,
+        times,
+        step_ms,
+        sample: sample_text,
+        params,
+        logical_params,
+    })
+}

@@ -1,0 +1,186 @@
+//! The communication report of a run: `comm.json` and the table printed at the end.
+//! Counts come from rank 0's tally (every rank issues the same collectives).
+
+use super::config::RunConfig;
+use super::rank::TrainOutcome;
+use crate::blocks::Layout;
+use crate::tp::{CommKind, Site, Stat};
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerComm {
+    pub layer: usize,
+    /// Block kind: t, s or p.
+    pub kind: String,
+    /// TP all-reduces issued by this layer per forward pass.
+    pub forward_allreduces: f64,
+    /// TP all-reduces issued by this layer per backward pass.
+    pub backward_allreduces: f64,
+    /// Bytes all-reduced by this layer per optimiser step (forward + backward).
+    pub bytes: f64,
+    /// Seconds spent in this layer's collectives per optimiser step.
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PerStep {
+    pub calls: f64,
+    pub bytes: f64,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CommReport {
+    pub pattern: String,
+    pub layout: String,
+    pub tp: usize,
+    pub dp: usize,
+    pub steps: usize,
+    pub forward_passes: usize,
+    pub backward_passes: usize,
+    /// blocks.md's `2 t + s + p-runs`.
+    pub formula_forward_allreduces: usize,
+    /// Measured TP all-reduces per forward pass (0 at tp 1: nothing is communicated).
+    pub tp_forward_allreduces: f64,
+    /// Measured TP all-reduces per backward pass.
+    pub tp_backward_allreduces: f64,
+    pub layers: Vec<LayerComm>,
+    /// Per optimiser step, by kind (tp-forward, tp-backward, tp-param-grad, dp-grad, other).
+    pub per_step: BTreeMap<String, PerStep>,
+    /// Whole run, by kind.
+    pub totals: BTreeMap<String, Stat>,
+    /// Evaluation and sampling traffic, by kind (not in the per-step figures).
+    pub eval: BTreeMap<String, Stat>,
+}
+
+fn per(n: u64, d: usize) -> f64 {
+    if d == 0 {
+        0.0
+    } else {
+        n as f64 / d as f64
+    }
+}
+
+impl CommReport {
+    pub fn new(cfg: &RunConfig, layout: &Layout, o: &TrainOutcome) -> Self {
+        let t = &o.tally;
+        let steps = o.times.steps;
+        let layers = layout
+            .kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let f = t.at(Site::Layer(i), CommKind::TpForward);
+                let b = t.at(Site::Layer(i), CommKind::TpBackward);
+                LayerComm {
+                    layer: i,
+                    kind: k.letter().to_string(),
+                    forward_allreduces: per(f.calls, o.forward_passes),
+                    backward_allreduces: per(b.calls, o.backward_passes),
+                    bytes: per(f.bytes + b.bytes, steps),
+                    seconds: if steps == 0 {
+                        0.0
+                    } else {
+                        (f.seconds + b.seconds) / steps as f64
+                    },
+                }
+            })
+            .collect();
+        let mut per_step = BTreeMap::new();
+        let mut totals = BTreeMap::new();
+        for kind in CommKind::ALL {
+            let s = t.total(kind);
+            per_step.insert(
+                kind.label().to_string(),
+                PerStep {
+                    calls: per(s.calls, steps),
+                    bytes: per(s.bytes, steps),
+                    seconds: if steps == 0 {
+                        0.0
+                    } else {
+                        s.seconds / steps as f64
+                    },
+                },
+            );
+            totals.insert(kind.label().to_string(), s);
+        }
+        let eval = t
+            .eval
+            .iter()
+            .map(|(k, v)| (k.label().to_string(), *v))
+            .collect();
+        Self {
+            pattern: cfg.pattern.clone(),
+            layout: layout.expanded(),
+            tp: cfg.tp,
+            dp: cfg.dp,
+            steps,
+            forward_passes: o.forward_passes,
+            backward_passes: o.backward_passes,
+            formula_forward_allreduces: layout.forward_allreduces(),
+            tp_forward_allreduces: per(t.total(CommKind::TpForward).calls, o.forward_passes),
+            tp_backward_allreduces: per(t.total(CommKind::TpBackward).calls, o.backward_passes),
+            layers,
+            per_step,
+            totals,
+            eval,
+        }
+    }
+
+    pub fn to_json(&self) -> Result<String> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "communication: pattern {} (layout {}), tp {}, dp {}, {} steps",
+            self.pattern, self.layout, self.tp, self.dp, self.steps
+        );
+        let _ = writeln!(
+            s,
+            "  TP all-reduces per forward pass {} (blocks.md formula {}), per backward pass {}",
+            self.tp_forward_allreduces,
+            self.formula_forward_allreduces,
+            self.tp_backward_allreduces
+        );
+        let _ = writeln!(
+            s,
+            "  {:<6} {:<4} {:>8} {:>8} {:>12} {:>10}",
+            "layer", "kind", "fwd/pass", "bwd/pass", "KiB/step", "ms/step"
+        );
+        for l in &self.layers {
+            let _ = writeln!(
+                s,
+                "  {:<6} {:<4} {:>8} {:>8} {:>12.1} {:>10.3}",
+                format!("h.{}", l.layer),
+                l.kind,
+                l.forward_allreduces,
+                l.backward_allreduces,
+                l.bytes / 1024.0,
+                l.seconds * 1e3
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  {:<14} {:>10} {:>12} {:>10}",
+            "per step", "calls", "KiB", "ms"
+        );
+        for (k, v) in &self.per_step {
+            let _ = writeln!(
+                s,
+                "  {:<14} {:>10.2} {:>12.1} {:>10.3}",
+                k,
+                v.calls,
+                v.bytes / 1024.0,
+                v.seconds * 1e3
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,234 @@
+//! `tp-train` as a user runs it: bad input gives one line and exit code 2 and writes
+//! nothing; a short run writes its outputs; the default experiment learns.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn shared_datasets() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tp-harness-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn tp_train(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tp-train"))
+        .args(args)
+        .arg("--quiet")
+        .current_dir(dir)
+        .env("TP_SHARED_DATASETS", shared_datasets())
+        .env(
+            "TP_DATA_DIR",
+            std::env::temp_dir().join("tp-harness-test-datasets"),
+        )
+        .output()
+        .expect("tp-train runs")
+}
+
+fn assert_user_error(dir: &Path, args: &[&str], needle: &str) {
+    let out = tp_train(dir, &[args, &["--out", "run"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: exit code; stderr: {err}"
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: not one line: {err}"
+    );
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected `{needle}` in: {err}"
+    );
+    assert!(
+        !dir.join("run").exists(),
+        "{args:?}: a run directory was created"
+    );
+}
+
+#[test]
+fn bad_pattern_is_one_line_exit_2_naming_the_character() {
+    let d = scratch("pattern");
+    assert_user_error(&d, &["--pattern", "tsqt"], "'q'");
+    assert_user_error(&d, &["--pattern", "3x"], "trailing 'x'");
+}
+
+#[test]
+fn pattern_and_n_layer_mismatch_names_both_numbers() {
+    let d = scratch("nlayer");
+    assert_user_error(
+        &d,
+        &["--pattern", "sppp", "--set", "n_layer=6"],
+        "4 layers but n_layer is 6",
+    );
+}
+
+#[test]
+fn sizes_not_divisible_by_tp_are_errors() {
+    let d = scratch("divide");
+    assert_user_error(&d, &["--tp", "3"], "n_head 4 is not divisible by tp 3");
+    assert_user_error(
+        &d,
+        &["--tp", "8", "--set", "n_head=8", "--set", "n_embd=9"],
+        "4*n_embd = 36 is not divisible by tp 8",
+    );
+}
+
+#[test]
+fn unknown_config_key_and_wrong_type_are_errors() {
+    let d = scratch("keys");
+    assert_user_error(
+        &d,
+        &["--set", "learning_rat=0.1"],
+        "unknown config key `learning_rat`",
+    );
+    std::fs::write(d.join("bad.yaml"), "pattern: tstt\nbatchsize: 4\n").unwrap();
+    assert_user_error(
+        &d,
+        &["--config", "bad.yaml"],
+        "unknown config key `batchsize` in bad.yaml",
+    );
+    assert_user_error(&d, &["--set", "max_iters=lots"], "`max_iters`");
+}
+
+#[test]
+fn missing_dataset_offline_is_one_clear_line() {
+    let d = scratch("offline");
+    let out = Command::new(env!("CARGO_BIN_EXE_tp-train"))
+        .args(["--quiet", "--out", "run"])
+        .current_dir(&d)
+        .env("TP_SHARED_DATASETS", d.join("nowhere"))
+        .env("TP_DATA_DIR", d.join("datasets"))
+        .env("TP_DATA_URL_BASE", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("input.txt is missing") && err.contains("download"),
+        "{err}"
+    );
+    assert!(!d.join("run").exists());
+}
+
+#[test]
+fn existing_run_directory_is_refused_and_left_untouched() {
+    let d = scratch("existing");
+    std::fs::create_dir_all(d.join("run")).unwrap();
+    std::fs::write(d.join("run/log.jsonl"), "keep me\n").unwrap();
+    let out = tp_train(&d, &["--out", "run", "--set", "max_iters=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already holds a run"));
+    assert_eq!(
+        std::fs::read_to_string(d.join("run/log.jsonl")).unwrap(),
+        "keep me\n"
+    );
+}
+
+#[test]
+fn short_run_writes_config_log_and_comm_tally_matching_the_formula() {
+    let d = scratch("short");
+    let out = tp_train(
+        &d,
+        &[
+            "--pattern",
+            "3xsppp",
+            "--tp",
+            "2",
+            "--out",
+            "run",
+            "--set",
+            "max_iters=6",
+            "--set",
+            "eval_interval=3",
+            "--set",
+            "eval_iters=2",
+            "--set",
+            "n_embd=32",
+            "--set",
+            "log_interval=2",
+            "--set",
+            "sample_tokens=20",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("run directory: run"), "{stdout}");
+    let run = d.join("run");
+    let cfg = std::fs::read_to_string(run.join("config.yaml")).unwrap();
+    assert!(
+        cfg.contains("pattern: 3xsppp") && cfg.contains("n_layer: 12"),
+        "{cfg}"
+    );
+    let log: Vec<serde_json::Value> = std::fs::read_to_string(run.join("log.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(log
+        .iter()
+        .any(|l| l["step"] == 0 && l["val_loss"].is_number() && l["train_loss"].is_number()));
+    assert!(log
+        .iter()
+        .any(|l| l["step"] == 6 && l["val_loss"].is_number()));
+    assert!(log
+        .iter()
+        .filter(|l| l["train_loss"].is_number())
+        .all(|l| l["lr"].is_number() && l["ms"].is_number() && l["tokens_per_s"].is_number()));
+    let comm: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("comm.json")).unwrap()).unwrap();
+    assert_eq!(comm["tp_forward_allreduces"], 6.0);
+    assert_eq!(comm["tp_backward_allreduces"], 6.0);
+    assert_eq!(comm["formula_forward_allreduces"], 6);
+    assert_eq!(comm["layers"].as_array().unwrap().len(), 12);
+    assert_eq!(comm["per_step"]["tp-forward"]["calls"], 6.0);
+    assert!(comm["per_step"]["tp-param-grad"]["bytes"].as_f64().unwrap() > 0.0);
+    assert!(!std::fs::read_to_string(run.join("sample.txt"))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn default_experiment_300_iterations_bring_val_loss_under_2_6() {
+    let d = scratch("converge");
+    let out = tp_train(
+        &d,
+        &[
+            "--out",
+            "run",
+            "--set",
+            "max_iters=300",
+            "--set",
+            "eval_interval=300",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vals: Vec<f64> = std::fs::read_to_string(d.join("run/log.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["val_loss"].as_f64())
+        .collect();
+    assert_eq!(vals.len(), 2, "{vals:?}");
+    assert!(
+        (3.9..4.5).contains(&vals[0]),
+        "initial val loss {}",
+        vals[0]
+    );
+    assert!(vals[1] < 2.6, "val loss after 300 iterations {}", vals[1]);
+    eprintln!("val loss {:.4} -> {:.4}", vals[0], vals[1]);
+}

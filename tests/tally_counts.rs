@@ -1,0 +1,93 @@
+//! The communication tally counts, per forward and per backward pass, exactly the TP
+//! all-reduces blocks.md's formula predicts (`2 t + s + p-runs`, backward = forward), and
+//! attributes them to the right layers.
+
+mod common;
+use common::*;
+use tp_harness::blocks::{BlockKind, Fwd, Layout};
+use tp_harness::model::Gpt;
+use tp_harness::tp::{CommKind, SeededInit, Site};
+
+/// (forward, backward) TP all-reduce calls of one forward + backward pass, per layer too.
+fn count(pattern: &str, tp: usize) -> (u64, u64, Vec<(u64, u64)>) {
+    let layout = Layout::parse(pattern).unwrap();
+    let mut cfg = small_config(layout.n_layer(), true);
+    cfg.n_embd = 16;
+    cfg.block_size = 8;
+    let (idx, tgt) = batch(1, 2, 8, cfg.vocab_size);
+    let res = run_tp(tp, |comm| {
+        let model = Gpt::build(&cfg, &layout, &SeededInit { seed: 1 }, &comm).unwrap();
+        let loss = model.loss(&idx, &tgt, &Fwd::eval()).unwrap();
+        let _ = loss.backward().unwrap();
+        comm.tally().snapshot()
+    });
+    let snap = &res[0];
+    let per_layer = (0..layout.n_layer())
+        .map(|i| {
+            (
+                snap.at(Site::Layer(i), CommKind::TpForward).calls,
+                snap.at(Site::Layer(i), CommKind::TpBackward).calls,
+            )
+        })
+        .collect();
+    for other in &res[1..] {
+        assert_eq!(
+            other.total(CommKind::TpForward).calls,
+            snap.total(CommKind::TpForward).calls
+        );
+    }
+    (
+        snap.total(CommKind::TpForward).calls,
+        snap.total(CommKind::TpBackward).calls,
+        per_layer,
+    )
+}
+
+#[test]
+fn counted_allreduces_per_pass_equal_the_formula_at_tp2() {
+    for (pattern, expected) in [
+        ("tttt", 8),
+        ("tstt", 7),
+        ("sppp", 2),
+        ("pppp", 1),
+        ("ssss", 4),
+        ("spps", 3),
+        ("3xsppp", 6),
+        ("12xt", 24),
+        ("12xs", 12),
+    ] {
+        let (f, b, _) = count(pattern, 2);
+        assert_eq!(f, expected, "{pattern}: forward all-reduces");
+        assert_eq!(b, expected, "{pattern}: backward all-reduces");
+        assert_eq!(
+            Layout::parse(pattern).unwrap().forward_allreduces() as u64,
+            f
+        );
+    }
+}
+
+#[test]
+fn allreduces_are_attributed_to_their_layers() {
+    let pattern = "tspppsp";
+    let layout = Layout::parse(pattern).unwrap();
+    let (_, _, per_layer) = count(pattern, 2);
+    for (i, (f, b)) in per_layer.iter().enumerate() {
+        let expect = match layout.kinds[i] {
+            BlockKind::T => (2, 2),
+            BlockKind::S => (1, 1),
+            // A p-run's one all-reduce sits at its last layer, its backward one at its first.
+            BlockKind::P => {
+                let first = i == 0 || layout.kinds[i - 1] != BlockKind::P;
+                let last = i + 1 == layout.n_layer() || layout.kinds[i + 1] != BlockKind::P;
+                (u64::from(last), u64::from(first))
+            }
+        };
+        assert_eq!((*f, *b), expect, "layer {i} ({:?})", layout.kinds[i]);
+    }
+}
+
+#[test]
+fn tp1_communicates_nothing() {
+    let (f, b, _) = count("tstp", 1);
+    assert_eq!((f, b), (0, 0));
+}

@@ -126,6 +126,114 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
     assert!(last.val_loss.unwrap().is_finite());
 }
 
+fn losses(cfg: &tp_harness::train::config::RunConfig) -> Vec<f32> {
+    let out = run_threads(
+        cfg,
+        &synthetic_dataset(),
+        None,
+        RankOptions {
+            keep_params: false,
+            skip_sample: true,
+        },
+    )
+    .unwrap();
+    out[0].log.iter().filter_map(|l| l.train_loss).collect()
+}
+
+fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (x, y) in a.iter().zip(b) {
+        assert!(((x - y) / y).abs() <= tol, "{what}: {a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn tp2_dp2_trains_like_tp2_dp1_and_like_accumulation_with_the_same_global_batch() {
+    let base = [
+        ("pattern", "tspp"),
+        ("tp", "2"),
+        ("max_iters", "5"),
+        ("log_interval", "1"),
+        ("eval_interval", "0"),
+    ];
+    let dp2 = small_run(&[&base[..], &[("dp", "2"), ("batch_size", "4")]].concat());
+    let dp1 = small_run(&[&base[..], &[("dp", "1"), ("batch_size", "8")]].concat());
+    let acc = small_run(
+        &[
+            &base[..],
+            &[
+                ("dp", "1"),
+                ("batch_size", "4"),
+                ("gradient_accumulation_steps", "2"),
+            ],
+        ]
+        .concat(),
+    );
+    let (l2, l1, la) = (losses(&dp2), losses(&dp1), losses(&acc));
+    assert_eq!(l1.len(), 5);
+    assert_close(&l2, &l1, 1e-5, "dp 2 vs dp 1");
+    assert_close(&la, &l1, 1e-5, "accumulation 2 vs batch 8");
+}
+
+#[test]
+fn dropout_masks_agree_across_tp_ranks_so_replicas_stay_identical() {
+    let cfg = small_run(&[
+        ("pattern", "tspp"),
+        ("tp", "2"),
+        ("bias", "true"),
+        ("max_iters", "8"),
+        ("dropout", "0.2"),
+    ]);
+    let out = run_threads(
+        &cfg,
+        &synthetic_dataset(),
+        None,
+        RankOptions {
+            keep_params: true,
+            skip_sample: true,
+        },
+    )
+    .unwrap();
+    for ((name, a), (_, b)) in out[0].params.iter().zip(&out[1].params) {
+        if name.contains("ln") || name == "wte" || name == "wpe" || name.ends_with("pr.b") {
+            assert_eq!(a, b, "{name} diverged across ranks under dropout");
+        }
+    }
+}
+
+#[test]
+fn dropout_gives_the_same_logical_model_at_tp1_and_tp2() {
+    let layout = Layout::parse("tttt").unwrap();
+    let mut cfg = small_config(4, true);
+    cfg.dropout = 0.2;
+    let (idx, tgt) = batch(9, 2, 16, cfg.vocab_size);
+    let fwd = Fwd {
+        dropout: 0.2,
+        key: Some(42),
+    };
+    let loss_at = |tp| {
+        run_tp(tp, |comm| {
+            let model = Gpt::build(&cfg, &layout, &RandomWeights { seed: 3 }, &comm).unwrap();
+            model
+                .loss(&idx, &tgt, &fwd)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+        })[0]
+    };
+    let (l1, l2) = (loss_at(1), loss_at(2));
+    let no_drop = run_tp(1, |comm| {
+        let model = Gpt::build(&cfg, &layout, &RandomWeights { seed: 3 }, &comm).unwrap();
+        model
+            .loss(&idx, &tgt, &Fwd::eval())
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    })[0];
+    assert!(((l1 - l2) / l1).abs() < 1e-5, "tp1 {l1} vs tp2 {l2}");
+    assert!((l1 - no_drop).abs() > 1e-4, "dropout had no effect");
+}
+
 #[test]
 fn every_parameter_receives_a_nonzero_gradient_on_every_rank() {
     for (pattern, bias) in [("tspp", true), ("pspt", false)] {
@@ -162,23 +270,35 @@ fn every_parameter_receives_a_nonzero_gradient_on_every_rank() {
 }
 
 #[test]
-fn data_parallel_ranks_see_disjoint_slices_of_one_global_batch() {
+fn data_parallel_ranks_and_micro_steps_see_disjoint_slices_of_one_global_batch() {
     let data = synthetic_dataset();
-    let mk = |dp, dp_rank, batch_size| tp_harness::data::Batcher {
+    let mk = |dp, dp_rank, batch_size, accumulation| tp_harness::data::Batcher {
         data: &data,
         block_size: 16,
         batch_size,
+        accumulation,
         dp,
         dp_rank,
         seed: 5,
     };
     let split = tp_harness::data::Split::Train;
-    let (all, _) = mk(1, 0, 8).batch(split, 3, 0).unwrap();
-    let (a, _) = mk(2, 0, 4).batch(split, 3, 0).unwrap();
-    let (b, _) = mk(2, 1, 4).batch(split, 3, 0).unwrap();
-    let joined = candle_core::Tensor::cat(&[a, b], 0).unwrap();
-    assert_eq!(
-        joined.to_vec2::<u32>().unwrap(),
-        all.to_vec2::<u32>().unwrap()
-    );
+    let rows = |b: &tp_harness::data::Batcher, micro| {
+        b.batch(split, 3, micro)
+            .unwrap()
+            .0
+            .to_vec2::<u32>()
+            .unwrap()
+    };
+    let all = rows(&mk(1, 0, 8, 1), 0);
+    let dp_split = [rows(&mk(2, 0, 4, 1), 0), rows(&mk(2, 1, 4, 1), 0)].concat();
+    let accum_split = [rows(&mk(1, 0, 4, 2), 0), rows(&mk(1, 0, 4, 2), 1)].concat();
+    assert_eq!(dp_split, all);
+    assert_eq!(accum_split, all);
+    let other_step = mk(1, 0, 8, 1)
+        .batch(split, 4, 0)
+        .unwrap()
+        .0
+        .to_vec2::<u32>()
+        .unwrap();
+    assert_ne!(other_step, all);
 }

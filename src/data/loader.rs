@@ -1,9 +1,10 @@
 //! Loading prepared tokens and sampling batches.
 //!
-//! A batch is drawn from a stream keyed by (seed, split, step, micro-step), never from
-//! running RNG state: the global batch of a step (`batch_size x dp` windows) is the same
-//! whatever the number of data-parallel ranks, each rank takes its own contiguous slice,
-//! and resuming at a step needs nothing but the step number.
+//! A step's windows are drawn from a stream keyed by (seed, split, step), never from
+//! running RNG state: the step's global batch (`batch_size x accumulation x dp` windows)
+//! is the same however it is split, each (micro-step, data-parallel rank) takes its own
+//! contiguous slice, and resuming at a step needs nothing but the step number. So dp 2 x
+//! batch 4, dp 1 x batch 8 and dp 1 x batch 4 x accumulation 2 see the same examples.
 
 use super::prepare::Meta;
 use super::vocab::CharVocab;
@@ -76,6 +77,7 @@ pub struct Batcher<'a> {
     pub block_size: usize,
     /// Windows per rank per micro-step.
     pub batch_size: usize,
+    pub accumulation: usize,
     pub dp: usize,
     pub dp_rank: usize,
     pub seed: u64,
@@ -96,16 +98,22 @@ impl Batcher<'_> {
                 tokens.len()
             );
         }
+        if micro as usize >= self.accumulation {
+            bail!(
+                "micro-step {micro} out of range for {} accumulation steps",
+                self.accumulation
+            );
+        }
         let key = self.seed.wrapping_mul(0x9E3779B97F4A7C15)
-            ^ (step.wrapping_mul(0xD1B54A32D192ED03))
-            ^ micro.wrapping_mul(0x94D049BB133111EB)
+            ^ step.wrapping_mul(0xD1B54A32D192ED03)
             ^ (split as u64 + 1);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(key);
-        let global = self.batch_size * self.dp;
+        let global = self.batch_size * self.accumulation * self.dp;
         let offsets: Vec<usize> = (0..global)
             .map(|_| rng.random_range(0..tokens.len() - t - 1))
             .collect();
-        let mine = &offsets[self.dp_rank * self.batch_size..(self.dp_rank + 1) * self.batch_size];
+        let start = (micro as usize * self.dp + self.dp_rank) * self.batch_size;
+        let mine = &offsets[start..start + self.batch_size];
         let mut x = Vec::with_capacity(self.batch_size * t);
         let mut y = Vec::with_capacity(self.batch_size * t);
         for &o in mine {

@@ -103,7 +103,8 @@ fn evaluate(
     for (slot, split) in [Split::Train, Split::Val].into_iter().enumerate() {
         let mut sum = 0f64;
         for i in 0..cfg.eval_iters {
-            let (x, y) = batcher.batch(split, EVAL_STREAM + round as u64, i as u64)?;
+            let key = EVAL_STREAM + (round * cfg.eval_iters + i) as u64;
+            let (x, y) = batcher.batch(split, key, 0)?;
             sum += scalar(&model.loss(&x, &y, &Fwd::eval())?)? as f64;
         }
         out[slot] = (sum / cfg.eval_iters as f64) as f32;
@@ -181,6 +182,7 @@ pub fn train_rank(
         data,
         block_size: cfg.block_size,
         batch_size: cfg.batch_size,
+        accumulation: cfg.gradient_accumulation_steps,
         dp: ctx.mesh.dp,
         dp_rank: ctx.mesh.dp_rank(),
         seed: cfg.seed,

@@ -232,3 +232,40 @@ fn default_experiment_300_iterations_bring_val_loss_under_2_6() {
     assert!(vals[1] < 2.6, "val loss after 300 iterations {}", vals[1]);
     eprintln!("val loss {:.4} -> {:.4}", vals[0], vals[1]);
 }
+
+#[test]
+fn a_rank_that_fails_ends_the_whole_job_with_its_message_and_nobody_hangs() {
+    let d = scratch("fault");
+    let start = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_tp-train"))
+        .args([
+            "--quiet",
+            "--out",
+            "run",
+            "--tp",
+            "2",
+            "--dp",
+            "2",
+            "--set",
+            "max_iters=50",
+            "--set",
+            "n_embd=32",
+        ])
+        .current_dir(&d)
+        .env("TP_SHARED_DATASETS", shared_datasets())
+        .env(
+            "TP_DATA_DIR",
+            std::env::temp_dir().join("tp-harness-test-datasets"),
+        )
+        .env("TP_INJECT_FAULT", "1:3")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("rank 1") && err.contains("injected fault"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(start.elapsed().as_secs() < 30);
+}

@@ -82,31 +82,68 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         overrides.push((k, v, Origin::Flag(format!("--set {s}"))));
     }
     if args.bench {
-        let tps: Vec<usize> = match args.tp {
-            Some(tp) => vec![tp],
-            None => vec![1, 2],
-        };
-        let mut results = Vec::new();
-        for tp in tps {
-            let mut o = overrides.clone();
-            o.push(("tp".into(), tp.into(), Origin::Flag(format!("--tp {tp}"))));
-            let cfg = resolve(&o)?;
-            let r = bench(&cfg, 3, args.bench_steps)?;
-            println!("{}", r.line());
-            results.push(r);
-        }
-        let out = args.out.unwrap_or_else(|| default_run_path("bench"));
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| default_run_path("bench"));
         std::fs::create_dir_all(&out)?;
-        let json = if results.len() == 1 {
-            serde_json::to_string_pretty(&results[0])?
-        } else {
-            serde_json::to_string_pretty(&results)?
-        };
-        write_atomic(&out.join("bench.json"), json.as_bytes())?;
+        if args.tp.is_none() {
+            return bench_tp1_and_tp2(&out);
+        }
+        let r = bench(&resolve(&overrides)?, 3, args.bench_steps)?;
+        println!("{}", r.line());
+        write_atomic(
+            &out.join("bench.json"),
+            serde_json::to_string_pretty(&r)?.as_bytes(),
+        )?;
         println!("bench.json in {}", out.display());
         return Ok(());
     }
     let cfg = resolve(&overrides)?;
     run(&cfg, args.out, !args.quiet)?;
+    Ok(())
+}
+
+/// `--bench` without `--tp`: tp 1 and tp 2, each in a fresh process of its own so that
+/// one measurement's thread pools and heap do not colour the other's.
+fn bench_tp1_and_tp2(out: &std::path::Path) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut skip = false;
+    let passthrough: Vec<&String> = args
+        .iter()
+        .filter(|a| {
+            let keep = !skip && a.as_str() != "--out" && !a.starts_with("--out=");
+            skip = a.as_str() == "--out";
+            keep
+        })
+        .collect();
+    let mut results = Vec::new();
+    for tp in [1, 2] {
+        let sub = out.join(format!("tp{tp}"));
+        let status = std::process::Command::new(&exe)
+            .args(&passthrough)
+            .args(["--tp", &tp.to_string(), "--out"])
+            .arg(&sub)
+            .status()?;
+        if !status.success() {
+            anyhow::bail!("the tp {tp} benchmark failed");
+        }
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(sub.join("bench.json"))?)?;
+        results.push(r);
+    }
+    let (a, b) = (
+        results[0]["ms_per_step"].as_f64(),
+        results[1]["ms_per_step"].as_f64(),
+    );
+    if let (Some(a), Some(b)) = (a, b) {
+        println!("tp 2 / tp 1 step time: {:.2}x", b / a);
+    }
+    write_atomic(
+        &out.join("bench.json"),
+        serde_json::to_string_pretty(&results)?.as_bytes(),
+    )?;
+    println!("bench.json in {}", out.display());
     Ok(())
 }

@@ -150,6 +150,24 @@ pub fn sample(
     Ok(ids[prompt.len()..].to_vec())
 }
 
+/// `TP_INJECT_FAULT=RANK:STEP` makes that rank fail at the start of that step: the way
+/// tests check that one dying rank ends the whole job, with its message, and hangs nobody.
+fn injected_fault(rank: usize, step: usize) -> Result<()> {
+    let Ok(spec) = std::env::var("TP_INJECT_FAULT") else {
+        return Ok(());
+    };
+    let parsed = spec
+        .split_once(':')
+        .and_then(|(r, s)| Some((r.parse::<usize>().ok()?, s.parse::<usize>().ok()?)));
+    match parsed {
+        Some((r, s)) if r == rank && s == step => {
+            bail!("injected fault (TP_INJECT_FAULT={spec}) at step {step}")
+        }
+        Some(_) => Ok(()),
+        None => bail!("TP_INJECT_FAULT must be RANK:STEP, got `{spec}`"),
+    }
+}
+
 pub fn train_rank(
     cfg: &RunConfig,
     data: &Dataset,
@@ -226,6 +244,7 @@ pub fn train_rank(
             break;
         }
 
+        injected_fault(ctx.mesh.rank, step)?;
         let t_step = Instant::now();
         let lr = sched.lr(step);
         grads.zero();

@@ -31,3 +31,28 @@ pub fn user(e: impl fmt::Display) -> anyhow::Error {
 pub fn is_user_error(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<UserError>().is_some())
 }
+
+/// An error another rank already reported: exit with `0` (the code) and print nothing,
+/// so that a job of many ranks says one thing once.
+#[derive(Debug, Clone, Copy)]
+pub struct AlreadyReported(pub i32);
+
+impl fmt::Display for AlreadyReported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "reported by another rank (exit code {})", self.0)
+    }
+}
+
+impl std::error::Error for AlreadyReported {}
+
+/// The exit code for an error: 2 for user errors, 1 otherwise, or what another rank chose.
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    if let Some(r) = e.chain().find_map(|c| c.downcast_ref::<AlreadyReported>()) {
+        return r.0;
+    }
+    if is_user_error(e) {
+        2
+    } else {
+        1
+    }
+}

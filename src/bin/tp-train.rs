@@ -3,10 +3,10 @@
 
 use clap::Parser;
 use std::path::PathBuf;
-use tp_harness::error::is_user_error;
-use tp_harness::train::bench::bench;
+use tp_harness::error::{exit_code, AlreadyReported};
+use tp_harness::train::bench::{bench, bench_config, summarize};
 use tp_harness::train::config::{parse_assignment, read_config_file, resolve, Origin};
-use tp_harness::train::run::run;
+use tp_harness::train::run::{run, Backend};
 use tp_harness::train::run_dir::{default_run_path, write_atomic};
 
 #[global_allocator]
@@ -46,13 +46,25 @@ struct Args {
     /// Hide the progress bar.
     #[arg(long)]
     quiet: bool,
+    /// How ranks run: threads of this process, or MPI processes (default: mpi when started
+    /// by mpirun, else threads).
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum BackendArg {
+    Threads,
+    Mpi,
 }
 
 fn main() {
     let args = Args::parse();
     if let Err(e) = real_main(args) {
-        eprintln!("tp-train: error: {}", format!("{e:#}").replace('\n', " "));
-        std::process::exit(if is_user_error(&e) { 2 } else { 1 });
+        if e.downcast_ref::<AlreadyReported>().is_none() {
+            eprintln!("tp-train: error: {}", format!("{e:#}").replace('\n', " "));
+        }
+        std::process::exit(exit_code(&e));
     }
 }
 
@@ -81,6 +93,30 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         let (k, v) = parse_assignment(s)?;
         overrides.push((k, v, Origin::Flag(format!("--set {s}"))));
     }
+    let backend = match args.backend {
+        Some(BackendArg::Threads) => Backend::Threads,
+        Some(BackendArg::Mpi) => Backend::Mpi,
+        None => Backend::auto(),
+    };
+    if args.bench && backend == Backend::Mpi {
+        // Each rank is a process already: one measurement at the launched shape.
+        let cfg = bench_config(&resolve(&overrides)?, 3, args.bench_steps);
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| default_run_path("bench"));
+        let res = run(&cfg, Some(out.clone()), false, backend)?;
+        if res.outcomes[0].rank == 0 {
+            let r = summarize(&cfg, &res.outcomes[0], 3);
+            println!("{}", r.line());
+            write_atomic(
+                &out.join("bench.json"),
+                serde_json::to_string_pretty(&r)?.as_bytes(),
+            )?;
+            println!("bench.json in {}", out.display());
+        }
+        return Ok(());
+    }
     if args.bench {
         let out = args
             .out
@@ -100,7 +136,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let cfg = resolve(&overrides)?;
-    run(&cfg, args.out, !args.quiet)?;
+    run(&cfg, args.out, !args.quiet, backend)?;
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! The counting layer every collective passes through.
 
 use super::comm::Comm;
-use super::tally::{CommKind, Site, Tally};
+use super::link::LinkModel;
+use super::tally::{Call, CommKind, Site, Tally};
 use anyhow::Result;
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,11 +13,22 @@ use std::time::Instant;
 pub struct CountedComm {
     comm: Arc<dyn Comm>,
     tally: Arc<Tally>,
+    link: Option<LinkModel>,
 }
 
 impl CountedComm {
     pub fn new(comm: Arc<dyn Comm>, tally: Arc<Tally>) -> Self {
-        Self { comm, tally }
+        Self {
+            comm,
+            tally,
+            link: None,
+        }
+    }
+
+    /// Holds every collective to at least `link`'s modelled time (emulated interconnect).
+    pub fn with_link(mut self, link: Option<LinkModel>) -> Self {
+        self.link = link;
+        self
     }
 
     /// A group of one with its own tally (single-process models and references).
@@ -41,9 +53,24 @@ impl CountedComm {
         }
         let t0 = Instant::now();
         self.comm.all_reduce_sum(buf)?;
-        let secs = t0.elapsed().as_secs_f64();
-        self.tally
-            .record(site, kind, std::mem::size_of_val(buf) as u64, secs);
+        let bytes = std::mem::size_of_val(buf) as u64;
+        let n = self.comm.size();
+        let modelled = self.link.map_or(0.0, |l| l.allreduce_seconds(bytes, n));
+        let elapsed = t0.elapsed().as_secs_f64();
+        if modelled > elapsed {
+            // Sleep, not spin: the other ranks may share these cores.
+            std::thread::sleep(std::time::Duration::from_secs_f64(modelled - elapsed));
+        }
+        self.tally.record(
+            site,
+            kind,
+            Call {
+                bytes,
+                seconds: t0.elapsed().as_secs_f64(),
+                modelled_seconds: modelled,
+                group_size: n,
+            },
+        );
         Ok(())
     }
 

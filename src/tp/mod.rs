@@ -5,6 +5,7 @@
 pub mod comm;
 pub mod counted;
 pub mod layers;
+pub mod link;
 pub mod mappings;
 pub mod mesh;
 pub mod params;
@@ -15,6 +16,7 @@ pub mod threads;
 pub use comm::{Comm, SoloComm};
 pub use counted::CountedComm;
 pub use layers::{ColumnParallelLinear, RowParallelLinear};
+pub use link::{LinkModel, NAMED_LINKS};
 pub use mappings::{copy_to_tp, reduce_from_tp, share_grad_over_tp};
 pub use mesh::Mesh;
 pub use params::{
@@ -23,3 +25,5 @@ pub use params::{
 pub use shard::Shard;
 pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};
 pub use threads::{ThreadComm, ThreadWorld};
+#[cfg(feature = "mpi")]
+pub mod mpi;

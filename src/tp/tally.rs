@@ -55,20 +55,38 @@ pub enum Site {
 pub struct Stat {
     pub calls: u64,
     pub bytes: u64,
+    /// Measured wall-clock seconds (including any emulated link delay).
     pub seconds: f64,
+    /// Seconds the emulated link model charges for these calls (0 without emulation).
+    pub modelled_seconds: f64,
+    /// Members of the group the calls ran over (the largest, if several).
+    pub group_size: usize,
 }
 
 impl Stat {
-    fn add(&mut self, bytes: u64, seconds: f64) {
+    fn add(&mut self, c: &Call) {
         self.calls += 1;
-        self.bytes += bytes;
-        self.seconds += seconds;
+        self.bytes += c.bytes;
+        self.seconds += c.seconds;
+        self.modelled_seconds += c.modelled_seconds;
+        self.group_size = self.group_size.max(c.group_size);
     }
     pub fn merge(&mut self, other: &Stat) {
         self.calls += other.calls;
         self.bytes += other.bytes;
         self.seconds += other.seconds;
+        self.modelled_seconds += other.modelled_seconds;
+        self.group_size = self.group_size.max(other.group_size);
     }
+}
+
+/// One collective as recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub modelled_seconds: f64,
+    pub group_size: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,16 +148,11 @@ impl Tally {
         self.lock().phase = phase;
     }
 
-    pub fn record(&self, site: Site, kind: CommKind, bytes: u64, seconds: f64) {
+    pub fn record(&self, site: Site, kind: CommKind, call: Call) {
         let mut g = self.lock();
         match g.phase {
-            Phase::Train => g
-                .snap
-                .train
-                .entry((site, kind))
-                .or_default()
-                .add(bytes, seconds),
-            Phase::Eval => g.snap.eval.entry(kind).or_default().add(bytes, seconds),
+            Phase::Train => g.snap.train.entry((site, kind)).or_default().add(&call),
+            Phase::Eval => g.snap.eval.entry(kind).or_default().add(&call),
         }
     }
 

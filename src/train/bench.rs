@@ -3,7 +3,7 @@
 
 use super::config::RunConfig;
 use super::launch::{configure_threads, run_threads};
-use super::rank::RankOptions;
+use super::rank::{RankOptions, TrainOutcome};
 use super::run::load_dataset;
 use crate::error::user;
 use crate::tp::CommKind;
@@ -17,6 +17,9 @@ pub struct BenchResult {
     pub tp: usize,
     pub dp: usize,
     pub math_threads_per_rank: usize,
+    /// Emulated link (0: none).
+    pub link_gbps: f64,
+    pub link_latency_us: f64,
     pub batch_size: usize,
     pub block_size: usize,
     pub measured_steps: usize,
@@ -32,27 +35,17 @@ pub struct BenchResult {
     pub comm_ms: f64,
 }
 
-pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult> {
+/// The configuration a benchmark runs: `warmup + steps` steps, no evaluation, no sample.
+pub fn bench_config(cfg: &RunConfig, warmup: usize, steps: usize) -> RunConfig {
     let mut cfg = cfg.clone();
     cfg.max_iters = warmup + steps;
     cfg.eval_interval = 0;
     cfg.sample_tokens = 0;
-    cfg.validate()?;
-    let data = load_dataset(&cfg)?;
-    cfg.model_config(data.vocab().len())?
-        .check(cfg.tp)
-        .map_err(user)?;
-    let threads = configure_threads(cfg.tp * cfg.dp);
-    let out = run_threads(
-        &cfg,
-        &data,
-        None,
-        RankOptions {
-            keep_params: false,
-            skip_sample: true,
-        },
-    )?;
-    let o = &out[0];
+    cfg
+}
+
+/// Step-time figures from a benchmark run's rank-0 outcome.
+pub fn summarize(cfg: &RunConfig, o: &TrainOutcome, warmup: usize) -> BenchResult {
     let mut measured: Vec<f64> = o.step_ms[warmup.min(o.step_ms.len())..].to_vec();
     measured.sort_by(|a, b| a.total_cmp(b));
     let median = measured
@@ -64,12 +57,17 @@ pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult
         .iter()
         .map(|k| o.tally.total(*k).seconds)
         .sum();
-    Ok(BenchResult {
+    BenchResult {
         preset: cfg.preset.clone(),
         pattern: cfg.pattern.clone(),
         tp: cfg.tp,
         dp: cfg.dp,
-        math_threads_per_rank: threads,
+        math_threads_per_rank: std::env::var("RAYON_NUM_THREADS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1),
+        link_gbps: cfg.link_gbps,
+        link_latency_us: cfg.link_latency_us,
         batch_size: cfg.batch_size,
         block_size: cfg.block_size,
         measured_steps: measured.len(),
@@ -80,7 +78,24 @@ pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult
         grad_sync_ms: o.times.grad_sync / n * 1e3,
         optimizer_ms: o.times.optimizer / n * 1e3,
         comm_ms: comm / n * 1e3,
-    })
+    }
+}
+
+/// Benchmarks `cfg` with ranks as threads in this process.
+pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult> {
+    let cfg = bench_config(cfg, warmup, steps);
+    cfg.validate()?;
+    let data = load_dataset(&cfg)?;
+    cfg.model_config(data.vocab().len())?
+        .check(cfg.tp)
+        .map_err(user)?;
+    configure_threads(cfg.tp * cfg.dp);
+    let opts = RankOptions {
+        keep_params: false,
+        skip_sample: true,
+    };
+    let out = run_threads(&cfg, &data, None, opts)?;
+    Ok(summarize(&cfg, &out[0], warmup))
 }
 
 impl BenchResult {

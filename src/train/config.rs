@@ -53,6 +53,10 @@ pub struct RunConfig {
     pub log_interval: usize,
     pub sample_tokens: usize,
     pub seed: u64,
+    // Emulated interconnect: every collective takes at least the ring all-reduce time on
+    // this link (0 and 0: no emulation).
+    pub link_gbps: f64,
+    pub link_latency_us: f64,
 }
 
 impl RunConfig {
@@ -92,6 +96,8 @@ impl RunConfig {
             log_interval: 10,
             sample_tokens: 300,
             seed: 1337,
+            link_gbps: 0.0,
+            link_latency_us: 0.0,
         };
         if p.name == "micro" {
             // microgpt's optimiser: a higher rate for a tiny model.
@@ -118,6 +124,10 @@ impl RunConfig {
 
     pub fn layout(&self) -> Result<Layout> {
         Layout::parse(&self.pattern).map_err(user)
+    }
+
+    pub fn link(&self) -> Option<crate::tp::LinkModel> {
+        crate::tp::LinkModel::from_config(self.link_gbps, self.link_latency_us)
     }
 
     pub fn lr_decay_iters(&self) -> usize {
@@ -176,6 +186,9 @@ impl RunConfig {
             if v == 0 {
                 user_bail!("{k} must be at least 1");
             }
+        }
+        if self.link_gbps < 0.0 || self.link_latency_us < 0.0 {
+            user_bail!("link_gbps and link_latency_us must not be negative");
         }
         if self.eval_interval > 0 && self.eval_iters == 0 {
             user_bail!("eval_iters must be at least 1 when eval_interval is set (or set eval_interval to 0)");

@@ -62,8 +62,10 @@ pub fn run_threads(
             let tally = Arc::new(Tally::new());
             let ctx = RankContext {
                 mesh: Mesh::new(tp, dp, rank).expect("rank inside the world"),
-                tp: CountedComm::new(tp_comms[rank].take().expect("tp comm"), tally.clone()),
-                dp: CountedComm::new(dp_comms[rank].take().expect("dp comm"), tally.clone()),
+                tp: CountedComm::new(tp_comms[rank].take().expect("tp comm"), tally.clone())
+                    .with_link(cfg.link()),
+                dp: CountedComm::new(dp_comms[rank].take().expect("dp comm"), tally.clone())
+                    .with_link(cfg.link()),
                 tally,
             };
             let rep = if rank == 0 { reporter.take() } else { None };

@@ -5,6 +5,8 @@ pub mod bench;
 pub mod config;
 pub mod grads;
 pub mod launch;
+#[cfg(feature = "mpi")]
+pub mod launch_mpi;
 pub mod optimizer;
 pub mod rank;
 pub mod report;

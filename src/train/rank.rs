@@ -168,6 +168,23 @@ fn injected_fault(rank: usize, step: usize) -> Result<()> {
     }
 }
 
+/// `TP_DUMP_PARAMS=DIR` writes each rank's own parameters (its shards and its copies of
+/// replicated tensors) to `DIR/rank<R>.safetensors` at the end, so tests can compare
+/// ranks that live in other processes.
+fn dump_params_if_asked(rank: usize, reg: &crate::tp::ParamRegistry) -> Result<()> {
+    let Some(dir) = std::env::var_os("TP_DUMP_PARAMS") else {
+        return Ok(());
+    };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir)?;
+    let tensors: std::collections::HashMap<String, Tensor> = reg
+        .iter()
+        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
+        .collect();
+    candle_core::safetensors::save(&tensors, dir.join(format!("rank{rank}.safetensors")))?;
+    Ok(())
+}
+
 pub fn train_rank(
     cfg: &RunConfig,
     data: &Dataset,
@@ -331,6 +348,7 @@ pub fn train_rank(
     if let Some(r) = reporter {
         r.finished();
     }
+    dump_params_if_asked(ctx.mesh.rank, reg)?;
     let params = if opts.keep_params {
         reg.iter()
             .map(|p| Ok((p.name.clone(), p.var.flatten_all()?.to_vec1::<f32>()?)))

@@ -4,7 +4,7 @@
 use super::config::RunConfig;
 use super::rank::TrainOutcome;
 use crate::blocks::Layout;
-use crate::tp::{CommKind, Site, Stat};
+use crate::tp::{CommKind, LinkModel, Site, Stat, NAMED_LINKS};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -29,7 +29,10 @@ pub struct LayerComm {
 pub struct PerStep {
     pub calls: f64,
     pub bytes: f64,
+    /// Measured (including any emulated delay).
     pub seconds: f64,
+    /// What the emulated link charged (0 without emulation).
+    pub modelled_seconds: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,13 +57,22 @@ pub struct CommReport {
     pub totals: BTreeMap<String, Stat>,
     /// Evaluation and sampling traffic, by kind (not in the per-step figures).
     pub eval: BTreeMap<String, Stat>,
+    /// The emulated link, if any (`link_gbps`, `link_latency_us`).
+    pub emulated_link: Option<LinkModel>,
+    /// Communication seconds per step this run's collectives would take on named links
+    /// (ring all-reduce model over each collective's group; compute not included).
+    pub projected_seconds_per_step: BTreeMap<String, f64>,
 }
 
 fn per(n: u64, d: usize) -> f64 {
+    per_f(n as f64, d)
+}
+
+fn per_f(x: f64, d: usize) -> f64 {
     if d == 0 {
         0.0
     } else {
-        n as f64 / d as f64
+        x / d as f64
     }
 }
 
@@ -81,11 +93,7 @@ impl CommReport {
                     forward_allreduces: per(f.calls, o.forward_passes),
                     backward_allreduces: per(b.calls, o.backward_passes),
                     bytes: per(f.bytes + b.bytes, steps),
-                    seconds: if steps == 0 {
-                        0.0
-                    } else {
-                        (f.seconds + b.seconds) / steps as f64
-                    },
+                    seconds: per_f(f.seconds + b.seconds, steps),
                 }
             })
             .collect();
@@ -93,24 +101,30 @@ impl CommReport {
         let mut totals = BTreeMap::new();
         for kind in CommKind::ALL {
             let s = t.total(kind);
-            per_step.insert(
-                kind.label().to_string(),
-                PerStep {
-                    calls: per(s.calls, steps),
-                    bytes: per(s.bytes, steps),
-                    seconds: if steps == 0 {
-                        0.0
-                    } else {
-                        s.seconds / steps as f64
-                    },
-                },
-            );
+            let step = PerStep {
+                calls: per(s.calls, steps),
+                bytes: per(s.bytes, steps),
+                seconds: per_f(s.seconds, steps),
+                modelled_seconds: per_f(s.modelled_seconds, steps),
+            };
+            per_step.insert(kind.label().to_string(), step);
             totals.insert(kind.label().to_string(), s);
         }
         let eval = t
             .eval
             .iter()
             .map(|(k, v)| (k.label().to_string(), *v))
+            .collect();
+        let projected_seconds_per_step = NAMED_LINKS
+            .iter()
+            .map(|(name, link)| {
+                let total: f64 = t
+                    .train
+                    .values()
+                    .map(|s| link.seconds(s.calls, s.bytes, s.group_size))
+                    .sum();
+                (name.to_string(), per_f(total, steps))
+            })
             .collect();
         Self {
             pattern: cfg.pattern.clone(),
@@ -127,6 +141,8 @@ impl CommReport {
             per_step,
             totals,
             eval,
+            emulated_link: cfg.link(),
+            projected_seconds_per_step,
         }
     }
 
@@ -168,18 +184,33 @@ impl CommReport {
         }
         let _ = writeln!(
             s,
-            "  {:<14} {:>10} {:>12} {:>10}",
-            "per step", "calls", "KiB", "ms"
+            "  {:<14} {:>10} {:>12} {:>10} {:>12}",
+            "per step", "calls", "KiB", "ms", "modelled ms"
         );
         for (k, v) in &self.per_step {
             let _ = writeln!(
                 s,
-                "  {:<14} {:>10.2} {:>12.1} {:>10.3}",
+                "  {:<14} {:>10.2} {:>12.1} {:>10.3} {:>12.3}",
                 k,
                 v.calls,
                 v.bytes / 1024.0,
-                v.seconds * 1e3
+                v.seconds * 1e3,
+                v.modelled_seconds * 1e3
             );
+        }
+        if let Some(l) = &self.emulated_link {
+            let _ = writeln!(
+                s,
+                "  emulated link: {:.3} GB/s, {} us latency",
+                l.gbytes_per_s, l.latency_us
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  projected communication per step (ring all-reduce model):"
+        );
+        for (name, secs) in &self.projected_seconds_per_step {
+            let _ = writeln!(s, "    {:<20} {:>10.3} ms", name, secs * 1e3);
         }
         s
     }

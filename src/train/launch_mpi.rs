@@ -1,0 +1,136 @@
+//! The MPI launcher: this process is one rank of a job started by `mpirun`.
+//!
+//! Checks that depend only on input (config, world size, data) run on every rank alike;
+//! rank 0 alone prints their error, and every rank exits with the same code. A failure
+//! during training is printed by the failing rank and ends the job with MPI_Abort, so
+//! no rank is left waiting in a collective.
+
+use super::config::RunConfig;
+use super::launch::configure_threads;
+use super::rank::{train_rank, RankContext, RankOptions, Reporter};
+use super::run::{announce, checked_dataset, finish, open_run_dir, RunResult};
+use crate::error::{exit_code, is_user_error, user, AlreadyReported};
+use crate::tp::mpi::{local_ranks, MpiComm, MpiWorld};
+use crate::tp::{Comm, CountedComm, Tally};
+use anyhow::{anyhow, Result};
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// All ranks learn whether every rank succeeded. On failure the error is printed once:
+/// by rank 0 if it failed (every rank usually fails alike), else by each failing rank;
+/// then all ranks meet once more, so nobody exits (and makes mpirun kill the others)
+/// before the message is out, and all exit with the same code.
+fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
+    let user_error = local.as_ref().err().is_some_and(|e| exit_code(e) == 2);
+    let mut flags = [
+        f32::from(u8::from(local.is_err())),
+        f32::from(u8::from(rank == 0 && local.is_err())),
+        f32::from(u8::from(user_error)),
+    ];
+    world.all_reduce_sum(&mut flags)?;
+    let (any_failed, root_failed) = (flags[0] > 0.0, flags[1] > 0.0);
+    if !any_failed {
+        return local;
+    }
+    if let Err(e) = &local {
+        let message = format!("{e:#}").replace('\n', " ");
+        if rank == 0 {
+            eprintln!("tp-train: error: {message}");
+        } else if !root_failed {
+            eprintln!("tp-train: rank {rank}: error: {message}");
+        }
+    }
+    world.all_reduce_sum(&mut [0.0])?;
+    let code = if flags[2] > 0.0 { 2 } else { 1 };
+    Err(anyhow::Error::new(AlreadyReported(code)))
+}
+
+pub fn run_mpi(cfg: &RunConfig, out: Option<PathBuf>, progress: bool) -> Result<RunResult> {
+    let mpi = MpiWorld::init()?;
+    let (rank, world_size) = (mpi.rank(), mpi.size());
+    let world = mpi.world_comm();
+
+    let setup = (|| -> Result<_> {
+        let mut cfg = cfg.clone();
+        if cfg.tp == 0 || world_size % cfg.tp != 0 {
+            return Err(user(format!(
+                "mpirun started {world_size} rank(s), which do not divide into tensor-parallel groups of tp {}: launch a multiple of {} ranks (mpirun -n {}) or change --tp",
+                cfg.tp,
+                cfg.tp,
+                2 * cfg.tp.max(1)
+            )));
+        }
+        let dp = world_size / cfg.tp;
+        if cfg.dp != 1 && cfg.dp != dp {
+            return Err(user(format!(
+                "dp {} does not match the {world_size} launched ranks at tp {} (dp = {dp}): drop --dp or launch {} ranks",
+                cfg.dp,
+                cfg.tp,
+                cfg.dp * cfg.tp
+            )));
+        }
+        cfg.dp = dp;
+        let data = checked_dataset(&cfg)?;
+        Ok((cfg, data))
+    })();
+    let (cfg, data) = agree(&world, rank, setup)?;
+    let dir = agree(
+        &world,
+        rank,
+        if rank == 0 {
+            open_run_dir(&cfg, out).map(Some)
+        } else {
+            Ok(None)
+        },
+    )?;
+
+    let groups = mpi.groups(cfg.tp)?;
+    let threads = configure_threads(local_ranks().unwrap_or(1));
+    if let Some(d) = &dir {
+        announce(&cfg, &data, "MPI processes", threads, &d.path);
+    }
+    let tally = Arc::new(Tally::new());
+    let ctx = RankContext {
+        mesh: groups.mesh,
+        tp: CountedComm::new(Arc::new(groups.tp), tally.clone()).with_link(cfg.link()),
+        dp: CountedComm::new(Arc::new(groups.dp), tally.clone()).with_link(cfg.link()),
+        tally,
+    };
+    let mut reporter = match &dir {
+        Some(d) => Some(d.reporter(cfg.max_iters, progress)?),
+        None => None,
+    };
+    let trained = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        train_rank(
+            &cfg,
+            &data,
+            &ctx,
+            reporter.as_mut().map(|r| r as &mut dyn Reporter),
+            RankOptions::default(),
+        )
+    }))
+    .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
+    let outcome = match trained {
+        Ok(o) => o,
+        Err(e) => {
+            let code = if is_user_error(&e) { 2 } else { 1 };
+            eprintln!(
+                "tp-train: rank {rank}: error: {}",
+                format!("{e:#}").replace('\n', " ")
+            );
+            mpi.abort(code);
+        }
+    };
+    let report = match &dir {
+        Some(d) => finish(&cfg, d, &outcome)?,
+        None => super::report::CommReport::new(&cfg, &cfg.layout()?, &outcome),
+    };
+    let path = dir.map(|d| d.path).unwrap_or_default();
+    drop(groups.world);
+    Ok(RunResult {
+        dir: path,
+        report,
+        outcomes: vec![outcome],
+    })
+}

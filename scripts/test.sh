@@ -16,4 +16,8 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
   echo "test: clippy not installed, skipping lints"
 fi
-cargo test --release
+log=$(mktemp)
+cargo test --release 2>&1 | tee "$log"
+# One closing line over all test binaries.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"

@@ -338,3 +338,49 @@ fn a_world_that_does_not_divide_by_tp_is_one_clear_line_and_a_nonzero_exit() {
     );
     assert!(!d.join("run").exists());
 }
+
+#[test]
+fn a_checkpoint_written_under_mpirun_resumes_in_threads_exactly() {
+    let d = scratch("ckpt");
+    let common = [
+        "--set",
+        "n_embd=32",
+        "--set",
+        "eval_interval=5",
+        "--set",
+        "eval_iters=2",
+        "--set",
+        "lr_decay_iters=20",
+        "--set",
+        "checkpoint_interval=5",
+        "--set",
+        "sample_tokens=0",
+    ];
+    ok(&mpirun(
+        &d,
+        4,
+        &[&common[..], &["--set", "max_iters=10", "--out", "split"]].concat(),
+        &[],
+    ));
+    ok(&threads(
+        &d,
+        &["--resume", "split", "--dp", "2", "--set", "max_iters=20"],
+    ));
+    ok(&threads(
+        &d,
+        &[
+            &common[..],
+            &["--dp", "2", "--set", "max_iters=20", "--out", "whole"],
+        ]
+        .concat(),
+    ));
+    assert_losses_close(&d.join("split"), &d.join("whole"), 0.0);
+    let w = |run: &str| {
+        std::fs::read(
+            d.join(run)
+                .join("checkpoints/step-000020/model.safetensors"),
+        )
+        .unwrap()
+    };
+    assert!(w("split") == w("whole"), "final weights differ");
+}

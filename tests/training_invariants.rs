@@ -5,13 +5,13 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tp_harness::blocks::{Fwd, Layout};
-use tp_harness::data::{CharVocab, Dataset, Meta};
+use tp_harness::data::{CharVocab, Dataset, Meta, Tokenizer};
 use tp_harness::model::Gpt;
 use tp_harness::tp::{ParamKind, SeededInit};
 use tp_harness::train::config::{resolve, Origin};
 use tp_harness::train::grads::GradBuffer;
 use tp_harness::train::launch::run_threads;
-use tp_harness::train::rank::RankOptions;
+use tp_harness::train::rank::{RankIo, RankOptions};
 
 fn synthetic_dataset() -> Dataset {
     let text: String = (0..4000)
@@ -23,7 +23,8 @@ fn synthetic_dataset() -> Dataset {
     Dataset {
         meta: Meta {
             dataset: "synthetic".into(),
-            vocab,
+            tokenizer: Tokenizer::Char(vocab),
+            source: None,
             train_tokens: n,
             val_tokens: ids.len() - n,
         },
@@ -70,11 +71,12 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
             keep_params: true,
             skip_sample: true,
         },
+        RankIo::default(),
     )
     .unwrap();
     assert_eq!(out.len(), 2);
     let layout = Layout::parse("sppp").unwrap();
-    let mcfg = cfg.model_config(data.vocab().len()).unwrap();
+    let mcfg = cfg.model_config(data.vocab_size()).unwrap();
     let probe = Gpt::build(
         &mcfg,
         &layout,
@@ -135,6 +137,7 @@ fn losses(cfg: &tp_harness::train::config::RunConfig) -> Vec<f32> {
             keep_params: false,
             skip_sample: true,
         },
+        RankIo::default(),
     )
     .unwrap();
     out[0].log.iter().filter_map(|l| l.train_loss).collect()
@@ -192,6 +195,7 @@ fn dropout_masks_agree_across_tp_ranks_so_replicas_stay_identical() {
             keep_params: true,
             skip_sample: true,
         },
+        RankIo::default(),
     )
     .unwrap();
     for ((name, a), (_, b)) in out[0].params.iter().zip(&out[1].params) {

@@ -29,7 +29,7 @@ fn main() {
                 "{name}: {} train / {} val tokens, vocab {} in {}",
                 d.train.len(),
                 d.val.len(),
-                d.vocab().len(),
+                d.vocab_size(),
                 dir.display()
             ),
             Err(e) => {

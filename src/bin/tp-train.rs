@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use tp_harness::error::{exit_code, AlreadyReported};
 use tp_harness::train::bench::{bench, bench_config, summarize};
 use tp_harness::train::config::{parse_assignment, read_config_file, resolve, Origin};
-use tp_harness::train::run::{run, Backend};
+use tp_harness::train::run::{resume, run, Backend};
 use tp_harness::train::run_dir::{default_run_path, write_atomic};
 
 #[global_allocator]
@@ -37,6 +37,10 @@ struct Args {
     /// Run directory (default runs/<timestamp>-<pattern>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Continue the run in this directory from its latest checkpoint (appending to its
+    /// log); --set may raise max_iters, --tp/--dp may change.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["out", "bench"])]
+    resume: Option<PathBuf>,
     /// Measure steady-state step time instead of training a run (tp 1 and 2 unless --tp).
     #[arg(long)]
     bench: bool,
@@ -133,6 +137,10 @@ fn real_main(args: Args) -> anyhow::Result<()> {
             serde_json::to_string_pretty(&r)?.as_bytes(),
         )?;
         println!("bench.json in {}", out.display());
+        return Ok(());
+    }
+    if let Some(dir) = &args.resume {
+        resume(dir, &overrides, !args.quiet, backend)?;
         return Ok(());
     }
     let cfg = resolve(&overrides)?;

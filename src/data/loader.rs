@@ -7,7 +7,7 @@
 //! batch 4, dp 1 x batch 8 and dp 1 x batch 4 x accumulation 2 see the same examples.
 
 use super::prepare::Meta;
-use super::vocab::CharVocab;
+use super::tokenizer::Tokenizer;
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -59,8 +59,12 @@ impl Dataset {
         })
     }
 
-    pub fn vocab(&self) -> &CharVocab {
-        &self.meta.vocab
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.meta.tokenizer
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.meta.tokenizer.vocab_size()
     }
 
     pub fn split(&self, s: Split) -> &[u16] {

@@ -4,8 +4,10 @@
 pub mod loader;
 pub mod prepare;
 pub mod source;
+pub mod tokenizer;
 pub mod vocab;
 
 pub use loader::{Batcher, Dataset, Split, EVAL_STREAM};
-pub use prepare::{data_root, prepare, Meta, DATASETS};
+pub use prepare::{data_root, prepare, prepare_text, Meta, DATASETS, TEXT};
+pub use tokenizer::{Tokenizer, GPT2_EOT, GPT2_VOCAB};
 pub use vocab::CharVocab;

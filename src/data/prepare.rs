@@ -2,6 +2,7 @@
 //! (little-endian u16 token ids) and `meta.json` (the vocabulary).
 
 use super::source::{fetch, RawSource};
+use super::tokenizer::Tokenizer;
 use super::vocab::CharVocab;
 use crate::error::UserError;
 use crate::train::run_dir::write_atomic;
@@ -13,10 +14,16 @@ use std::path::{Path, PathBuf};
 
 pub const DATASETS: [&str; 2] = ["shakespeare_char", "names"];
 
+/// The dataset name for any UTF-8 file or folder, tokenized with GPT-2's BPE.
+pub const TEXT: &str = "text";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Meta {
     pub dataset: String,
-    pub vocab: CharVocab,
+    pub tokenizer: Tokenizer,
+    /// For `text`: the source files and their sizes, to notice when they change.
+    #[serde(default)]
+    pub source: Option<String>,
     pub train_tokens: usize,
     pub val_tokens: usize,
 }
@@ -41,7 +48,7 @@ fn raw_source(name: &str) -> Result<RawSource> {
             url: "https://raw.githubusercontent.com/karpathy/makemore/master/names.txt",
         }),
         other => Err(anyhow::Error::new(UserError(format!(
-            "unknown dataset `{other}`: choose one of {}",
+            "unknown dataset `{other}`: choose one of {}, or `text` with text_path",
             DATASETS.join(", ")
         )))),
     }
@@ -52,14 +59,19 @@ fn write_tokens(path: &Path, ids: &[u16]) -> Result<()> {
     write_atomic(path, &bytes)
 }
 
+/// Complete and in the current format (an older `meta.json` is prepared again).
+fn is_prepared(dir: &Path) -> bool {
+    let meta_ok = std::fs::read_to_string(dir.join("meta.json"))
+        .ok()
+        .is_some_and(|t| serde_json::from_str::<Meta>(&t).is_ok());
+    meta_ok && dir.join("train.bin").is_file() && dir.join("val.bin").is_file()
+}
+
 /// Prepares `name` under `root` if needed and returns its folder.
 pub fn prepare(name: &str, root: &Path) -> Result<PathBuf> {
     let src = raw_source(name)?;
     let dir = root.join(name);
-    if dir.join("meta.json").is_file()
-        && dir.join("train.bin").is_file()
-        && dir.join("val.bin").is_file()
-    {
+    if is_prepared(&dir) {
         return Ok(dir);
     }
     let raw = fetch(&src, &dir)?;
@@ -96,11 +108,116 @@ pub fn prepare(name: &str, root: &Path) -> Result<PathBuf> {
     write_tokens(&dir.join("val.bin"), &val)?;
     let meta = Meta {
         dataset: name.to_string(),
-        vocab,
+        tokenizer: Tokenizer::Char(vocab),
+        source: None,
         train_tokens: train.len(),
         val_tokens: val.len(),
     };
     // Written last: its presence marks the folder as prepared.
+    write_atomic(
+        &dir.join("meta.json"),
+        serde_json::to_string_pretty(&meta)?.as_bytes(),
+    )?;
+    Ok(dir)
+}
+
+/// The UTF-8 files of `path` (itself, or every file below it, sorted) and a signature of
+/// their names and sizes.
+fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
+    let mut files = Vec::new();
+    if path.is_file() {
+        files.push(path.to_path_buf());
+    } else if path.is_dir() {
+        let mut stack = vec![path.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d)? {
+                let p = e?.path();
+                let hidden = p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with('.'));
+                if hidden {
+                    continue;
+                }
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    files.push(p);
+                }
+            }
+        }
+        files.sort();
+    } else {
+        return Err(anyhow::Error::new(UserError(format!(
+            "text_path {} does not exist: give a UTF-8 file or a folder of them",
+            path.display()
+        ))));
+    }
+    if files.is_empty() {
+        return Err(anyhow::Error::new(UserError(format!(
+            "text_path {} holds no files",
+            path.display()
+        ))));
+    }
+    let mut sig = String::new();
+    for f in &files {
+        let len = std::fs::metadata(f)?.len();
+        sig.push_str(&format!("{}:{len};", f.display()));
+    }
+    Ok((files, sig))
+}
+
+/// Prepares a `text` dataset: every file tokenized with GPT-2's BPE, documents joined by
+/// `<|endoftext|>`, the first 90% of tokens train and the rest val, in
+/// `root/text-<hash of the path>/`. Prepared again when the files change.
+pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
+    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let (files, signature) = text_files(&canonical)?;
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in canonical.to_string_lossy().bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    let dir = root.join(format!("{TEXT}-{h:016x}"));
+    let current = std::fs::read_to_string(dir.join("meta.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Meta>(&t).ok())
+        .is_some_and(|m| m.source.as_deref() == Some(signature.as_str()));
+    if current && is_prepared(&dir) {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let tok = Tokenizer::Gpt2Bpe;
+    let mut ids: Vec<u32> = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(f).map_err(|e| {
+            anyhow::Error::new(UserError(format!(
+                "{} is not readable UTF-8 text ({e}); remove it from text_path",
+                f.display()
+            )))
+        })?;
+        if i > 0 {
+            ids.push(super::tokenizer::GPT2_EOT);
+        }
+        ids.extend(tok.encode(&text)?);
+    }
+    if ids.len() < 20 {
+        return Err(anyhow::Error::new(UserError(format!(
+            "text_path {} holds only {} tokens: too little to train on",
+            path.display(),
+            ids.len()
+        ))));
+    }
+    let ids: Vec<u16> = ids.into_iter().map(|i| i as u16).collect();
+    let n = ids.len() * 9 / 10;
+    write_tokens(&dir.join("train.bin"), &ids[..n])?;
+    write_tokens(&dir.join("val.bin"), &ids[n..])?;
+    let meta = Meta {
+        dataset: TEXT.to_string(),
+        tokenizer: tok,
+        source: Some(signature),
+        train_tokens: n,
+        val_tokens: ids.len() - n,
+    };
     write_atomic(
         &dir.join("meta.json"),
         serde_json::to_string_pretty(&meta)?.as_bytes(),

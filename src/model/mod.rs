@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod gpt;
+pub mod hf;
 
 pub use config::{preset, ModelConfig, Preset, PRESETS};
 pub use gpt::Gpt;

@@ -20,7 +20,8 @@ pub use link::{LinkModel, NAMED_LINKS};
 pub use mappings::{copy_to_tp, reduce_from_tp, share_grad_over_tp};
 pub use mesh::Mesh;
 pub use params::{
-    Init, Param, ParamBuilder, ParamKind, ParamRegistry, ParamSource, SeededInit, StoredParams,
+    gather_logical, Init, Param, ParamBuilder, ParamKind, ParamRegistry, ParamSource, SeededInit,
+    StoredParams,
 };
 pub use shard::Shard;
 pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};

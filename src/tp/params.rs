@@ -2,7 +2,9 @@
 //! with how it lives across the TP group. The tag drives the TP gradient sum, the clipping
 //! norm, weight-decay groups and checkpoints.
 
+use super::counted::CountedComm;
 use super::shard::Shard;
+use super::tally::{CommKind, Site};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::SeedableRng;
@@ -66,6 +68,25 @@ impl ParamRegistry {
             .map(|p| p.full_shape.iter().product::<usize>())
             .sum()
     }
+}
+
+/// The logical (unsharded) tensor of a parameter-shaped local tensor — the value or an
+/// optimiser moment. Sharded: every rank places its slice into zeros of the full shape
+/// and the group sums them (exact: each element has one non-zero term). Replicated: the
+/// local tensor is already logical. Every rank of the group must call this.
+pub fn gather_logical(
+    local: &Tensor,
+    kind: ParamKind,
+    full_shape: &[usize],
+    tp: &CountedComm,
+) -> Result<Tensor> {
+    let ParamKind::Sharded(spec) = kind else {
+        return Ok(local.clone());
+    };
+    let placed = spec.embed(local, tp.rank(), tp.size(), full_shape)?;
+    let mut v = placed.flatten_all()?.to_vec1::<f32>()?;
+    tp.all_reduce_sum(&mut v, Site::Params, CommKind::Other)?;
+    Ok(Tensor::from_vec(v, full_shape, local.device())?)
 }
 
 /// How a parameter is initialised when no stored value is given.

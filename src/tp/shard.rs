@@ -42,6 +42,44 @@ impl Shard {
         }
     }
 
+    /// A zero tensor of the logical shape holding rank `r`'s shard where [`Self::slice`]
+    /// takes it from. Summing every rank's embedding gives the logical tensor.
+    pub fn embed(
+        &self,
+        local: &Tensor,
+        r: usize,
+        n: usize,
+        full_shape: &[usize],
+    ) -> Result<Tensor> {
+        let zeros = Tensor::zeros(full_shape, local.dtype(), local.device())?;
+        let full_ranges =
+            |dim: usize, range: std::ops::Range<usize>| -> Vec<std::ops::Range<usize>> {
+                full_shape
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &len)| if d == dim { range.clone() } else { 0..len })
+                    .collect()
+            };
+        match *self {
+            Shard::Rows => {
+                let rows = local.dim(0)?;
+                Ok(zeros.slice_assign(&full_ranges(0, r * rows..(r + 1) * rows), local)?)
+            }
+            Shard::Columns { groups } => {
+                let last = full_shape.len() - 1;
+                let part = full_shape[last] / groups;
+                let piece = part / n;
+                let mut out = zeros;
+                for g in 0..groups {
+                    let start = g * part + r * piece;
+                    let src = local.narrow(last, g * piece, piece)?.contiguous()?;
+                    out = out.slice_assign(&full_ranges(last, start..start + piece), &src)?;
+                }
+                Ok(out)
+            }
+        }
+    }
+
     /// The logical tensor from all ranks' shards, in rank order.
     pub fn gather(&self, shards: &[Tensor]) -> Result<Tensor> {
         let n = shards.len();
@@ -87,6 +125,26 @@ mod tests {
             back.to_vec2::<f32>().unwrap(),
             full.to_vec2::<f32>().unwrap()
         );
+    }
+
+    #[test]
+    fn embedded_shards_sum_to_the_full_tensor() {
+        let full = Tensor::arange(0f32, 48., &Device::Cpu)
+            .unwrap()
+            .reshape((4, 12))
+            .unwrap();
+        for spec in [Shard::Rows, Shard::Columns { groups: 3 }, Shard::COLUMNS] {
+            let mut sum = Tensor::zeros((4, 12), candle_core::DType::F32, &Device::Cpu).unwrap();
+            for r in 0..2 {
+                let local = spec.slice(&full, r, 2).unwrap();
+                sum = (sum + spec.embed(&local, r, 2, &[4, 12]).unwrap()).unwrap();
+            }
+            assert_eq!(
+                sum.to_vec2::<f32>().unwrap(),
+                full.to_vec2::<f32>().unwrap(),
+                "{spec:?}"
+            );
+        }
     }
 
     #[test]

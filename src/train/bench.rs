@@ -3,7 +3,7 @@
 
 use super::config::RunConfig;
 use super::launch::{configure_threads, run_threads};
-use super::rank::{RankOptions, TrainOutcome};
+use super::rank::{RankIo, RankOptions, TrainOutcome};
 use super::run::load_dataset;
 use crate::error::user;
 use crate::tp::CommKind;
@@ -86,7 +86,7 @@ pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult
     let cfg = bench_config(cfg, warmup, steps);
     cfg.validate()?;
     let data = load_dataset(&cfg)?;
-    cfg.model_config(data.vocab().len())?
+    cfg.model_config(data.vocab_size())?
         .check(cfg.tp)
         .map_err(user)?;
     configure_threads(cfg.tp * cfg.dp);
@@ -94,7 +94,7 @@ pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult
         keep_params: false,
         skip_sample: true,
     };
-    let out = run_threads(&cfg, &data, None, opts)?;
+    let out = run_threads(&cfg, &data, None, opts, RankIo::default())?;
     Ok(summarize(&cfg, &out[0], warmup))
 }
 

@@ -53,6 +53,12 @@ pub struct RunConfig {
     pub log_interval: usize,
     pub sample_tokens: usize,
     pub seed: u64,
+    // Checkpoints: every `checkpoint_interval` steps (0: only at the end) and at the end;
+    // the newest `keep_checkpoints` are kept (0: all).
+    pub checkpoint_interval: usize,
+    pub keep_checkpoints: usize,
+    /// For `dataset: text`: a UTF-8 file or a folder of them, tokenized with GPT-2's BPE.
+    pub text_path: Option<String>,
     // Emulated interconnect: every collective takes at least the ring all-reduce time on
     // this link (0 and 0: no emulation).
     pub link_gbps: f64,
@@ -96,6 +102,9 @@ impl RunConfig {
             log_interval: 10,
             sample_tokens: 300,
             seed: 1337,
+            checkpoint_interval: 500,
+            keep_checkpoints: 3,
+            text_path: None,
             link_gbps: 0.0,
             link_latency_us: 0.0,
         };
@@ -255,6 +264,58 @@ pub fn read_config_file(path: &Path) -> Result<Vec<(String, Value, Origin)>> {
 /// Resolves the configuration: preset defaults, then `overrides` in order.
 /// `n_layer` defaults to the pattern's length; if both are given they must agree.
 pub fn resolve(overrides: &[(String, Value, Origin)]) -> Result<RunConfig> {
+    check_known(overrides)?;
+    let last = |key: &str| overrides.iter().rev().find(|(k, _, _)| k == key);
+    let preset_name = match last("preset") {
+        Some((_, Value::String(s), _)) => s.clone(),
+        Some((_, v, origin)) => {
+            user_bail!("config key `preset` {origin}: expected a preset name, got {v:?}")
+        }
+        None => "mini".to_string(),
+    };
+    let mut cfg = apply(&RunConfig::for_preset(&preset_name)?, overrides)?;
+    if last("n_layer").is_none() {
+        cfg.n_layer = cfg.layout()?.n_layer();
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Keys that fix the model or its data: a checkpoint only fits the run that wrote it.
+pub const MODEL_KEYS: [&str; 12] = [
+    "preset",
+    "pattern",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "vocab_size",
+    "bias",
+    "norm",
+    "activation",
+    "dataset",
+    "text_path",
+];
+
+/// The configuration of a resumed run: the run's own, with `overrides` (e.g. a larger
+/// `max_iters`, another tp) applied. Model keys cannot change.
+pub fn resolve_resume(
+    base: &RunConfig,
+    overrides: &[(String, Value, Origin)],
+) -> Result<RunConfig> {
+    check_known(overrides)?;
+    if let Some((k, _, origin)) = overrides
+        .iter()
+        .find(|(k, _, _)| MODEL_KEYS.contains(&k.as_str()))
+    {
+        user_bail!("`{k}` {origin} cannot change when resuming: the checkpoint holds the run's model; start a new run for another {k}");
+    }
+    let cfg = apply(base, overrides)?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn check_known(overrides: &[(String, Value, Origin)]) -> Result<()> {
     let known = RunConfig::known_keys();
     for (k, _, origin) in overrides {
         if !known.iter().any(|x| x == k) {
@@ -264,16 +325,11 @@ pub fn resolve(overrides: &[(String, Value, Origin)]) -> Result<RunConfig> {
             );
         }
     }
-    let last = |key: &str| overrides.iter().rev().find(|(k, _, _)| k == key);
-    let preset_name = match last("preset") {
-        Some((_, Value::String(s), _)) => s.clone(),
-        Some((_, v, origin)) => {
-            user_bail!("config key `preset` {origin}: expected a preset name, got {v:?}")
-        }
-        None => "mini".to_string(),
-    };
-    let base = RunConfig::for_preset(&preset_name)?;
-    let Value::Mapping(mut map) = serde_yaml_ng::to_value(&base)? else {
+    Ok(())
+}
+
+fn apply(base: &RunConfig, overrides: &[(String, Value, Origin)]) -> Result<RunConfig> {
+    let Value::Mapping(mut map) = serde_yaml_ng::to_value(base)? else {
         unreachable!("a struct serialises to a mapping")
     };
     for (k, v, origin) in overrides {
@@ -289,12 +345,20 @@ pub fn resolve(overrides: &[(String, Value, Origin)]) -> Result<RunConfig> {
         }
         map.insert(Value::String(k.clone()), v.clone());
     }
-    let mut cfg: RunConfig = serde_yaml_ng::from_value(Value::Mapping(map)).map_err(user)?;
-    if last("n_layer").is_none() {
-        cfg.n_layer = cfg.layout()?.n_layer();
-    }
-    cfg.validate()?;
-    Ok(cfg)
+    serde_yaml_ng::from_value(Value::Mapping(map)).map_err(user)
+}
+
+/// Reads a run directory's resolved `config.yaml`.
+pub fn read_run_config(run_dir: &Path) -> Result<RunConfig> {
+    let path = run_dir.join("config.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|_| {
+        user(format!(
+            "{} has no config.yaml: not a tp-harness run directory",
+            run_dir.display()
+        ))
+    })?;
+    serde_yaml_ng::from_str(&text)
+        .map_err(|e| user(format!("{} is not a valid run config: {e}", path.display())))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The `threads` launcher: the whole `dp x tp` world as threads of this process.
 
 use super::config::RunConfig;
-use super::rank::{train_rank, RankContext, RankOptions, Reporter, TrainOutcome};
+use super::rank::{train_rank, RankContext, RankIo, RankOptions, Reporter, TrainOutcome};
 use crate::data::Dataset;
 use crate::error::UserError;
 use crate::tp::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
@@ -38,6 +38,7 @@ pub fn run_threads(
     data: &Dataset,
     reporter: Option<&mut (dyn Reporter + Send)>,
     opts: RankOptions,
+    io: RankIo,
 ) -> Result<Vec<TrainOutcome>> {
     let (tp, dp) = (cfg.tp, cfg.dp);
     let world_size = tp * dp;
@@ -69,6 +70,10 @@ pub fn run_threads(
                 tally,
             };
             let rep = if rank == 0 { reporter.take() } else { None };
+            let io = RankIo {
+                run_dir: if rank == 0 { io.run_dir } else { None },
+                resume: io.resume,
+            };
             let world = world.clone();
             handles.push(s.spawn(move || {
                 let mut rep = rep;
@@ -79,6 +84,7 @@ pub fn run_threads(
                         &ctx,
                         rep.as_deref_mut().map(|r| r as &mut dyn Reporter),
                         opts,
+                        io,
                     )
                 }));
                 let res = match run {
@@ -129,4 +135,39 @@ pub fn run_threads(
         return Err(e.context(format!("rank {rank} failed")));
     }
     Ok(outcomes)
+}
+
+/// Runs `f` on the `tp` ranks of one tensor-parallel group, as threads, and returns the
+/// results in rank order (sampling and evaluating checkpoints at any tp). A failing rank
+/// releases the others, as in training.
+pub fn on_tp_threads<R: Send>(
+    tp: usize,
+    f: impl Fn(CountedComm) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let world = ThreadWorld::new();
+    let comms = world.group(tp);
+    let results: Vec<Result<R>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, c)| {
+                let (f, world) = (&f, world.clone());
+                s.spawn(move || {
+                    let res = f(CountedComm::new(Arc::new(c), Arc::new(Tally::new())));
+                    if let Err(e) = &res {
+                        world.abort(&format!("rank {rank} failed: {e:#}"));
+                    }
+                    res
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("a rank thread panicked")))
+            })
+            .collect()
+    });
+    results.into_iter().collect()
 }

@@ -7,14 +7,13 @@
 
 use super::config::RunConfig;
 use super::launch::configure_threads;
-use super::rank::{train_rank, RankContext, RankOptions, Reporter};
-use super::run::{announce, checked_dataset, finish, open_run_dir, RunResult};
+use super::rank::{train_rank, RankContext, RankIo, RankOptions, Reporter};
+use super::run::{announce, finish, open_outputs, prepare_run, Prepared, RunResult, Target};
 use crate::error::{exit_code, is_user_error, user, AlreadyReported};
 use crate::tp::mpi::{local_ranks, MpiComm, MpiWorld};
 use crate::tp::{Comm, CountedComm, Tally};
 use anyhow::{anyhow, Result};
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// All ranks learn whether every rank succeeded. On failure the error is printed once:
@@ -46,12 +45,12 @@ fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
     Err(anyhow::Error::new(AlreadyReported(code)))
 }
 
-pub fn run_mpi(cfg: &RunConfig, out: Option<PathBuf>, progress: bool) -> Result<RunResult> {
+pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<RunResult> {
     let mpi = MpiWorld::init()?;
     let (rank, world_size) = (mpi.rank(), mpi.size());
     let world = mpi.world_comm();
 
-    let setup = (|| -> Result<_> {
+    let setup = (|| -> Result<Prepared> {
         let mut cfg = cfg.clone();
         if cfg.tp == 0 || world_size % cfg.tp != 0 {
             return Err(user(format!(
@@ -71,24 +70,24 @@ pub fn run_mpi(cfg: &RunConfig, out: Option<PathBuf>, progress: bool) -> Result<
             )));
         }
         cfg.dp = dp;
-        let data = checked_dataset(&cfg)?;
-        Ok((cfg, data))
+        prepare_run(&cfg, target)
     })();
-    let (cfg, data) = agree(&world, rank, setup)?;
+    let prepared = agree(&world, rank, setup)?;
     let dir = agree(
         &world,
         rank,
         if rank == 0 {
-            open_run_dir(&cfg, out).map(Some)
+            open_outputs(&prepared, target).map(Some)
         } else {
             Ok(None)
         },
     )?;
+    let cfg = &prepared.cfg;
 
     let groups = mpi.groups(cfg.tp)?;
     let threads = configure_threads(local_ranks().unwrap_or(1));
     if let Some(d) = &dir {
-        announce(&cfg, &data, "MPI processes", threads, &d.path);
+        announce(&prepared, "MPI processes", threads, &d.path);
     }
     let tally = Arc::new(Tally::new());
     let ctx = RankContext {
@@ -101,13 +100,18 @@ pub fn run_mpi(cfg: &RunConfig, out: Option<PathBuf>, progress: bool) -> Result<
         Some(d) => Some(d.reporter(cfg.max_iters, progress)?),
         None => None,
     };
+    let io = RankIo {
+        run_dir: dir.as_ref().map(|d| d.path.as_path()),
+        resume: prepared.checkpoint.as_ref(),
+    };
     let trained = std::panic::catch_unwind(AssertUnwindSafe(|| {
         train_rank(
-            &cfg,
-            &data,
+            cfg,
+            &prepared.data,
             &ctx,
             reporter.as_mut().map(|r| r as &mut dyn Reporter),
             RankOptions::default(),
+            io,
         )
     }))
     .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
@@ -123,8 +127,8 @@ pub fn run_mpi(cfg: &RunConfig, out: Option<PathBuf>, progress: bool) -> Result<
         }
     };
     let report = match &dir {
-        Some(d) => finish(&cfg, d, &outcome)?,
-        None => super::report::CommReport::new(&cfg, &cfg.layout()?, &outcome),
+        Some(d) => finish(cfg, d, &outcome)?,
+        None => super::report::CommReport::new(cfg, &cfg.layout()?, &outcome),
     };
     let path = dir.map(|d| d.path).unwrap_or_default();
     drop(groups.world);

@@ -2,6 +2,7 @@
 //! and run outputs.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod config;
 pub mod grads;
 pub mod launch;
@@ -12,4 +13,5 @@ pub mod rank;
 pub mod report;
 pub mod run;
 pub mod run_dir;
+pub mod sample;
 pub mod schedule;

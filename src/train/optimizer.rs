@@ -78,6 +78,20 @@ impl AdamW {
         }
     }
 
+    /// Restores the step count and moments (registry order, this rank's shapes).
+    pub fn restore(&mut self, t: u64, m: Vec<Vec<f32>>, v: Vec<Vec<f32>>) -> Result<()> {
+        let sizes_ok = |x: &[Vec<f32>]| {
+            x.len() == self.m.len() && x.iter().zip(&self.m).all(|(a, b)| a.len() == b.len())
+        };
+        if !sizes_ok(&m) || !sizes_ok(&v) {
+            bail!("optimizer state does not fit the model's parameters");
+        }
+        self.t = t;
+        self.m = m;
+        self.v = v;
+        Ok(())
+    }
+
     /// Whether parameter `i` (registry order) is weight-decayed.
     pub fn decays(&self, i: usize) -> bool {
         self.decay[i]

@@ -1,19 +1,23 @@
 //! The rank program: what every rank runs, whatever the backend. It never branches on
 //! rank inside the model; only the reporter (rank 0's I/O) differs.
 
+use super::checkpoint::{self, Checkpoint};
 use super::config::RunConfig;
 use super::grads::GradBuffer;
 use super::optimizer::{AdamW, AdamWConfig};
+use super::sample::{generate, SampleOptions};
 use super::schedule::CosineSchedule;
 use crate::blocks::Fwd;
 use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
 use crate::model::Gpt;
-use crate::ops;
-use crate::tp::{CommKind, CountedComm, Mesh, Phase, SeededInit, Site, Tally, TallySnapshot};
+use crate::tp::{
+    CommKind, CountedComm, Mesh, ParamKind, Phase, SeededInit, Site, StoredParams, Tally,
+    TallySnapshot,
+};
 use anyhow::{bail, Result};
-use candle_core::{Device, Tensor};
-use rand::{Rng, SeedableRng};
+use candle_core::Tensor;
 use serde::Serialize;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -79,6 +83,7 @@ pub struct TrainOutcome {
     /// This rank's parameters after training, by name (only when asked for).
     pub params: Vec<(String, Vec<f32>)>,
     pub logical_params: usize,
+    pub best_val_loss: Option<f32>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -96,14 +101,15 @@ fn evaluate(
     batcher: &Batcher,
     cfg: &RunConfig,
     ctx: &RankContext,
-    round: usize,
+    step: usize,
 ) -> Result<(f32, f32)> {
     ctx.tally.set_phase(Phase::Eval);
     let mut out = [0f32; 2];
     for (slot, split) in [Split::Train, Split::Val].into_iter().enumerate() {
         let mut sum = 0f64;
         for i in 0..cfg.eval_iters {
-            let key = EVAL_STREAM + (round * cfg.eval_iters + i) as u64;
+            // Keyed by the step, so a resumed run evaluates on the same batches.
+            let key = EVAL_STREAM + (step * cfg.eval_iters + i) as u64;
             let (x, y) = batcher.batch(split, key, 0)?;
             sum += scalar(&model.loss(&x, &y, &Fwd::eval())?)? as f64;
         }
@@ -113,41 +119,6 @@ fn evaluate(
         .all_reduce_mean(&mut out, Site::Misc, CommKind::Other)?;
     ctx.tally.set_phase(Phase::Train);
     Ok((out[0], out[1]))
-}
-
-/// Generates `n` tokens after `prompt`, identically on every rank (same seed, and logits
-/// that are bit-identical across the TP group).
-pub fn sample(
-    model: &Gpt,
-    prompt: &[u32],
-    n: usize,
-    temperature: f64,
-    seed: u64,
-) -> Result<Vec<u32>> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut ids = prompt.to_vec();
-    let bs = model.cfg.block_size;
-    for _ in 0..n {
-        let ctx = &ids[ids.len().saturating_sub(bs)..];
-        let x = Tensor::from_vec(ctx.to_vec(), (1, ctx.len()), &Device::Cpu)?;
-        let logits = model.forward(&x, &Fwd::eval())?.detach();
-        let last = logits.narrow(1, ctx.len() - 1, 1)?.flatten_all()?;
-        let probs =
-            ops::softmax_last_dim(&(last / temperature.max(1e-6))?.unsqueeze(0)?)?.squeeze(0)?;
-        let probs = probs.to_vec1::<f32>()?;
-        let r: f32 = rng.random();
-        let mut acc = 0f32;
-        let mut pick = probs.len() - 1;
-        for (i, p) in probs.iter().enumerate() {
-            acc += p;
-            if r < acc {
-                pick = i;
-                break;
-            }
-        }
-        ids.push(pick as u32);
-    }
-    Ok(ids[prompt.len()..].to_vec())
 }
 
 /// `TP_INJECT_FAULT=RANK:STEP` makes that rank fail at the start of that step: the way
@@ -185,16 +156,64 @@ fn dump_params_if_asked(rank: usize, reg: &crate::tp::ParamRegistry) -> Result<(
     Ok(())
 }
 
+/// `TP_INJECT_NAN=STEP` makes the loss of that step NaN (tests of the guard).
+fn injected_nan(step: usize) -> bool {
+    std::env::var("TP_INJECT_NAN")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        == Some(step)
+}
+
+/// Where a run's outputs go, and where it starts from.
+#[derive(Default, Clone, Copy)]
+pub struct RankIo<'a> {
+    /// The run directory: given to the rank that writes checkpoints (rank 0).
+    pub run_dir: Option<&'a Path>,
+    /// Continue from this checkpoint instead of a fresh init.
+    pub resume: Option<&'a Checkpoint>,
+}
+
+fn guard(
+    value: f32,
+    what: &str,
+    step: usize,
+    last_ckpt: &Option<(usize, Option<PathBuf>)>,
+) -> Result<()> {
+    if value.is_finite() {
+        return Ok(());
+    }
+    let saved = match last_ckpt {
+        Some((s, Some(dir))) => format!(
+            "the last good checkpoint (step {s}) is {}, intact",
+            dir.display()
+        ),
+        Some((s, None)) => format!("the last good checkpoint is step {s}, intact"),
+        None => "no checkpoint was written yet".to_string(),
+    };
+    bail!("{what} became {value} at step {step}, so training stopped before applying it; {saved}: lower learning_rate (or set grad_clip) and resume with --resume")
+}
+
 pub fn train_rank(
     cfg: &RunConfig,
     data: &Dataset,
     ctx: &RankContext,
     mut reporter: Option<&mut dyn Reporter>,
     opts: RankOptions,
+    io: RankIo,
 ) -> Result<TrainOutcome> {
     let layout = cfg.layout()?;
-    let mcfg = cfg.model_config(data.vocab().len())?;
-    let model = Gpt::build(&mcfg, &layout, &SeededInit { seed: cfg.seed }, &ctx.tp)?;
+    let mcfg = cfg.model_config(data.vocab_size())?;
+    let model = match io.resume {
+        Some(ck) => Gpt::build(
+            &mcfg,
+            &layout,
+            &StoredParams {
+                tensors: ck.weights.clone(),
+            },
+            &ctx.tp,
+        )?,
+        None => Gpt::build(&mcfg, &layout, &SeededInit { seed: cfg.seed }, &ctx.tp)?,
+    };
     let reg = model.params();
     let logical_params = reg.logical_numel();
     let mut opt = AdamW::new(
@@ -206,6 +225,32 @@ pub fn train_rank(
             weight_decay: cfg.weight_decay,
         },
     );
+    let (start, mut best_val) = match io.resume {
+        Some(ck) => {
+            let (r, n) = (ctx.tp.rank(), ctx.tp.size());
+            let local = |set: &std::collections::HashMap<String, Tensor>,
+                         p: &crate::tp::Param|
+             -> Result<Vec<f32>> {
+                let full = &set[&p.name];
+                let t = match p.kind {
+                    ParamKind::Sharded(spec) => spec.slice(full, r, n)?,
+                    _ => full.clone(),
+                };
+                Ok(t.flatten_all()?.to_vec1::<f32>()?)
+            };
+            let m = reg
+                .iter()
+                .map(|p| local(&ck.m, p))
+                .collect::<Result<Vec<_>>>()?;
+            let v = reg
+                .iter()
+                .map(|p| local(&ck.v, p))
+                .collect::<Result<Vec<_>>>()?;
+            opt.restore(ck.meta.adam_steps, m, v)?;
+            (ck.meta.step, ck.meta.best_val_loss)
+        }
+        None => (0, None),
+    };
     let sched = CosineSchedule {
         learning_rate: cfg.learning_rate,
         min_lr: cfg.min_lr,
@@ -228,11 +273,15 @@ pub fn train_rank(
     let mut grads = GradBuffer::new(reg);
     let mut log = Vec::new();
     let mut times = StepTimes::default();
-    let mut step_ms = Vec::with_capacity(cfg.max_iters);
+    let mut step_ms = Vec::with_capacity(cfg.max_iters.saturating_sub(start));
     let (mut fwd_passes, mut bwd_passes) = (0, 0);
     let accum = cfg.gradient_accumulation_steps;
     let tokens_per_step = cfg.tokens_per_step() as f64;
-    let mut eval_round = 0;
+    let mut last_ckpt: Option<(usize, Option<PathBuf>)> =
+        io.resume.map(|ck| (ck.meta.step, Some(ck.dir.clone())));
+    // Only ranks of data-parallel index 0 hold what a checkpoint needs; all of them
+    // take part in assembling it, rank 0 writes.
+    let writes_checkpoints = ctx.mesh.dp_rank() == 0;
     let mut emit = |line: LogLine, reporter: &mut Option<&mut dyn Reporter>| -> Result<()> {
         if let Some(r) = reporter.as_deref_mut() {
             r.logged(&line)?;
@@ -241,7 +290,7 @@ pub fn train_rank(
         Ok(())
     };
 
-    for step in 0..=cfg.max_iters {
+    for step in start..=cfg.max_iters {
         let eval_now =
             cfg.eval_interval > 0 && (step % cfg.eval_interval == 0 || step == cfg.max_iters);
         let mut line = LogLine {
@@ -249,10 +298,19 @@ pub fn train_rank(
             ..Default::default()
         };
         if eval_now {
-            let (tr, va) = evaluate(&model, &batcher, cfg, ctx, eval_round)?;
-            eval_round += 1;
+            let (tr, va) = evaluate(&model, &batcher, cfg, ctx, step)?;
             line.eval_train_loss = Some(tr);
             line.val_loss = Some(va);
+            best_val = Some(best_val.map_or(va, |b| b.min(va)));
+        }
+        let checkpoint_now = step > start
+            && (step == cfg.max_iters
+                || (cfg.checkpoint_interval > 0 && step % cfg.checkpoint_interval == 0));
+        if checkpoint_now && writes_checkpoints {
+            let dir = checkpoint::save(
+                io.run_dir, step, cfg, &model, &opt, best_val, &ctx.tp, &ctx.tally,
+            )?;
+            last_ckpt = Some((step, dir));
         }
         if step == cfg.max_iters {
             if eval_now {
@@ -277,11 +335,12 @@ pub fn train_rank(
                 ),
             };
             let t0 = Instant::now();
-            let loss = model.loss(&x, &y, &fwd)?;
-            let l = scalar(&loss)?;
-            if !l.is_finite() {
-                bail!("the training loss became {l} at step {step}: lower learning_rate or set a grad_clip");
+            let mut loss = model.loss(&x, &y, &fwd)?;
+            if injected_nan(step) {
+                loss = (loss * f64::NAN)?;
             }
+            let l = scalar(&loss)?;
+            guard(l, "the training loss", step, &last_ckpt)?;
             loss_sum += l;
             let t1 = Instant::now();
             let g = loss.backward()?;
@@ -297,9 +356,7 @@ pub fn train_rank(
         grads.sync_tp_partial(&ctx.tp)?;
         grads.average_dp(&ctx.dp)?;
         let norm = grads.global_norm(&ctx.tp)?;
-        if !norm.is_finite() {
-            bail!("the gradient norm became {norm} at step {step}: lower learning_rate");
-        }
+        guard(norm, "the gradient norm", step, &last_ckpt)?;
         if cfg.grad_clip > 0.0 && norm as f64 > cfg.grad_clip {
             grads.scale((cfg.grad_clip / (norm as f64 + 1e-6)) as f32);
         }
@@ -335,15 +392,16 @@ pub fn train_rank(
         String::new()
     } else {
         ctx.tally.set_phase(Phase::Eval);
-        let vocab = data.vocab();
-        let start = vocab
-            .chars
-            .binary_search(&'\n')
-            .map(|i| i as u32)
-            .unwrap_or(0);
-        let ids = sample(&model, &[start], cfg.sample_tokens, 0.8, cfg.seed)?;
+        let tok = data.tokenizer();
+        let sample_opts = SampleOptions {
+            tokens: cfg.sample_tokens,
+            temperature: 0.8,
+            top_k: Some(200),
+            seed: cfg.seed,
+        };
+        let ids = generate(&model, &tok.start_tokens(), &sample_opts)?;
         ctx.tally.set_phase(Phase::Train);
-        vocab.decode(&ids)
+        tok.decode(&ids)
     };
     if let Some(r) = reporter {
         r.finished();
@@ -367,5 +425,6 @@ pub fn train_rank(
         sample: sample_text,
         params,
         logical_params,
+        best_val_loss: best_val,
     })
 }

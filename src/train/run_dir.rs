@@ -57,12 +57,37 @@ impl RunDir {
         })
     }
 
+    /// Reopens a run directory to resume at `step`: log lines from `step` on (written after
+    /// the checkpoint, or the final evaluation line of a finished run) are dropped, so the
+    /// resumed run continues the log exactly.
+    pub fn reopen(path: &Path, step: usize) -> Result<Self> {
+        let log_path = path.join("log.jsonl");
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let kept: String = text
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .ok()
+                    .and_then(|v| v["step"].as_u64())
+                    .is_some_and(|s| (s as usize) < step)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        write_atomic(&log_path, kept.as_bytes())?;
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
+    }
+
     pub fn write(&self, name: &str, contents: &str) -> Result<()> {
         write_atomic(&self.path.join(name), contents.as_bytes())
     }
 
     pub fn reporter(&self, max_iters: usize, show_progress: bool) -> Result<ConsoleReporter> {
-        let log = File::create(self.path.join("log.jsonl"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path.join("log.jsonl"))?;
         let bar = if show_progress {
             let b = ProgressBar::new(max_iters as u64);
             b.set_style(

@@ -44,7 +44,7 @@ pub fn embed(vars: &HashMap<String, Var>, idx: &Tensor) -> Tensor {
         .unwrap()
 }
 
-fn block(vars: &HashMap<String, Var>, cfg: &ModelConfig, i: usize, x: &Tensor) -> Tensor {
+pub fn block_pub(vars: &HashMap<String, Var>, cfg: &ModelConfig, i: usize, x: &Tensor) -> Tensor {
     let (b, t, c) = x.dims3().unwrap();
     let (nh, hd) = (cfg.n_head, c / cfg.n_head);
     let h = ln(vars, x, &format!("h.{i}.ln1"), cfg.norm_eps);
@@ -102,7 +102,7 @@ pub fn loss_embedded(
 ) -> Tensor {
     let mut x = x.clone();
     for i in 0..cfg.n_layer {
-        x = block(vars, cfg, i, &x);
+        x = block_pub(vars, cfg, i, &x);
     }
     let h = ln(vars, &x, "lnf", cfg.norm_eps);
     let (b, t, c) = h.dims3().unwrap();

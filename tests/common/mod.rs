@@ -286,3 +286,50 @@ pub fn param_specs(cfg: &ModelConfig, pattern: &str) -> Vec<(String, Vec<usize>,
         })
         .collect()
 }
+
+/// Runs a tp-harness binary in `dir` with the shared datasets.
+pub fn bin(
+    name: &str,
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let exe = match name {
+        "tp-train" => env!("CARGO_BIN_EXE_tp-train"),
+        "tp-sample" => env!("CARGO_BIN_EXE_tp-sample"),
+        "tp-export" => env!("CARGO_BIN_EXE_tp-export"),
+        other => panic!("unknown binary {other}"),
+    };
+    let mut c = std::process::Command::new(exe);
+    c.args(args)
+        .current_dir(dir)
+        .env(
+            "TP_SHARED_DATASETS",
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
+        )
+        .env(
+            "TP_DATA_DIR",
+            std::env::temp_dir().join("tp-harness-test-datasets"),
+        );
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("binary runs")
+}
+
+pub fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tp-harness-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn assert_ok(o: &std::process::Output) {
+    assert!(
+        o.status.success(),
+        "failed ({:?}): {}\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

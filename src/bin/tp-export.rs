@@ -1,0 +1,60 @@
+//! `tp-export RUN_DIR --format hf [--out DIR]`: write a run's latest checkpoint in
+//! Hugging Face's GPT-2 layout (model.safetensors + config.json).
+
+use clap::Parser;
+use std::path::PathBuf;
+use tp_harness::error::{exit_code, user};
+use tp_harness::model::hf::{to_hf, write_hf};
+use tp_harness::train::checkpoint::{latest, Checkpoint};
+use tp_harness::train::config::read_run_config;
+
+#[derive(Parser, Debug)]
+#[command(name = "tp-export", version, about = "Export a tp-harness checkpoint")]
+struct Args {
+    run_dir: PathBuf,
+    /// Output format (only `hf`: transformers' GPT2LMHeadModel).
+    #[arg(long, default_value = "hf")]
+    format: String,
+    /// Output folder (default RUN_DIR/export-hf).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
+    if a.format != "hf" {
+        return Err(user(format!(
+            "unknown export format `{}`: the only one is hf",
+            a.format
+        )));
+    }
+    let cfg = read_run_config(&a.run_dir)?;
+    let dir = latest(&a.run_dir)?.ok_or_else(|| {
+        user(format!(
+            "{} has no checkpoint to export",
+            a.run_dir.display()
+        ))
+    })?;
+    let ck = Checkpoint::load(&dir)?;
+    ck.check_matches(&cfg)?;
+    let vocab = ck
+        .weights
+        .get("wte")
+        .map(|t| t.dim(0))
+        .transpose()?
+        .unwrap_or(0);
+    let (tensors, config) = to_hf(&ck.weights, &cfg.model_config(vocab)?, &cfg.layout()?)?;
+    let out = a.out.clone().unwrap_or_else(|| a.run_dir.join("export-hf"));
+    write_hf(&out, &tensors, &config)?;
+    Ok(out)
+}
+
+fn main() {
+    let a = Args::parse();
+    match real_main(&a) {
+        Ok(out) => println!("wrote {}/model.safetensors and config.json (transformers.GPT2LMHeadModel.from_pretrained)", out.display()),
+        Err(e) => {
+            eprintln!("tp-export: error: {}", format!("{e:#}").replace('\n', " "));
+            std::process::exit(exit_code(&e));
+        }
+    }
+}

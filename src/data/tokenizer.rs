@@ -1,0 +1,81 @@
+//! Tokenizers of prepared datasets: a character vocabulary, or GPT-2's byte-level BPE
+//! (tiktoken-rs's `r50k_base`, which ships GPT-2's ranks).
+
+use super::vocab::CharVocab;
+use anyhow::{anyhow, Result};
+use serde::{Deserialize, Serialize};
+
+/// GPT-2's vocabulary size and its document separator `<|endoftext|>`.
+pub const GPT2_VOCAB: usize = 50257;
+pub const GPT2_EOT: u32 = 50256;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Tokenizer {
+    Char(CharVocab),
+    Gpt2Bpe,
+}
+
+fn bpe() -> &'static tiktoken_rs::CoreBPE {
+    tiktoken_rs::r50k_base_singleton()
+}
+
+impl Tokenizer {
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Tokenizer::Char(v) => v.len(),
+            Tokenizer::Gpt2Bpe => GPT2_VOCAB,
+        }
+    }
+
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Tokenizer::Char(v) => Ok(v.encode(text)?.into_iter().map(u32::from).collect()),
+            Tokenizer::Gpt2Bpe => Ok(bpe().encode_ordinary(text)),
+        }
+    }
+
+    /// Text of `ids`; byte sequences that are not valid UTF-8 become U+FFFD.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match self {
+            Tokenizer::Char(v) => v.decode(ids),
+            Tokenizer::Gpt2Bpe => match bpe().decode_bytes(ids) {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(e) => format!("<undecodable tokens: {e}>"),
+            },
+        }
+    }
+
+    /// Exact decoding, for round-trip checks.
+    pub fn decode_exact(&self, ids: &[u32]) -> Result<String> {
+        match self {
+            Tokenizer::Char(v) => Ok(v.decode(ids)),
+            Tokenizer::Gpt2Bpe => bpe().decode(ids).map_err(|e| anyhow!("{e}")),
+        }
+    }
+
+    /// What generation starts from when no prompt is given: a line break, or GPT-2's
+    /// document separator.
+    pub fn start_tokens(&self) -> Vec<u32> {
+        match self {
+            Tokenizer::Char(v) => vec![v.chars.binary_search(&'\n').map(|i| i as u32).unwrap_or(0)],
+            Tokenizer::Gpt2Bpe => vec![GPT2_EOT],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpt2_bpe_round_trips_text_and_knows_gpt2_ids() {
+        let t = Tokenizer::Gpt2Bpe;
+        let text = "Hello world! Ünïcödé, tabs\tand\nnewlines — ok.";
+        let ids = t.encode(text).unwrap();
+        assert_eq!(t.decode_exact(&ids).unwrap(), text);
+        // GPT-2: "Hello" = 15496, " world" = 995.
+        assert_eq!(&t.encode("Hello world").unwrap(), &[15496, 995]);
+        assert!(ids.iter().all(|&i| (i as usize) < GPT2_VOCAB));
+    }
+}

@@ -1,0 +1,579 @@
+//! Runs that survive and travel: exact resume, re-sharding, crash-safe writes, the NaN
+//! guard, clear errors for damaged checkpoints, GPT-2 BPE text and the Hugging Face export.
+
+mod common;
+use candle_core::{Device, Tensor, Var};
+use common::*;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::data::{prepare_text, Dataset, Tokenizer};
+use tp_harness::model::Gpt;
+use tp_harness::tp::StoredParams;
+use tp_harness::train::checkpoint::{latest, Checkpoint};
+use tp_harness::train::config::read_run_config;
+use tp_harness::train::launch::on_tp_threads;
+
+const SMALL: [&str; 12] = [
+    "--quiet",
+    "--set",
+    "n_embd=64",
+    "--set",
+    "eval_interval=50",
+    "--set",
+    "eval_iters=4",
+    "--set",
+    "checkpoint_interval=50",
+    "--set",
+    "sample_tokens=20",
+    "--set",
+];
+
+fn train(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.push("lr_decay_iters=200");
+    args.extend_from_slice(extra);
+    bin("tp-train", dir, &args, env)
+}
+
+/// Log lines without wall-clock fields.
+fn log(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("log.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut()
+                .unwrap()
+                .retain(|k, _| k != "ms" && k != "tokens_per_s");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn train_100_checkpoint_resume_to_200_equals_an_uninterrupted_200_step_run_bitwise() {
+    let d = scratch("resume");
+    assert_ok(&train(
+        &d,
+        &["--set", "max_iters=100", "--out", "split"],
+        &[],
+    ));
+    let o = bin(
+        "tp-train",
+        &d,
+        &["--quiet", "--resume", "split", "--set", "max_iters=200"],
+        &[],
+    );
+    assert_ok(&o);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("resuming from split/checkpoints/step-000100")
+    );
+    assert_ok(&train(
+        &d,
+        &["--set", "max_iters=200", "--out", "whole"],
+        &[],
+    ));
+    let (a, b) = (log(&d.join("split")), log(&d.join("whole")));
+    assert_eq!(a.len(), b.len());
+    assert_eq!(a, b, "resumed log differs from the uninterrupted one");
+    let w = |run: &str| {
+        std::fs::read(
+            d.join(run)
+                .join("checkpoints/step-000200/model.safetensors"),
+        )
+        .unwrap()
+    };
+    assert!(w("split") == w("whole"), "final weights differ");
+    assert_eq!(read_run_config(&d.join("split")).unwrap().max_iters, 200);
+}
+
+fn loss_at_tp(ck: &Checkpoint, run: &Path, tp: usize, idx: &Tensor, tgt: &Tensor) -> f32 {
+    let cfg = read_run_config(run).unwrap();
+    let mcfg = cfg.model_config(ck.weights["wte"].dim(0).unwrap()).unwrap();
+    let layout = Layout::parse(&cfg.pattern).unwrap();
+    on_tp_threads(tp, |comm| {
+        let model = Gpt::build(
+            &mcfg,
+            &layout,
+            &StoredParams {
+                tensors: ck.weights.clone(),
+            },
+            &comm,
+        )?;
+        Ok(model.loss(idx, tgt, &Fwd::eval())?.to_scalar::<f32>()?)
+    })
+    .unwrap()[0]
+}
+
+#[test]
+fn a_checkpoint_written_at_tp2_loads_at_tp1_and_tp4_with_the_same_loss() {
+    let d = scratch("reshard");
+    assert_ok(&train(
+        &d,
+        &[
+            "--pattern",
+            "tttt",
+            "--tp",
+            "2",
+            "--set",
+            "bias=true",
+            "--set",
+            "max_iters=30",
+            "--out",
+            "run",
+        ],
+        &[],
+    ));
+    let run = d.join("run");
+    let ck = Checkpoint::load(&latest(&run).unwrap().unwrap()).unwrap();
+    assert_eq!(ck.meta.step, 30);
+    let (idx, tgt) = batch(4, 3, 64, 65);
+    let l2 = loss_at_tp(&ck, &run, 2, &idx, &tgt);
+    for tp in [1, 4] {
+        let l = loss_at_tp(&ck, &run, tp, &idx, &tgt);
+        assert!(((l - l2) / l2).abs() < 1e-5, "tp {tp}: {l} vs tp 2: {l2}");
+    }
+    // And training resumes at another tp.
+    assert_ok(&bin(
+        "tp-train",
+        &d,
+        &[
+            "--quiet",
+            "--resume",
+            "run",
+            "--tp",
+            "4",
+            "--set",
+            "max_iters=35",
+        ],
+        &[],
+    ));
+    assert_eq!(
+        Checkpoint::load(&latest(&run).unwrap().unwrap())
+            .unwrap()
+            .meta
+            .step,
+        35
+    );
+}
+
+#[test]
+fn sigkill_while_a_checkpoint_is_being_written_leaves_the_previous_one_loadable() {
+    let d = scratch("kill");
+    let exe = env!("CARGO_BIN_EXE_tp-train");
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--quiet",
+            "--set",
+            "n_embd=32",
+            "--set",
+            "checkpoint_interval=5",
+            "--set",
+            "eval_interval=0",
+        ])
+        .args(["--set", "max_iters=1000", "--out", "run"])
+        .current_dir(&d)
+        .env(
+            "TP_SHARED_DATASETS",
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
+        )
+        .env(
+            "TP_DATA_DIR",
+            std::env::temp_dir().join("tp-harness-test-datasets"),
+        )
+        .env("TP_CHECKPOINT_PAUSE_MS", "1500")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = d.join("run/checkpoints");
+    let start = Instant::now();
+    // Wait until the first checkpoint is complete and the second is half-written.
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no checkpoint appeared"
+        );
+        let done = base.join("latest").exists();
+        let writing = std::fs::read_dir(&base)
+            .map(|r| {
+                r.filter_map(|e| e.ok()).any(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(".tmp-step-000010")
+                })
+            })
+            .unwrap_or(false);
+        if done && writing {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let dir = latest(&d.join("run")).unwrap().unwrap();
+    let ck = Checkpoint::load(&dir).unwrap();
+    assert_eq!(ck.meta.step, 5);
+    // The interrupted run resumes from it.
+    assert_ok(&bin(
+        "tp-train",
+        &d,
+        &["--quiet", "--resume", "run", "--set", "max_iters=12"],
+        &[],
+    ));
+    assert_eq!(
+        Checkpoint::load(&latest(&d.join("run")).unwrap().unwrap())
+            .unwrap()
+            .meta
+            .step,
+        12
+    );
+}
+
+#[test]
+fn a_planted_nan_stops_the_run_naming_the_step_and_the_previous_checkpoint_loads() {
+    let d = scratch("nan");
+    let o = train(
+        &d,
+        &[
+            "--set",
+            "max_iters=40",
+            "--set",
+            "checkpoint_interval=10",
+            "--out",
+            "run",
+        ],
+        &[("TP_INJECT_NAN", "17")],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("NaN at step 17") && err.contains("step-000010"),
+        "{err}"
+    );
+    let ck = Checkpoint::load(&latest(&d.join("run")).unwrap().unwrap()).unwrap();
+    assert_eq!(ck.meta.step, 10);
+    assert!(ck.weights.values().all(|t| t
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+        .iter()
+        .all(|x| x.is_finite())));
+}
+
+fn one_clear_error(o: &std::process::Output, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "expected `{needle}` in {err}");
+}
+
+#[test]
+fn truncated_mismatched_and_wrong_pattern_checkpoints_are_one_clear_error_and_nothing_is_overwritten(
+) {
+    let d = scratch("corrupt");
+    assert_ok(&train(
+        &d,
+        &[
+            "--set",
+            "max_iters=10",
+            "--set",
+            "checkpoint_interval=5",
+            "--out",
+            "run",
+        ],
+        &[],
+    ));
+    let run = d.join("run");
+    let ck_dir = latest(&run).unwrap().unwrap();
+    let log_before = std::fs::read(run.join("log.jsonl")).unwrap();
+
+    // Truncated weights.
+    let model = ck_dir.join("model.safetensors");
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
+    let o = bin(
+        "tp-train",
+        &d,
+        &["--quiet", "--resume", "run", "--set", "max_iters=20"],
+        &[],
+    );
+    one_clear_error(&o, "truncated");
+    assert_eq!(std::fs::read(run.join("log.jsonl")).unwrap(), log_before);
+
+    // Weights of another shape (a narrower model's file in its place).
+    assert_ok(&train(
+        &d,
+        &[
+            "--set",
+            "max_iters=5",
+            "--set",
+            "n_embd=32",
+            "--out",
+            "narrow",
+        ],
+        &[],
+    ));
+    let narrow = latest(&d.join("narrow"))
+        .unwrap()
+        .unwrap()
+        .join("model.safetensors");
+    std::fs::copy(narrow, &model).unwrap();
+    let o = bin(
+        "tp-train",
+        &d,
+        &["--quiet", "--resume", "run", "--set", "max_iters=20"],
+        &[],
+    );
+    one_clear_error(
+        &o,
+        "`h.0.fc.w` in the weights has shape [32, 128], meta.json says [64, 256]",
+    );
+
+    // A pattern that is not the checkpoint's.
+    std::fs::write(&model, &bytes).unwrap();
+    let o = bin(
+        "tp-train",
+        &d,
+        &["--quiet", "--resume", "run", "--pattern", "tttt"],
+        &[],
+    );
+    one_clear_error(
+        &o,
+        "`pattern` in --pattern tttt cannot change when resuming",
+    );
+    let cfg_path = run.join("config.yaml");
+    let cfg = std::fs::read_to_string(&cfg_path).unwrap();
+    std::fs::write(&cfg_path, cfg.replace("pattern: sppp", "pattern: tttt")).unwrap();
+    let o = bin("tp-sample", &d, &["run", "--tokens", "5"], &[]);
+    one_clear_error(
+        &o,
+        "does not match this run: pattern \"sppp\" (checkpoint) vs \"tttt\"",
+    );
+    assert_eq!(std::fs::read(run.join("log.jsonl")).unwrap(), log_before);
+}
+
+#[test]
+fn tp_sample_generates_from_a_checkpoint_at_tp1_and_tp2() {
+    let d = scratch("sample");
+    assert_ok(&train(
+        &d,
+        &["--pattern", "tttt", "--set", "max_iters=20", "--out", "run"],
+        &[],
+    ));
+    let mut texts = Vec::new();
+    for tp in ["1", "2"] {
+        let o = bin(
+            "tp-sample",
+            &d,
+            &["run", "--prompt", "ROMEO:", "--tokens", "40", "--tp", tp],
+            &[],
+        );
+        assert_ok(&o);
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            text.starts_with("ROMEO:") && text.chars().count() >= 46,
+            "{text}"
+        );
+        texts.push(text);
+    }
+    // A t-only model is the same function at every tp: same text.
+    assert_eq!(texts[0], texts[1]);
+}
+
+#[test]
+fn the_bpe_text_dataset_round_trips_a_text_file_and_trains() {
+    let d = scratch("bpe");
+    let text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Ünïcödé — ok?\n".repeat(40);
+    std::fs::write(d.join("corpus.txt"), &text).unwrap();
+    let dir = prepare_text(&d.join("corpus.txt"), &d.join("datasets")).unwrap();
+    let data = Dataset::load(&dir).unwrap();
+    assert_eq!(data.tokenizer(), &Tokenizer::Gpt2Bpe);
+    assert_eq!(data.vocab_size(), 50257);
+    let ids: Vec<u32> = data
+        .train
+        .iter()
+        .chain(data.val.iter())
+        .map(|&t| t as u32)
+        .collect();
+    assert_eq!(data.tokenizer().decode_exact(&ids).unwrap(), text);
+    let corpus = d.join("corpus.txt").to_string_lossy().to_string();
+    let o = bin(
+        "tp-train",
+        &d,
+        &[
+            "--quiet",
+            "--set",
+            "dataset=text",
+            "--set",
+            &format!("text_path={corpus}"),
+            "--set",
+            "n_embd=32",
+            "--set",
+            "block_size=32",
+            "--set",
+            "max_iters=3",
+            "--set",
+            "eval_interval=3",
+            "--set",
+            "eval_iters=1",
+            "--set",
+            "sample_tokens=8",
+            "--out",
+            "run",
+        ],
+        &[],
+    );
+    assert_ok(&o);
+}
+
+/// Hugging Face's GPT-2 tensor names and shapes, written out here from its modeling code.
+fn hf_expected(n_layer: usize, c: usize, v: usize, t: usize) -> HashMap<String, Vec<usize>> {
+    let mut m = HashMap::new();
+    m.insert("transformer.wte.weight".into(), vec![v, c]);
+    m.insert("transformer.wpe.weight".into(), vec![t, c]);
+    m.insert("transformer.ln_f.weight".into(), vec![c]);
+    m.insert("transformer.ln_f.bias".into(), vec![c]);
+    for i in 0..n_layer {
+        let p = format!("transformer.h.{i}.");
+        for (n, s) in [
+            ("ln_1.weight", vec![c]),
+            ("ln_1.bias", vec![c]),
+            ("attn.c_attn.weight", vec![c, 3 * c]),
+            ("attn.c_attn.bias", vec![3 * c]),
+            ("attn.c_proj.weight", vec![c, c]),
+            ("attn.c_proj.bias", vec![c]),
+            ("ln_2.weight", vec![c]),
+            ("ln_2.bias", vec![c]),
+            ("mlp.c_fc.weight", vec![c, 4 * c]),
+            ("mlp.c_fc.bias", vec![4 * c]),
+            ("mlp.c_proj.weight", vec![4 * c, c]),
+            ("mlp.c_proj.bias", vec![c]),
+        ] {
+            m.insert(format!("{p}{n}"), s);
+        }
+    }
+    m
+}
+
+#[test]
+fn the_hf_export_has_gpt2_names_and_shapes_and_a_dense_model_from_it_gives_our_logits() {
+    let d = scratch("export");
+    assert_ok(&train(
+        &d,
+        &[
+            "--pattern",
+            "tttt",
+            "--set",
+            "bias=true",
+            "--set",
+            "activation=gelu_tanh",
+            "--set",
+            "max_iters=20",
+            "--out",
+            "run",
+        ],
+        &[],
+    ));
+    assert_ok(&bin("tp-export", &d, &["run", "--format", "hf"], &[]));
+    let exported =
+        candle_core::safetensors::load(d.join("run/export-hf/model.safetensors"), &Device::Cpu)
+            .unwrap();
+    let expected = hf_expected(4, 64, 65, 64);
+    let mut names: Vec<_> = exported.keys().cloned().collect();
+    names.sort();
+    let mut want: Vec<_> = expected.keys().cloned().collect();
+    want.sort();
+    assert_eq!(names, want);
+    for (n, s) in &expected {
+        assert_eq!(exported[n].dims(), s.as_slice(), "{n}");
+    }
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join("run/export-hf/config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config["model_type"], "gpt2");
+    assert_eq!(config["activation_function"], "gelu_new");
+    assert_eq!(
+        (config["n_layer"].as_u64(), config["n_embd"].as_u64()),
+        (Some(4), Some(64))
+    );
+
+    // A dense GPT-2 (tests/common/dense.rs) fed the exported tensors by HF name.
+    let hf_to_dense = |hf: &str| -> String {
+        let s = hf
+            .trim_start_matches("transformer.")
+            .replace(".weight", ".w")
+            .replace(".bias", ".b");
+        s.replace("wte.w", "wte")
+            .replace("wpe.w", "wpe")
+            .replace("ln_f.", "lnf.")
+            .replace("ln_1.", "ln1.")
+            .replace("ln_2.", "ln2.")
+            .replace("attn.c_attn.", "qkv.")
+            .replace("attn.c_proj.", "o.")
+            .replace("mlp.c_fc.", "fc.")
+            .replace("mlp.c_proj.", "pr.")
+    };
+    let vars: HashMap<String, Var> = exported
+        .iter()
+        .map(|(k, t)| (hf_to_dense(k), Var::from_tensor(t).unwrap()))
+        .collect();
+    let cfg = read_run_config(&d.join("run")).unwrap();
+    let mcfg = cfg.model_config(65).unwrap();
+    let (idx, _) = batch(8, 2, 64, 65);
+    let x = dense::embed(&vars, &idx);
+    let dense_logits = dense_logits(&vars, &mcfg, &x);
+    let ck = Checkpoint::load(&latest(&d.join("run")).unwrap().unwrap()).unwrap();
+    let layout = Layout::parse("tttt").unwrap();
+    let ours = on_tp_threads(2, |comm| {
+        let model = Gpt::build(
+            &mcfg,
+            &layout,
+            &StoredParams {
+                tensors: ck.weights.clone(),
+            },
+            &comm,
+        )?;
+        model.forward(&idx, &Fwd::eval())
+    })
+    .unwrap()
+    .remove(0);
+    let e = rel_err(
+        &ours.flatten_all().unwrap(),
+        &dense_logits.flatten_all().unwrap(),
+    );
+    assert!(e < 1e-5, "logits differ by {e:e}");
+
+    // s/p models are not GPT-2: a clear refusal.
+    assert_ok(&train(&d, &["--set", "max_iters=5", "--out", "spd"], &[]));
+    let o = bin("tp-export", &d, &["spd"], &[]);
+    one_clear_error(&o, "only t-only models are GPT-2");
+}
+
+fn dense_logits(
+    vars: &HashMap<String, Var>,
+    cfg: &tp_harness::model::ModelConfig,
+    x: &Tensor,
+) -> Tensor {
+    // The dense reference's loss path without the loss: blocks, final norm, tied head.
+    let mut h = x.clone();
+    for i in 0..cfg.n_layer {
+        h = dense::block_pub(vars, cfg, i, &h);
+    }
+    let h = tp_harness::ops::layer_norm(
+        &h,
+        vars["lnf.w"].as_tensor(),
+        Some(vars["lnf.b"].as_tensor()),
+        cfg.norm_eps,
+    )
+    .unwrap();
+    let (b, t, c) = h.dims3().unwrap();
+    h.reshape((b * t, c))
+        .unwrap()
+        .matmul(&vars["wte"].as_tensor().t().unwrap())
+        .unwrap()
+}

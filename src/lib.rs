@@ -12,5 +12,7 @@ pub mod data;
 pub mod error;
 pub mod model;
 pub mod ops;
+pub mod plot;
+pub mod sweep;
 pub mod tp;
 pub mod train;

@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 use std::path::Path;
 
+/// Missing keys take the `mini` defaults, so run directories written before a key
+/// existed still load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RunConfig {
     // What to run.
     pub preset: String,
@@ -63,6 +65,12 @@ pub struct RunConfig {
     // this link (0 and 0: no emulation).
     pub link_gbps: f64,
     pub link_latency_us: f64,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self::for_preset("mini").expect("the mini preset exists")
+    }
 }
 
 impl RunConfig {

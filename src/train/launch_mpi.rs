@@ -46,6 +46,7 @@ fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
 }
 
 pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<RunResult> {
+    let started = std::time::Instant::now();
     let mpi = MpiWorld::init()?;
     let (rank, world_size) = (mpi.rank(), mpi.size());
     let world = mpi.world_comm();
@@ -127,7 +128,7 @@ pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<RunRe
         }
     };
     let report = match &dir {
-        Some(d) => finish(cfg, d, &outcome)?,
+        Some(d) => finish(cfg, d, &outcome, started)?,
         None => super::report::CommReport::new(cfg, &cfg.layout()?, &outcome),
     };
     let path = dir.map(|d| d.path).unwrap_or_default();

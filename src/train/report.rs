@@ -215,3 +215,46 @@ impl CommReport {
         s
     }
 }
+
+/// The headline numbers of a finished run (`summary.json`), what sweeps tabulate.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct RunSummary {
+    pub pattern: String,
+    pub tp: usize,
+    pub dp: usize,
+    pub n_layer: usize,
+    pub steps: usize,
+    /// TP forward all-reduces per optimiser step (all micro-steps).
+    pub forward_allreduces_per_step: f64,
+    /// TP forward all-reduces per forward pass, divided by the layers.
+    pub allreduces_per_layer: f64,
+    pub final_train_loss: Option<f32>,
+    pub final_val_loss: Option<f32>,
+    pub best_val_loss: Option<f32>,
+    /// Median of the logged steps' tokens/s.
+    pub tokens_per_s: Option<f64>,
+    /// Wall-clock seconds of the invocation that finished the run.
+    pub wall_seconds: f64,
+}
+
+impl RunSummary {
+    pub fn new(cfg: &RunConfig, report: &CommReport, o: &TrainOutcome, wall_seconds: f64) -> Self {
+        let last_eval = o.log.iter().rev().find(|l| l.val_loss.is_some());
+        let mut tps: Vec<f64> = o.log.iter().filter_map(|l| l.tokens_per_s).collect();
+        tps.sort_by(|a, b| a.total_cmp(b));
+        Self {
+            pattern: cfg.pattern.clone(),
+            tp: cfg.tp,
+            dp: cfg.dp,
+            n_layer: cfg.n_layer,
+            steps: cfg.max_iters,
+            forward_allreduces_per_step: report.per_step.get("tp-forward").map_or(0.0, |s| s.calls),
+            allreduces_per_layer: report.tp_forward_allreduces / cfg.n_layer.max(1) as f64,
+            final_train_loss: last_eval.and_then(|l| l.eval_train_loss),
+            final_val_loss: last_eval.and_then(|l| l.val_loss),
+            best_val_loss: o.best_val_loss,
+            tokens_per_s: tps.get(tps.len() / 2).copied(),
+            wall_seconds,
+        }
+    }
+}

@@ -5,12 +5,13 @@ use super::checkpoint::{self, Checkpoint};
 use super::config::{read_run_config, resolve_resume, Origin, RunConfig};
 use super::launch::{configure_threads, run_threads};
 use super::rank::{RankIo, RankOptions, TrainOutcome};
-use super::report::CommReport;
+use super::report::{CommReport, RunSummary};
 use super::run_dir::{default_run_path, RunDir};
 use crate::data::{data_root, prepare, prepare_text, Dataset, TEXT};
 use crate::error::user;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// How ranks are run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,10 +153,18 @@ pub(super) fn announce(p: &Prepared, backend: &str, threads: usize, dir: &Path) 
 }
 
 /// Rank 0's closing work: comm.json, sample.txt and the printed summary.
-pub(super) fn finish(cfg: &RunConfig, dir: &RunDir, outcome: &TrainOutcome) -> Result<CommReport> {
+pub(super) fn finish(
+    cfg: &RunConfig,
+    dir: &RunDir,
+    outcome: &TrainOutcome,
+    started: Instant,
+) -> Result<CommReport> {
     let report = CommReport::new(cfg, &cfg.layout()?, outcome);
     dir.write("comm.json", &report.to_json()?)?;
     dir.write("sample.txt", &outcome.sample)?;
+    // Written last: its presence marks the run finished (sweeps skip it).
+    let summary = RunSummary::new(cfg, &report, outcome, started.elapsed().as_secs_f64());
+    dir.write("summary.json", &serde_json::to_string_pretty(&summary)?)?;
     println!("{}", report.table());
     if !outcome.sample.is_empty() {
         println!("sample:\n{}\n", outcome.sample);
@@ -170,7 +179,7 @@ pub(super) fn finish(cfg: &RunConfig, dir: &RunDir, outcome: &TrainOutcome) -> R
         );
     }
     println!(
-        "outputs in {}: config.yaml, log.jsonl, comm.json, sample.txt, {}/",
+        "outputs in {}: config.yaml, log.jsonl, comm.json, summary.json, sample.txt, {}/",
         dir.path.display(),
         checkpoint::CHECKPOINTS
     );
@@ -217,6 +226,7 @@ fn launch(cfg: &RunConfig, target: Target, progress: bool, backend: Backend) -> 
 }
 
 fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<RunResult> {
+    let started = Instant::now();
     let p = prepare_run(cfg, target)?;
     let dir = open_outputs(&p, target)?;
     let threads = configure_threads(cfg.tp * cfg.dp);
@@ -233,7 +243,7 @@ fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<Ru
         RankOptions::default(),
         io,
     )?;
-    let report = finish(cfg, &dir, &outcomes[0])?;
+    let report = finish(cfg, &dir, &outcomes[0], started)?;
     Ok(RunResult {
         dir: dir.path,
         report,

@@ -298,6 +298,8 @@ pub fn bin(
         "tp-train" => env!("CARGO_BIN_EXE_tp-train"),
         "tp-sample" => env!("CARGO_BIN_EXE_tp-sample"),
         "tp-export" => env!("CARGO_BIN_EXE_tp-export"),
+        "tp-sweep" => env!("CARGO_BIN_EXE_tp-sweep"),
+        "tp-plot" => env!("CARGO_BIN_EXE_tp-plot"),
         other => panic!("unknown binary {other}"),
     };
     let mut c = std::process::Command::new(exe);

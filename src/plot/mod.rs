@@ -1,0 +1,309 @@
+//! Loss plots of runs (`tp-plot`): train and val loss against step, one line per run,
+//! and the trade-off of final val loss against forward all-reduces per step. Each as PNG
+//! and SVG.
+
+mod font;
+
+use crate::error::UserError;
+use anyhow::{Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// What a plot needs of one run directory.
+#[derive(Debug, Clone)]
+pub struct RunCurves {
+    pub dir: PathBuf,
+    pub pattern: String,
+    pub tp: usize,
+    pub dp: usize,
+    pub label: String,
+    /// (step, loss) of logged training steps.
+    pub train: Vec<(f64, f64)>,
+    /// (step, val loss) of evaluations.
+    pub val: Vec<(f64, f64)>,
+    /// TP forward all-reduces per optimiser step (from comm.json).
+    pub forward_allreduces_per_step: Option<f64>,
+}
+
+impl RunCurves {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let user = |m: String| anyhow::Error::new(UserError(m));
+        let cfg = crate::train::config::read_run_config(dir)?;
+        let log = std::fs::read_to_string(dir.join("log.jsonl")).map_err(|_| {
+            user(format!(
+                "{} has no log.jsonl: not a run directory, or the run has not started",
+                dir.display()
+            ))
+        })?;
+        let (mut train, mut val) = (Vec::new(), Vec::new());
+        for (i, line) in log.lines().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| user(format!("{}/log.jsonl line {}: {e}", dir.display(), i + 1)))?;
+            let Some(step) = v["step"].as_f64() else {
+                continue;
+            };
+            if let Some(l) = v["train_loss"].as_f64() {
+                train.push((step, l));
+            }
+            if let Some(l) = v["val_loss"].as_f64() {
+                val.push((step, l));
+            }
+        }
+        let forward_allreduces_per_step = std::fs::read_to_string(dir.join("comm.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|c| c["per_step"]["tp-forward"]["calls"].as_f64());
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            label: cfg.pattern.clone(),
+            pattern: cfg.pattern,
+            tp: cfg.tp,
+            dp: cfg.dp,
+            train,
+            val,
+            forward_allreduces_per_step,
+        })
+    }
+}
+
+/// Legend labels: the pattern, plus tp/dp where runs differ in them, plus the directory
+/// name where labels would still collide.
+pub fn label_runs(runs: &mut [RunCurves]) {
+    let differs = |f: &dyn Fn(&RunCurves) -> usize| runs.iter().any(|r| f(r) != f(&runs[0]));
+    let (tp_differs, dp_differs) = (differs(&|r| r.tp), differs(&|r| r.dp));
+    for r in runs.iter_mut() {
+        let mut l = r.pattern.clone();
+        if tp_differs {
+            l.push_str(&format!(" tp{}", r.tp));
+        }
+        if dp_differs {
+            l.push_str(&format!(" dp{}", r.dp));
+        }
+        r.label = l;
+    }
+    let labels: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    for (i, r) in runs.iter_mut().enumerate() {
+        if labels.iter().filter(|l| **l == labels[i]).count() > 1 {
+            let name = r
+                .dir
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            r.label = format!("{} ({name})", r.label);
+        }
+    }
+}
+
+fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+        (a.min(v), b.max(v))
+    });
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.05).max(1e-3);
+    (lo - pad, hi + pad)
+}
+
+type PlotResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+/// Ten well-separated colours (matplotlib's tab10), then plotters' palette.
+fn color(i: usize) -> RGBAColor {
+    const TAB10: [(u8, u8, u8); 10] = [
+        (31, 119, 180),
+        (255, 127, 14),
+        (44, 160, 44),
+        (214, 39, 40),
+        (148, 103, 189),
+        (140, 86, 75),
+        (227, 119, 194),
+        (127, 127, 127),
+        (188, 189, 34),
+        (23, 190, 207),
+    ];
+    match TAB10.get(i) {
+        Some(&(r, g, b)) => RGBColor(r, g, b).to_rgba(),
+        None => Palette99::pick(i).to_rgba(),
+    }
+}
+
+fn draw_curves<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[RunCurves],
+    val: bool,
+) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
+    let all = |r: &RunCurves| if val { r.val.clone() } else { r.train.clone() };
+    let max_step = runs.iter().flat_map(&all).map(|p| p.0).fold(1.0, f64::max);
+    // The first tenth of a run (losses falling from ~ln(vocab)) would squash the rest of
+    // the curves together, so it is left out, and the title says so.
+    let from = 0.1 * max_step;
+    let series = |r: &RunCurves| -> Vec<(f64, f64)> {
+        let later: Vec<_> = all(r).into_iter().filter(|p| p.0 >= from).collect();
+        if later.is_empty() {
+            all(r)
+        } else {
+            later
+        }
+    };
+    let (lo, hi) = range(runs.iter().flat_map(&series).map(|p| p.1));
+    let first = runs
+        .iter()
+        .flat_map(&series)
+        .map(|p| p.0)
+        .fold(f64::INFINITY, f64::min);
+    let title = format!(
+        "{} (steps {:.0}-{:.0})",
+        if val {
+            "validation loss"
+        } else {
+            "training loss"
+        },
+        first,
+        max_step
+    );
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 26))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(first.min(max_step)..max_step, lo..hi)?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc("loss")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()?;
+    for (i, r) in runs.iter().enumerate() {
+        let color = color(i);
+        let pts = series(r);
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+            .label(r.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+            });
+        if val {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    Ok(())
+}
+
+fn draw_loss_curves<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    runs: &[RunCurves],
+) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(root.dim_in_pixel().0 / 2);
+    draw_curves(&left, runs, false)?;
+    draw_curves(&right, runs, true)?;
+    root.present()?;
+    Ok(())
+}
+
+fn draw_tradeoff<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, runs: &[RunCurves]) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let pts: Vec<(f64, f64, String, usize)> = runs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            Some((
+                r.forward_allreduces_per_step?,
+                r.val.last()?.1,
+                r.label.clone(),
+                i,
+            ))
+        })
+        .collect();
+    let max_x = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.15;
+    let (lo, hi) = range(pts.iter().map(|p| p.1));
+    let mut chart = ChartBuilder::on(&root)
+        .caption("final validation loss vs communication", ("sans-serif", 26))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0f64..max_x, lo..hi)?;
+    chart
+        .configure_mesh()
+        .x_desc("TP forward all-reduces per step")
+        .y_desc("final val loss")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()?;
+    // Labels of points that share an all-reduce count are stacked, not overprinted.
+    let mut order: Vec<usize> = (0..pts.len()).collect();
+    order.sort_by(|&a, &b| {
+        pts[a]
+            .0
+            .total_cmp(&pts[b].0)
+            .then(pts[b].1.total_cmp(&pts[a].1))
+    });
+    let mut stacked = vec![0i32; pts.len()];
+    for w in 1..order.len() {
+        let (prev, cur) = (order[w - 1], order[w]);
+        if pts[prev].0 == pts[cur].0 && (pts[prev].1 - pts[cur].1).abs() < 0.04 * (hi - lo) {
+            stacked[cur] = stacked[prev] + 1;
+        }
+    }
+    for (k, (x, y, label, i)) in pts.iter().enumerate() {
+        let color = color(*i);
+        let dy = -18 + 18 * stacked[k];
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((*x, *y))
+                + Circle::new((0, 0), 6, color.filled())
+                + Text::new(
+                    label.clone(),
+                    (10, dy),
+                    ("sans-serif", 16).into_font().color(&BLACK),
+                ),
+        ))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// Writes `loss_curves.{png,svg}` and `tradeoff.{png,svg}` into `out`; returns the files.
+pub fn plot_runs(runs: &[RunCurves], out: &Path) -> Result<Vec<PathBuf>> {
+    if runs.is_empty() {
+        return Err(anyhow::Error::new(UserError("no runs to plot".into())));
+    }
+    font::ensure_font()?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut files = Vec::new();
+    let err = |e: Box<dyn std::error::Error>| anyhow::anyhow!("plotting failed: {e}");
+    let curves = (1600, 650);
+    let trade = (900, 650);
+    let p = out.join("loss_curves.png");
+    draw_loss_curves(BitMapBackend::new(&p, curves).into_drawing_area(), runs).map_err(err)?;
+    files.push(p);
+    let p = out.join("loss_curves.svg");
+    draw_loss_curves(SVGBackend::new(&p, curves).into_drawing_area(), runs).map_err(err)?;
+    files.push(p);
+    let p = out.join("tradeoff.png");
+    draw_tradeoff(BitMapBackend::new(&p, trade).into_drawing_area(), runs).map_err(err)?;
+    files.push(p);
+    let p = out.join("tradeoff.svg");
+    draw_tradeoff(SVGBackend::new(&p, trade).into_drawing_area(), runs).map_err(err)?;
+    files.push(p);
+    Ok(files)
+}

@@ -1,0 +1,187 @@
+//! A sweep file: a base config, a grid (any config keys, cartesian product) and a
+//! launcher. Every point is resolved before anything runs, so unknown keys, wrong types,
+//! bad patterns and sizes that do not divide stop the sweep up front.
+//!
+//! ```yaml
+//! name: shakespeare_mini_patterns     # runs/<name>/ (default: the file's stem)
+//! base: {preset: mini, max_iters: 2000, tp: 2}
+//! grid: {pattern: [tttt, tstt, sppp]}
+//! launcher: threads                   # or {mpirun: 4}
+//! ```
+
+use crate::error::{user, UserError};
+use crate::train::config::{resolve, Origin, RunConfig};
+use crate::user_bail;
+use anyhow::Result;
+use serde::Deserialize;
+use serde_yaml_ng::{Mapping, Value};
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "LauncherSpec")]
+pub enum Launcher {
+    /// Each run in its own `tp-train` process, ranks as threads.
+    Threads,
+    /// Each run under `mpirun -n N`.
+    Mpirun(usize),
+}
+
+/// `threads`, or `{mpirun: N}` (YAML has no enum syntax of its own).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LauncherSpec {
+    Name(String),
+    Mpirun { mpirun: usize },
+}
+
+impl TryFrom<LauncherSpec> for Launcher {
+    type Error = String;
+    fn try_from(s: LauncherSpec) -> std::result::Result<Self, String> {
+        match s {
+            LauncherSpec::Name(n) if n == "threads" => Ok(Launcher::Threads),
+            LauncherSpec::Name(n) => Err(format!(
+                "unknown launcher `{n}`: use threads or {{mpirun: N}}"
+            )),
+            LauncherSpec::Mpirun { mpirun } => Ok(Launcher::Mpirun(mpirun)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepFile {
+    name: Option<String>,
+    #[serde(default)]
+    base: Mapping,
+    #[serde(default)]
+    grid: Mapping,
+    #[serde(default = "threads")]
+    launcher: Launcher,
+}
+
+fn threads() -> Launcher {
+    Launcher::Threads
+}
+
+/// One point of the grid, resolved.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// `key=value,...` over the grid keys, safe as a directory name.
+    pub name: String,
+    pub cfg: RunConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    pub name: String,
+    pub launcher: Launcher,
+    pub points: Vec<Point>,
+}
+
+fn key_of(k: &Value, file: &Path) -> Result<String> {
+    k.as_str()
+        .map(String::from)
+        .ok_or_else(|| user(format!("{}: key {k:?} is not a string", file.display())))
+}
+
+fn scalar_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => serde_yaml_ng::to_string(other)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    }
+}
+
+fn safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "=.,-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl Sweep {
+    pub fn load(file: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| user(format!("cannot read sweep {}: {e}", file.display())))?;
+        let spec: SweepFile = serde_yaml_ng::from_str(&text)
+            .map_err(|e| user(format!("sweep {} is not valid: {e}", file.display())))?;
+        let name = spec.name.unwrap_or_else(|| {
+            file.file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_else(|| "sweep".into())
+        });
+        let origin = |part: &str| Origin::File(format!("{} ({part})", file.display()));
+        let mut base = Vec::new();
+        for (k, v) in &spec.base {
+            base.push((key_of(k, file)?, v.clone(), origin("base")));
+        }
+        let mut axes: Vec<(String, Vec<Value>)> = Vec::new();
+        for (k, v) in &spec.grid {
+            let values = match v {
+                Value::Sequence(s) => s.clone(),
+                other => vec![other.clone()],
+            };
+            if values.is_empty() {
+                user_bail!(
+                    "grid key `{}` in {} has no values",
+                    key_of(k, file)?,
+                    file.display()
+                );
+            }
+            axes.push((key_of(k, file)?, values));
+        }
+        if axes.is_empty() {
+            user_bail!(
+                "the grid of {} is empty: give at least one key with a list of values, e.g. grid: {{pattern: [tttt, sppp]}}",
+                file.display()
+            );
+        }
+        let mut points = Vec::new();
+        let total: usize = axes.iter().map(|(_, v)| v.len()).product();
+        for mut idx in 0..total {
+            let mut overrides = base.clone();
+            let mut parts = Vec::new();
+            for (k, values) in axes.iter().rev() {
+                let v = &values[idx % values.len()];
+                idx /= values.len();
+                overrides.push((k.clone(), v.clone(), origin("grid")));
+                parts.push(format!("{k}={}", scalar_text(v)));
+            }
+            parts.reverse();
+            let cfg = resolve(&overrides).map_err(|e| {
+                anyhow::Error::new(UserError(format!("sweep point {}: {e:#}", parts.join(","))))
+            })?;
+            if let Launcher::Mpirun(n) = spec.launcher {
+                if n == 0 || n % cfg.tp != 0 {
+                    user_bail!(
+                        "launcher mpirun {n} does not divide into tp {} groups (sweep point {})",
+                        cfg.tp,
+                        parts.join(",")
+                    );
+                }
+            }
+            points.push(Point {
+                name: safe(&parts.join(",")),
+                cfg,
+            });
+        }
+        let mut names: Vec<&str> = points.iter().map(|p| p.name.as_str()).collect();
+        names.sort();
+        names.dedup();
+        if names.len() != points.len() {
+            user_bail!("the grid of {} repeats a point", file.display());
+        }
+        Ok(Self {
+            name: safe(&name),
+            launcher: spec.launcher,
+            points,
+        })
+    }
+}

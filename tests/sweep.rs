@@ -1,0 +1,138 @@
+//! `tp-sweep` and `tp-plot` as a user runs them: summaries and plots, skipping finished
+//! runs, resuming half-done ones, reporting failures, and rejecting bad grids up front.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+const BASE: &str = "base: {n_embd: 32, max_iters: 6, eval_interval: 3, eval_iters: 2, checkpoint_interval: 3, sample_tokens: 0, log_interval: 1}\n";
+
+fn sweep(dir: &Path, body: &str) -> std::process::Output {
+    std::fs::write(dir.join("sweep.yaml"), format!("name: tiny\n{BASE}{body}")).unwrap();
+    bin("tp-sweep", dir, &["sweep.yaml", "--out", "out"], &[])
+}
+
+fn assert_png(p: &Path) {
+    let b = std::fs::read(p).unwrap_or_else(|_| panic!("{} missing", p.display()));
+    assert!(
+        b.len() > 5000 && b.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is not a PNG",
+        p.display()
+    );
+}
+
+fn assert_svg(p: &Path) {
+    let t = std::fs::read_to_string(p).unwrap_or_else(|_| panic!("{} missing", p.display()));
+    assert!(
+        t.contains("<svg") && t.trim_end().ends_with("</svg>") && t.len() > 2000,
+        "{} is not an SVG",
+        p.display()
+    );
+}
+
+#[test]
+fn a_two_point_sweep_writes_summaries_and_plots_and_a_rerun_skips_both() {
+    let d = scratch("sweep2");
+    let o = sweep(&d, "grid: {pattern: [tttt, sppp]}\n");
+    assert_ok(&o);
+    let out = d.join("out");
+    let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "{csv}");
+    assert!(lines[0].starts_with("run,pattern,tp,dp,status,forward_allreduces_per_step,allreduces_per_layer,final_train_loss,final_val_loss,best_val_loss,tokens_per_s,wall_s"));
+    assert!(
+        lines[1].starts_with("pattern=tttt,tttt,2,1,finished,8,2.00,"),
+        "{csv}"
+    );
+    assert!(
+        lines[2].starts_with("pattern=sppp,sppp,2,1,finished,2,0.50,"),
+        "{csv}"
+    );
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        md.contains("| pattern=sppp | sppp | 2 | 1 | finished | 2 |"),
+        "{md}"
+    );
+    for f in ["loss_curves", "tradeoff"] {
+        assert_png(&out.join(format!("plots/{f}.png")));
+        assert_svg(&out.join(format!("plots/{f}.svg")));
+    }
+    let again = sweep(&d, "grid: {pattern: [tttt, sppp]}\n");
+    assert_ok(&again);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(
+        text.matches("finished earlier, skipped").count(),
+        2,
+        "{text}"
+    );
+    assert!(!text.contains("running"), "{text}");
+}
+
+#[test]
+fn a_half_done_run_resumes_from_its_checkpoint_and_ends_where_it_would_have() {
+    let d = scratch("sweephalf");
+    assert_ok(&sweep(&d, "grid: {pattern: [tstt]}\n"));
+    let run = d.join("out/pattern=tstt");
+    let before = std::fs::read_to_string(run.join("summary.json")).unwrap();
+    let final_val =
+        |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap()["final_val_loss"].clone();
+    // Make it half-done: as if killed after the step-3 checkpoint.
+    std::fs::remove_file(run.join("summary.json")).unwrap();
+    std::fs::remove_dir_all(run.join("checkpoints/step-000006")).unwrap();
+    std::fs::write(run.join("checkpoints/latest"), "step-000003").unwrap();
+    let o = sweep(&d, "grid: {pattern: [tstt]}\n");
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("resuming from its latest checkpoint"));
+    let after = std::fs::read_to_string(run.join("summary.json")).unwrap();
+    assert_eq!(final_val(&after), final_val(&before));
+}
+
+#[test]
+fn a_run_made_to_fail_is_reported_and_the_other_still_completes() {
+    let d = scratch("sweepfail");
+    // A learning rate of 1e9 drives the loss to NaN within a few steps: a runtime failure.
+    let o = sweep(&d, "grid: {learning_rate: [1.0e9, 1.0e-3]}\n");
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("FAILED") && text.contains("NaN"), "{text}");
+    assert!(text.contains("1 finished, 1 failed"), "{text}");
+    let csv = std::fs::read_to_string(d.join("out/summary.csv")).unwrap();
+    assert!(
+        csv.contains(",failed,") && csv.contains(",finished,"),
+        "{csv}"
+    );
+    assert!(d.join("out/learning_rate=0.001/summary.json").exists());
+    assert_png(&d.join("out/plots/loss_curves.png"));
+}
+
+#[test]
+fn unknown_grid_keys_and_an_empty_grid_are_clear_errors_before_anything_runs() {
+    for (body, needle) in [
+        ("grid: {patern: [tttt]}\n", "unknown config key `patern`"),
+        ("grid: {}\n", "grid of sweep.yaml is empty"),
+        ("", "grid of sweep.yaml is empty"),
+        ("grid: {pattern: []}\n", "grid key `pattern`"),
+        ("grid: {pattern: [tttt, tsxq]}\n", "bad pattern \"tsxq\""),
+    ] {
+        let d = scratch("sweepbad");
+        let o = sweep(&d, body);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{body}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{body}: expected `{needle}` in {err}");
+        assert!(!d.join("out").exists(), "{body}: something ran");
+    }
+}
+
+#[test]
+fn tp_plot_draws_given_runs_and_rejects_a_folder_that_is_not_a_run() {
+    let d = scratch("plot");
+    assert_ok(&sweep(&d, "grid: {pattern: [pppp]}\n"));
+    let o = bin("tp-plot", &d, &["out/pattern=pppp", "--out", "pics"], &[]);
+    assert_ok(&o);
+    assert_png(&d.join("pics/loss_curves.png"));
+    assert_svg(&d.join("pics/tradeoff.svg"));
+    let o = bin("tp-plot", &d, &["out/logs"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a tp-harness run directory"));
+}

@@ -564,7 +564,7 @@ fn dense_logits(
     for i in 0..cfg.n_layer {
         h = dense::block_pub(vars, cfg, i, &h);
     }
-    let h = tp_harness::ops::layer_norm(
+    let h = tp_harness::ops::layer_norm_composed(
         &h,
         vars["lnf.w"].as_tensor(),
         Some(vars["lnf.b"].as_tensor()),

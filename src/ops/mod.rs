@@ -5,6 +5,8 @@
 //! touching the blocks. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
+pub mod fused;
+
 use candle_core::{DType, Result, Tensor, D};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -26,8 +28,17 @@ pub enum Activation {
     Relu,
 }
 
-/// `(x - mean) / sqrt(var + eps) * w + b` over the last dimension.
+/// `(x - mean) / sqrt(var + eps) * w + b` over the last dimension (fused kernel).
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    let y = fused::layer_norm(x, w, eps)?;
+    match b {
+        Some(b) => y.broadcast_add(b),
+        None => Ok(y),
+    }
+}
+
+/// LayerNorm composed of candle's differentiable ops: the reference for the fused kernel.
+pub fn layer_norm_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f64) -> Result<Tensor> {
     let mean = x.mean_keepdim(D::Minus1)?;
     let xc = x.broadcast_sub(&mean)?;
     let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
@@ -64,6 +75,15 @@ impl Norm {
 
 pub fn activation(x: &Tensor, act: Activation) -> Result<Tensor> {
     match act {
+        Activation::Gelu => fused::gelu(x, false),
+        Activation::GeluTanh => fused::gelu(x, true),
+        Activation::Relu => x.relu(),
+    }
+}
+
+/// candle's own GELU ops: the reference for the fused kernel.
+pub fn activation_composed(x: &Tensor, act: Activation) -> Result<Tensor> {
+    match act {
         Activation::Gelu => x.gelu_erf(),
         Activation::GeluTanh => x.gelu(),
         Activation::Relu => x.relu(),
@@ -78,8 +98,13 @@ pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
     e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
 }
 
-/// Causal softmax of attention scores `(.., T, T)`: position i attends to j <= i.
+/// Causal softmax of attention scores `(.., T, T)`: position i attends to j <= i (fused).
 pub fn causal_softmax(scores: &Tensor) -> Result<Tensor> {
+    fused::causal_softmax(scores)
+}
+
+/// Causal softmax from a mask and candle's ops: the reference for the fused kernel.
+pub fn causal_softmax_composed(scores: &Tensor) -> Result<Tensor> {
     let t = scores.dim(D::Minus1)?;
     let mask: Vec<u8> = (0..t * t).map(|i| u8::from(i % t > i / t)).collect();
     let mask = Tensor::from_vec(mask, (t, t), scores.device())?.broadcast_as(scores.shape())?;
@@ -87,8 +112,13 @@ pub fn causal_softmax(scores: &Tensor) -> Result<Tensor> {
     softmax_last_dim(&mask.where_cond(&neg_inf, scores)?)
 }
 
-/// Mean cross-entropy of `logits (N, V)` against `targets (N,)` (u32).
+/// Mean cross-entropy of `logits (N, V)` against `targets (N,)` (u32), fused.
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    fused::cross_entropy(logits, targets)
+}
+
+/// Cross-entropy from candle's ops: the reference for the fused kernel.
+pub fn cross_entropy_composed(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let max = logits.max_keepdim(D::Minus1)?.detach();
     let shifted = logits.broadcast_sub(&max)?;
     let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;

@@ -22,7 +22,7 @@ fn linear(x: &Tensor, w: Tensor, b: Option<Tensor>) -> Tensor {
 }
 
 fn ln(vars: &HashMap<String, Var>, x: &Tensor, name: &str, eps: f64) -> Tensor {
-    ops::layer_norm(
+    ops::layer_norm_composed(
         x,
         &p(vars, &format!("{name}.w")).unwrap(),
         p(vars, &format!("{name}.b")).as_ref(),
@@ -65,7 +65,7 @@ pub fn block_pub(vars: &HashMap<String, Var>, cfg: &ModelConfig, i: usize, x: &T
     };
     let (q, k, v) = (split(0), split(1), split(2));
     let att = (q.matmul(&k.t().unwrap()).unwrap() * (1.0 / (hd as f64).sqrt())).unwrap();
-    let att = ops::causal_softmax(&att).unwrap();
+    let att = ops::causal_softmax_composed(&att).unwrap();
     let y = att
         .matmul(&v)
         .unwrap()
@@ -85,7 +85,7 @@ pub fn block_pub(vars: &HashMap<String, Var>, cfg: &ModelConfig, i: usize, x: &T
         p(vars, &format!("h.{i}.fc.w")).unwrap(),
         p(vars, &format!("h.{i}.fc.b")),
     );
-    let u = ops::activation(&u, cfg.activation).unwrap();
+    let u = ops::activation_composed(&u, cfg.activation).unwrap();
     let m = linear(
         &u,
         p(vars, &format!("h.{i}.pr.w")).unwrap(),
@@ -111,7 +111,7 @@ pub fn loss_embedded(
         .unwrap()
         .matmul(&p(vars, "wte").unwrap().t().unwrap())
         .unwrap();
-    ops::cross_entropy(&logits, &tgt.flatten_all().unwrap()).unwrap()
+    ops::cross_entropy_composed(&logits, &tgt.flatten_all().unwrap()).unwrap()
 }
 
 pub fn loss(vars: &HashMap<String, Var>, cfg: &ModelConfig, idx: &Tensor, tgt: &Tensor) -> Tensor {

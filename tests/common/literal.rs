@@ -21,7 +21,7 @@ impl Ctx<'_> {
     }
 
     fn ln(&self, x: &Tensor, name: &str) -> Tensor {
-        ops::layer_norm(
+        ops::layer_norm_composed(
             x,
             &self.p(&format!("{name}.w")).unwrap(),
             self.p(&format!("{name}.b")).as_ref(),
@@ -63,7 +63,7 @@ impl Ctx<'_> {
         };
         let (q, k, v) = (part(0), part(1), part(2));
         let att = (q.matmul(&k.t().unwrap()).unwrap() * (1.0 / (hd as f64).sqrt())).unwrap();
-        let att = ops::causal_softmax(&att).unwrap();
+        let att = ops::causal_softmax_composed(&att).unwrap();
         let y = att
             .matmul(&v)
             .unwrap()
@@ -91,7 +91,7 @@ impl Ctx<'_> {
         let b = self
             .p(&format!("h.{i}.fc.b"))
             .map(|b| b.narrow(0, r * hl, hl).unwrap());
-        let u = ops::activation(&Self::lin(h, &w, b), self.cfg.activation).unwrap();
+        let u = ops::activation_composed(&Self::lin(h, &w, b), self.cfg.activation).unwrap();
         let wp = self
             .p(&format!("h.{i}.pr.w"))
             .unwrap()
@@ -197,7 +197,7 @@ pub fn loss_embedded(
         .unwrap()
         .matmul(&ctx.p("wte").unwrap().t().unwrap())
         .unwrap();
-    ops::cross_entropy(&logits, &tgt.flatten_all().unwrap()).unwrap()
+    ops::cross_entropy_composed(&logits, &tgt.flatten_all().unwrap()).unwrap()
 }
 
 pub fn loss(

@@ -111,13 +111,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
             .unwrap_or_else(|| default_run_path("bench"));
         let res = run(&cfg, Some(out.clone()), false, backend)?;
         if res.outcomes[0].rank == 0 {
-            let r = summarize(&cfg, &res.outcomes[0], 3);
-            println!("{}", r.line());
-            write_atomic(
-                &out.join("bench.json"),
-                serde_json::to_string_pretty(&r)?.as_bytes(),
-            )?;
-            println!("bench.json in {}", out.display());
+            summarize(&cfg, &res.outcomes[0], 3).report(&out)?;
         }
         return Ok(());
     }
@@ -130,14 +124,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         if args.tp.is_none() {
             return bench_tp1_and_tp2(&out);
         }
-        let r = bench(&resolve(&overrides)?, 3, args.bench_steps)?;
-        println!("{}", r.line());
-        write_atomic(
-            &out.join("bench.json"),
-            serde_json::to_string_pretty(&r)?.as_bytes(),
-        )?;
-        println!("bench.json in {}", out.display());
-        return Ok(());
+        return bench(&resolve(&overrides)?, 3, args.bench_steps)?.report(&out);
     }
     if let Some(dir) = &args.resume {
         resume(dir, &overrides, !args.quiet, backend)?;

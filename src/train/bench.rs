@@ -26,8 +26,8 @@ pub struct BenchResult {
     /// Median wall-clock ms of the measured steps.
     pub ms_per_step: f64,
     pub tokens_per_s: f64,
-    /// Mean ms per step of each phase on rank 0 (communication happens inside forward,
-    /// backward and grad_sync; `comm_ms` is that share).
+    /// Median ms per measured step of each phase on rank 0 (communication happens inside
+    /// forward, backward and grad_sync; `comm_ms`, a mean over all steps, is that share).
     pub forward_ms: f64,
     pub backward_ms: f64,
     pub grad_sync_ms: f64,
@@ -46,12 +46,13 @@ pub fn bench_config(cfg: &RunConfig, warmup: usize, steps: usize) -> RunConfig {
 
 /// Step-time figures from a benchmark run's rank-0 outcome.
 pub fn summarize(cfg: &RunConfig, o: &TrainOutcome, warmup: usize) -> BenchResult {
-    let mut measured: Vec<f64> = o.step_ms[warmup.min(o.step_ms.len())..].to_vec();
-    measured.sort_by(|a, b| a.total_cmp(b));
-    let median = measured
-        .get(measured.len() / 2)
-        .copied()
-        .unwrap_or(f64::NAN);
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let skip = warmup.min(o.step_ms.len());
+    let ms = median(o.step_ms[skip..].to_vec());
+    let phase = |i: usize| median(o.step_phases[skip..].iter().map(|p| p[i] * 1e3).collect());
     let n = o.times.steps.max(1) as f64;
     let comm: f64 = CommKind::ALL
         .iter()
@@ -70,13 +71,13 @@ pub fn summarize(cfg: &RunConfig, o: &TrainOutcome, warmup: usize) -> BenchResul
         link_latency_us: cfg.link_latency_us,
         batch_size: cfg.batch_size,
         block_size: cfg.block_size,
-        measured_steps: measured.len(),
-        ms_per_step: median,
-        tokens_per_s: cfg.tokens_per_step() as f64 / (median / 1e3),
-        forward_ms: o.times.forward / n * 1e3,
-        backward_ms: o.times.backward / n * 1e3,
-        grad_sync_ms: o.times.grad_sync / n * 1e3,
-        optimizer_ms: o.times.optimizer / n * 1e3,
+        measured_steps: o.step_ms.len() - skip,
+        ms_per_step: ms,
+        tokens_per_s: cfg.tokens_per_step() as f64 / (ms / 1e3),
+        forward_ms: phase(0),
+        backward_ms: phase(1),
+        grad_sync_ms: phase(2),
+        optimizer_ms: phase(3),
         comm_ms: comm / n * 1e3,
     }
 }
@@ -99,6 +100,18 @@ pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult
 }
 
 impl BenchResult {
+    /// Prints the result and writes `out/bench.json`.
+    pub fn report(&self, out: &std::path::Path) -> Result<()> {
+        println!("{}", self.line());
+        std::fs::create_dir_all(out)?;
+        super::run_dir::write_atomic(
+            &out.join("bench.json"),
+            serde_json::to_string_pretty(self)?.as_bytes(),
+        )?;
+        println!("bench.json in {}", out.display());
+        Ok(())
+    }
+
     pub fn line(&self) -> String {
         format!(
             "{} {} tp {} dp {} ({} thread(s)/rank): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",

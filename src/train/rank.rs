@@ -79,6 +79,8 @@ pub struct TrainOutcome {
     pub times: StepTimes,
     /// Wall-clock milliseconds of each training step.
     pub step_ms: Vec<f64>,
+    /// Seconds of each training step's phases: forward, backward, grad sync, optimizer.
+    pub step_phases: Vec<[f64; 4]>,
     pub sample: String,
     /// This rank's parameters after training, by name (only when asked for).
     pub params: Vec<(String, Vec<f32>)>,
@@ -274,6 +276,7 @@ pub fn train_rank(
     let mut log = Vec::new();
     let mut times = StepTimes::default();
     let mut step_ms = Vec::with_capacity(cfg.max_iters.saturating_sub(start));
+    let mut step_phases = Vec::with_capacity(cfg.max_iters.saturating_sub(start));
     let (mut fwd_passes, mut bwd_passes) = (0, 0);
     let accum = cfg.gradient_accumulation_steps;
     let tokens_per_step = cfg.tokens_per_step() as f64;
@@ -323,6 +326,7 @@ pub fn train_rank(
         let t_step = Instant::now();
         let lr = sched.lr(step);
         grads.zero();
+        let before_fwd = (times.forward, times.backward);
         let mut loss_sum = 0f32;
         for micro in 0..accum {
             let (x, y) = batcher.batch(Split::Train, step as u64, micro as u64)?;
@@ -352,6 +356,7 @@ pub fn train_rank(
             fwd_passes += 1;
             bwd_passes += 1;
         }
+        let before = times;
         let t0 = Instant::now();
         grads.sync_tp_partial(&ctx.tp)?;
         grads.average_dp(&ctx.dp)?;
@@ -366,6 +371,12 @@ pub fn train_rank(
         times.grad_sync += (t1 - t0).as_secs_f64();
         times.optimizer += (t2 - t1).as_secs_f64();
         times.steps += 1;
+        step_phases.push([
+            times.forward - before_fwd.0,
+            times.backward - before_fwd.1,
+            times.grad_sync - before.grad_sync,
+            times.optimizer - before.optimizer,
+        ]);
 
         let ms = t_step.elapsed().as_secs_f64() * 1e3;
         step_ms.push(ms);
@@ -422,6 +433,7 @@ pub fn train_rank(
         backward_passes: bwd_passes,
         times,
         step_ms,
+        step_phases,
         sample: sample_text,
         params,
         logical_params,

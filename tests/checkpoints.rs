@@ -162,8 +162,7 @@ fn a_checkpoint_written_at_tp2_loads_at_tp1_and_tp4_with_the_same_loss() {
 #[test]
 fn sigkill_while_a_checkpoint_is_being_written_leaves_the_previous_one_loadable() {
     let d = scratch("kill");
-    let exe = env!("CARGO_BIN_EXE_tp-train");
-    let mut child = std::process::Command::new(exe)
+    let mut child = command("tp-train", &d)
         .args([
             "--quiet",
             "--set",
@@ -174,15 +173,6 @@ fn sigkill_while_a_checkpoint_is_being_written_leaves_the_previous_one_loadable(
             "eval_interval=0",
         ])
         .args(["--set", "max_iters=1000", "--out", "run"])
-        .current_dir(&d)
-        .env(
-            "TP_SHARED_DATASETS",
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
-        )
-        .env(
-            "TP_DATA_DIR",
-            std::env::temp_dir().join("tp-harness-test-datasets"),
-        )
         .env("TP_CHECKPOINT_PAUSE_MS", "1500")
         .stdout(std::process::Stdio::null())
         .spawn()

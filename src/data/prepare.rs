@@ -173,10 +173,7 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
 pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
     let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let (files, signature) = text_files(&canonical)?;
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in canonical.to_string_lossy().bytes() {
-        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-    }
+    let h = crate::tp::params::fnv1a(&canonical.to_string_lossy());
     let dir = root.join(format!("{TEXT}-{h:016x}"));
     let current = std::fs::read_to_string(dir.join("meta.json"))
         .ok()

@@ -108,7 +108,8 @@ pub struct SeededInit {
     pub seed: u64,
 }
 
-fn fnv1a(s: &str) -> u64 {
+/// FNV-1a: a stable hash for seeding per-name streams and naming folders.
+pub fn fnv1a(s: &str) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for b in s.bytes() {
         h ^= b as u64;

@@ -287,13 +287,8 @@ pub fn param_specs(cfg: &ModelConfig, pattern: &str) -> Vec<(String, Vec<usize>,
         .collect()
 }
 
-/// Runs a tp-harness binary in `dir` with the shared datasets.
-pub fn bin(
-    name: &str,
-    dir: &std::path::Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> std::process::Output {
+/// A command for a tp-harness binary in `dir`, reading the shared datasets.
+pub fn command(name: &str, dir: &std::path::Path) -> std::process::Command {
     let exe = match name {
         "tp-train" => env!("CARGO_BIN_EXE_tp-train"),
         "tp-sample" => env!("CARGO_BIN_EXE_tp-sample"),
@@ -303,8 +298,7 @@ pub fn bin(
         other => panic!("unknown binary {other}"),
     };
     let mut c = std::process::Command::new(exe);
-    c.args(args)
-        .current_dir(dir)
+    c.current_dir(dir)
         .env(
             "TP_SHARED_DATASETS",
             std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
@@ -313,6 +307,18 @@ pub fn bin(
             "TP_DATA_DIR",
             std::env::temp_dir().join("tp-harness-test-datasets"),
         );
+    c
+}
+
+/// Runs a tp-harness binary in `dir` with the shared datasets and extra environment.
+pub fn bin(
+    name: &str,
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let mut c = command(name, dir);
+    c.args(args);
     for (k, v) in env {
         c.env(k, v);
     }

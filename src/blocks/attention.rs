@@ -65,9 +65,20 @@ impl AttentionShard {
 
     /// `h (B, T, C)` -> partial `A_r(h) (B, T, C)`.
     pub fn forward(&self, h: &Tensor, fwd: &Fwd) -> Result<Tensor> {
-        let (b, t, _c) = h.dims3()?;
-        let local = self.n_head * self.head_dim;
         let qkv = self.qkv.forward(h)?; // (B, T, 3 * local): [Q_r | K_r | V_r]
+        let y = if fwd.active() {
+            self.attend_with_dropout(&qkv, fwd)?
+        } else {
+            ops::causal_attention(&qkv, self.n_head, self.head_dim)? // (B, T, C/N)
+        };
+        Ok(self.o.forward(&y)?)
+    }
+
+    /// Attention with dropout on the probabilities: the (B, H_r, T, T) probabilities are
+    /// materialised so the logical mask can be applied to them.
+    fn attend_with_dropout(&self, qkv: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        let (b, t, _) = qkv.dims3()?;
+        let local = self.n_head * self.head_dim;
         let heads = |i: usize| -> Result<Tensor> {
             Ok(qkv
                 .narrow(2, i * local, local)?
@@ -78,13 +89,10 @@ impl AttentionShard {
         let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let att = (q.matmul(&k.t()?)? * scale)?; // (B, H_r, T, T)
-        let mut att = ops::causal_softmax(&att)?;
-        if fwd.active() {
-            let key = fwd.site_key(self.layer, DropSite::AttnProbs);
-            att = ops::dropout_part(&att, fwd.dropout, key, 1, self.tp_rank, self.tp_size)?;
-        }
+        let att = ops::causal_softmax(&att)?;
+        let key = fwd.site_key(self.layer, DropSite::AttnProbs);
+        let att = ops::dropout_part(&att, fwd.dropout, key, 1, self.tp_rank, self.tp_size)?;
         let y = att.matmul(&v)?; // (B, H_r, T, hd)
-        let y = y.transpose(1, 2)?.reshape((b, t, local))?; // (B, T, C/N)
-        Ok(self.o.forward(&y)?)
+        Ok(y.transpose(1, 2)?.reshape((b, t, local))?)
     }
 }

@@ -98,7 +98,7 @@ impl Gpt {
     pub fn forward_embedded(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
         let h = self.lnf.forward(&self.stack.forward(x, fwd)?)?;
-        let logits = h.reshape((b * t, c))?.matmul(&self.wte.t()?)?; // (B*T, V)
+        let logits = ops::linear(&h.reshape((b * t, c))?, &self.wte.t()?, None)?; // (B*T, V)
         Ok(logits.reshape((b, t, self.cfg.vocab_size))?)
     }
 

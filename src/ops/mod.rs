@@ -5,7 +5,10 @@
 //! touching the blocks. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
+pub mod fastmath;
 pub mod fused;
+pub mod gemm;
+pub mod profile;
 
 use candle_core::{DType, Result, Tensor, D};
 use rand::{Rng, SeedableRng};
@@ -96,6 +99,47 @@ pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
     let max = x.max_keepdim(D::Minus1)?.detach();
     let e = x.broadcast_sub(&max)?.exp()?;
     e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+}
+
+/// `x (.., in) @ w (in, out) + b` (fused; `w` may be a transposed view).
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    fused::linear(x, w, b)
+}
+
+/// candle's matmul and broadcast add: the reference for the fused linear.
+pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let (n_in, n_out) = w.dims2()?;
+    let mut shape = x.dims().to_vec();
+    *shape.last_mut().expect("rank >= 1") = n_out;
+    let y = x.reshape(((), n_in))?.matmul(w)?;
+    let y = match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    y.reshape(shape)
+}
+
+/// Causal self-attention of a packed `qkv (B, T, 3 * heads * head_dim)` (Q, K, V blocks,
+/// heads contiguous within each) -> `(B, T, heads * head_dim)`, fused.
+pub fn causal_attention(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    fused::causal_attention(qkv, heads, head_dim)
+}
+
+/// Attention from candle's ops (head split, matmuls, masked softmax, merge): the
+/// reference for the fused kernel.
+pub fn causal_attention_composed(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    let (b, t, _) = qkv.dims3()?;
+    let l = heads * head_dim;
+    let part = |i: usize| -> Result<Tensor> {
+        qkv.narrow(2, i * l, l)?
+            .reshape((b, t, heads, head_dim))?
+            .transpose(1, 2)?
+            .contiguous()
+    };
+    let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+    let att = (q.matmul(&k.t()?)? * (1.0 / (head_dim as f64).sqrt()))?;
+    let y = causal_softmax_composed(&att)?.matmul(&v)?;
+    y.transpose(1, 2)?.reshape((b, t, l))
 }
 
 /// Causal softmax of attention scores `(.., T, T)`: position i attends to j <= i (fused).

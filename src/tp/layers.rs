@@ -3,19 +3,11 @@
 //! Weights are stored (in, out) so that `y = x W + b`, the layout of GPT-2's Conv1D and of
 //! the golden vectors. Neither layer communicates: the blocks place `f` and `g` around them.
 
+use crate::ops;
 use candle_core::{Result, Tensor, D};
 
 fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let (n_in, n_out) = w.dims2()?;
-    let mut out_shape = x.dims().to_vec();
-    let last = out_shape.len() - 1;
-    out_shape[last] = n_out;
-    let x2 = x.reshape(((), n_in))?; // (rows, in)
-    let mut y = x2.matmul(w)?; // (rows, out)
-    if let Some(b) = b {
-        y = y.broadcast_add(b)?;
-    }
-    y.reshape(out_shape)
+    ops::linear(x, w, b)
 }
 
 /// Output features split over ranks: rank r holds columns `[r*out/N, (r+1)*out/N)` of `W`

@@ -3,6 +3,7 @@
 //! moments are plain vectors in registry order, so they can be saved and restored.
 
 use super::grads::GradBuffer;
+use crate::ops::profile::{timed, OpKind};
 use crate::tp::ParamRegistry;
 use anyhow::{bail, Result};
 use candle_core::{CpuStorage, InplaceOp1, Layout};
@@ -53,15 +54,21 @@ impl InplaceOp1 for Update<'_> {
         let p = &mut data[start..end];
         let mut m = self.m.borrow_mut();
         let mut v = self.v.borrow_mut();
-        let shrink = 1.0 - self.lr * self.decay;
-        for i in 0..p.len() {
-            let g = self.grad[i];
-            m[i] = self.b1 * m[i] + (1.0 - self.b1) * g;
-            v[i] = self.b2 * v[i] + (1.0 - self.b2) * g * g;
-            let mhat = m[i] * self.c1;
-            let vhat = v[i] * self.c2;
-            p[i] = p[i] * shrink - self.lr * mhat / (vhat.sqrt() + self.eps);
-        }
+        let (b1, b2, lr, eps, c1, c2) = (self.b1, self.b2, self.lr, self.eps, self.c1, self.c2);
+        let shrink = 1.0 - lr * self.decay;
+        let flops = 14.0 * p.len() as f64;
+        timed(OpKind::AdamW, flops, || {
+            for (((p, &g), m), v) in p
+                .iter_mut()
+                .zip(self.grad)
+                .zip(m.iter_mut())
+                .zip(v.iter_mut())
+            {
+                *m = b1 * *m + (1.0 - b1) * g;
+                *v = b2 * *v + (1.0 - b2) * g * g;
+                *p = *p * shrink - lr * (*m * c1) / ((*v * c2).sqrt() + eps);
+            }
+        });
         Ok(())
     }
 }

@@ -1,0 +1,164 @@
+//! Causal self-attention of a packed `qkv (B, T, 3L)` (`L = heads * head_dim`; Q, K and V
+//! each `L` columns, head h at columns `h*hd..(h+1)*hd` of its part) to `y (B, T, L)`, as
+//! one op. Per (batch, head) it keeps one `T x T` scratch matrix: forward computes
+//! `softmax(Q K^T / sqrt(hd))` masked to j <= i and multiplies by V; backward recomputes
+//! the probabilities (as flash attention does) instead of storing `B x H x T x T` of them.
+//! Q, K, V and the output are read and written in place through strided views: no head
+//! split, transpose or concatenation copies in either direction.
+
+use super::softmax::{causal_softmax_row, softmax_grad_row};
+use super::{slice_of, with_f32};
+use crate::ops::gemm::{matmul, Mat, MatMut};
+use crate::ops::profile::{timed, OpKind};
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+struct CausalAttention {
+    heads: usize,
+    head_dim: usize,
+}
+
+impl CausalAttention {
+    fn scale(&self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
+    }
+
+    /// Views of head `h`'s Q, K or V (`part` 0, 1, 2) in one sequence's `(T, 3L)` rows.
+    fn part<'a>(&self, seq: &'a [f32], t: usize, part: usize, h: usize) -> Mat<'a> {
+        let l = self.heads * self.head_dim;
+        let at = part * l + h * self.head_dim;
+        Mat::strided(&seq[at..], t, self.head_dim, 3 * l, 1)
+    }
+
+    /// Probabilities `P (T, T)` of head `h` of one sequence into `p`.
+    fn probs(&self, seq: &[f32], t: usize, h: usize, p: &mut [f32]) {
+        let q = self.part(seq, t, 0, h);
+        let k = self.part(seq, t, 1, h);
+        matmul(MatMut::rows(p, t, t), q, k.t(), false, 1);
+        for (i, row) in p.chunks_exact_mut(t).enumerate() {
+            causal_softmax_row(row, i, self.scale());
+        }
+    }
+
+    /// `y` rows `(T, L)` of one sequence.
+    fn forward_seq(&self, seq: &[f32], t: usize, y: &mut [f32], p: &mut [f32]) {
+        let (l, hd) = (self.heads * self.head_dim, self.head_dim);
+        for h in 0..self.heads {
+            self.probs(seq, t, h, p);
+            let v = self.part(seq, t, 2, h);
+            let dst = MatMut::strided(&mut y[h * hd..], t, hd, l, 1);
+            matmul(dst, Mat::rows(p, t, t), v, false, 1);
+        }
+    }
+
+    /// `dqkv` rows `(T, 3L)` of one sequence from its `dy (T, L)`.
+    fn backward_seq(&self, seq: &[f32], dy: &[f32], t: usize, dqkv: &mut [f32], s: &mut Scratch) {
+        let (l, hd) = (self.heads * self.head_dim, self.head_dim);
+        for h in 0..self.heads {
+            self.probs(seq, t, h, &mut s.p);
+            let dyh = Mat::strided(&dy[h * hd..], t, hd, l, 1);
+            let (q, k, v) = (
+                self.part(seq, t, 0, h),
+                self.part(seq, t, 1, h),
+                self.part(seq, t, 2, h),
+            );
+            let pm = Mat::rows(&s.p, t, t);
+            // dP = dY V^T, dV = P^T dY
+            matmul(MatMut::rows(&mut s.dp, t, t), dyh, v.t(), false, 1);
+            let dv = MatMut::strided(&mut dqkv[2 * l + h * hd..], t, hd, 3 * l, 1);
+            matmul(dv, pm.t(), dyh, false, 1);
+            // dS = P * (dP - <P, dP>) / sqrt(hd), then dQ = dS K, dK = dS^T Q
+            for ((pr, dpr), dsr) in
+                s.p.chunks_exact(t)
+                    .zip(s.dp.chunks_exact(t))
+                    .zip(s.ds.chunks_exact_mut(t))
+            {
+                softmax_grad_row(pr, dpr, self.scale(), dsr);
+            }
+            let ds = Mat::rows(&s.ds, t, t);
+            let dq = MatMut::strided(&mut dqkv[h * hd..], t, hd, 3 * l, 1);
+            matmul(dq, ds, k, false, 1);
+            let dk = MatMut::strided(&mut dqkv[l + h * hd..], t, hd, 3 * l, 1);
+            matmul(dk, ds.t(), q, false, 1);
+        }
+    }
+
+    fn flops(&self, b: usize, t: usize) -> f64 {
+        // Two (T x T x hd) products a head; the backward does five (one recomputes P).
+        (2 * b * self.heads * t * t * self.head_dim) as f64 * 2.0
+    }
+}
+
+struct Scratch {
+    p: Vec<f32>,
+    dp: Vec<f32>,
+    ds: Vec<f32>,
+}
+
+/// Runs `f(sequence, out_rows)` for each sequence of `out` (rows of `width` values, `t` a
+/// sequence): in parallel over sequences when candle runs more than one thread.
+fn per_sequence(out: &mut [f32], t: usize, width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    if crate::ops::gemm::threads() <= 1 {
+        out.chunks_exact_mut(t * width)
+            .enumerate()
+            .for_each(|(i, o)| f(i, o));
+    } else {
+        out.par_chunks_exact_mut(t * width)
+            .enumerate()
+            .for_each(|(i, o)| f(i, o));
+    }
+}
+
+impl CustomOp1 for CausalAttention {
+    fn name(&self) -> &'static str {
+        "fused-causal-attention"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let qkv = slice_of(s, l)?;
+        let &[b, t, w] = l.dims() else {
+            candle_core::bail!("attention: qkv must be (B, T, 3L), got {:?}", l.dims());
+        };
+        let width = self.heads * self.head_dim;
+        if w != 3 * width {
+            candle_core::bail!("attention: qkv has {w} columns, expected {}", 3 * width);
+        }
+        let y = timed(OpKind::AttentionFwd, self.flops(b, t), || {
+            let mut y = vec![0f32; b * t * width];
+            per_sequence(&mut y, t, width, |i, ys| {
+                let mut p = vec![0f32; t * t];
+                self.forward_seq(&qkv[i * t * w..(i + 1) * t * w], t, ys, &mut p);
+            });
+            y
+        });
+        Ok((CpuStorage::F32(y), Shape::from((b, t, width))))
+    }
+    fn bwd(&self, qkv: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let (b, t, w) = qkv.dims3()?;
+        let width = self.heads * self.head_dim;
+        let dqkv = with_f32(qkv, |x| {
+            with_f32(grad, |dy| {
+                timed(OpKind::AttentionBwd, self.flops(b, t) * 2.5, || {
+                    let mut dqkv = vec![0f32; x.len()];
+                    per_sequence(&mut dqkv, t, w, |i, d| {
+                        let mut s = Scratch {
+                            p: vec![0f32; t * t],
+                            dp: vec![0f32; t * t],
+                            ds: vec![0f32; t * t],
+                        };
+                        let seq = &x[i * t * w..(i + 1) * t * w];
+                        let dys = &dy[i * t * width..(i + 1) * t * width];
+                        self.backward_seq(seq, dys, t, d, &mut s);
+                    });
+                    dqkv
+                })
+            })
+        })??;
+        Ok(Some(Tensor::from_vec(dqkv, qkv.shape(), qkv.device())?))
+    }
+}
+
+/// `qkv (B, T, 3 * heads * head_dim)` -> `y (B, T, heads * head_dim)`.
+pub fn causal_attention(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    qkv.contiguous()?
+        .apply_op1(CausalAttention { heads, head_dim })
+}

@@ -1,0 +1,80 @@
+//! Mean cross-entropy of `logits (N, V)` against `targets (N,)` u32, as one op: the
+//! backward is `(softmax - onehot) / N`.
+
+use super::{slice_of, with_f32};
+use crate::ops::fastmath;
+use crate::ops::profile::{timed, OpKind};
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+
+struct CrossEntropy;
+
+/// Row max and log-sum-exp of the row shifted by it.
+fn log_softmax_row(row: &[f32]) -> (f32, f32) {
+    let max = fastmath::max(row);
+    let sum: f32 = row.iter().map(|&v| fastmath::exp(v - max)).sum();
+    (max, sum.ln())
+}
+
+impl CustomOp2 for CrossEntropy {
+    fn name(&self) -> &'static str {
+        "fused-cross-entropy"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = slice_of(s1, l1)?;
+        let CpuStorage::U32(t) = s2 else {
+            candle_core::bail!("cross-entropy targets must be u32");
+        };
+        let t = &t[l2.start_offset()..l2.start_offset() + l2.shape().elem_count()];
+        let v = *l1.dims().last().expect("rank 2");
+        let total = timed(OpKind::CrossEntropy, 0.0, || {
+            let mut total = 0f64;
+            for (row, &tg) in x.chunks_exact(v).zip(t) {
+                let (max, lse) = log_softmax_row(row);
+                total += (lse - (row[tg as usize] - max)) as f64;
+            }
+            total
+        });
+        Ok((
+            CpuStorage::F32(vec![(total / t.len() as f64) as f32]),
+            Shape::from(()),
+        ))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        tgt: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let g = grad.to_scalar::<f32>()?;
+        let targets = tgt.flatten_all()?.to_vec1::<u32>()?;
+        let v = x.dim(candle_core::D::Minus1)?;
+        let scale = g / targets.len() as f32;
+        let dx = with_f32(x, |x| {
+            timed(OpKind::CrossEntropy, 0.0, || {
+                let mut dx = vec![0f32; x.len()];
+                for ((row, d), &tg) in x.chunks_exact(v).zip(dx.chunks_exact_mut(v)).zip(&targets) {
+                    let (max, lse) = log_softmax_row(row);
+                    for (d, &r) in d.iter_mut().zip(row) {
+                        *d = fastmath::exp(r - max - lse) * scale;
+                    }
+                    d[tg as usize] -= scale;
+                }
+                dx
+            })
+        })?;
+        Ok((Some(Tensor::from_vec(dx, x.shape(), x.device())?), None))
+    }
+}
+
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, CrossEntropy)
+}

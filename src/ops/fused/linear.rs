@@ -1,0 +1,165 @@
+//! `y = x W (+ b)` for `x (rows, in)` and a weight of any 2-D strides (a transposed view
+//! such as the tied head's `wte^T` is read in place). The backward multiplies by
+//! transposed views too: `dx = dy W^T`, `dW = x^T dy`, `db` = column sums of `dy`.
+
+use super::slice_of;
+use crate::ops::gemm::{matmul, threads, Mat, MatMut};
+use crate::ops::profile::{timed, OpKind};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+
+struct Linear;
+
+/// A 2-D view of a tensor of any strides.
+fn mat_of<'a>(s: &'a CpuStorage, l: &Layout) -> Result<Mat<'a>> {
+    let CpuStorage::F32(d) = s else {
+        candle_core::bail!("fused ops support f32 tensors only");
+    };
+    let (&[rows, cols], &[rs, cs]) = (l.dims(), l.stride()) else {
+        candle_core::bail!("linear: the weight must be 2-D, got {:?}", l.dims());
+    };
+    Ok(Mat::strided(&d[l.start_offset()..], rows, cols, rs, cs))
+}
+
+fn forward(x: &CpuStorage, lx: &Layout, w: Mat, b: Option<&[f32]>) -> Result<(CpuStorage, Shape)> {
+    let x = slice_of(x, lx)?;
+    let (n_in, n_out) = (w.rows, w.cols);
+    let rows = x.len() / n_in.max(1);
+    if lx.dims().last() != Some(&n_in) {
+        candle_core::bail!("linear: input {:?} does not end in {n_in}", lx.dims());
+    }
+    let flops = 2.0 * (rows * n_in * n_out) as f64;
+    let y = timed(OpKind::MatmulFwd, flops, || {
+        let mut y = vec![0f32; rows * n_out];
+        if let Some(b) = b {
+            // Start from the bias and accumulate the product onto it.
+            y.chunks_exact_mut(n_out).for_each(|r| r.copy_from_slice(b));
+        }
+        let dst = MatMut::rows(&mut y, rows, n_out);
+        matmul(dst, Mat::rows(x, rows, n_in), w, b.is_some(), threads());
+        y
+    });
+    let mut dims = lx.dims().to_vec();
+    *dims.last_mut().expect("rank >= 1") = n_out;
+    Ok((CpuStorage::F32(y), Shape::from(dims)))
+}
+
+/// Gradients of x, W and (when `with_bias`) b.
+fn backward(
+    x: &Tensor,
+    w: &Tensor,
+    grad: &Tensor,
+    with_bias: bool,
+) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+    let x = x.contiguous()?;
+    let dy = grad.contiguous()?;
+    let (n_in, n_out) = w.dims2()?;
+    let rows = x.elem_count() / n_in.max(1);
+    let (xs, xl) = x.storage_and_layout();
+    let (ws, wl) = w.storage_and_layout();
+    let (gs, gl) = dy.storage_and_layout();
+    let (
+        candle_core::Storage::Cpu(xs),
+        candle_core::Storage::Cpu(ws),
+        candle_core::Storage::Cpu(gs),
+    ) = (&*xs, &*ws, &*gs)
+    else {
+        candle_core::bail!("fused ops run on the CPU only");
+    };
+    let (xv, wm, gv) = (slice_of(xs, xl)?, mat_of(ws, wl)?, slice_of(gs, gl)?);
+    let flops = 4.0 * (rows * n_in * n_out) as f64;
+    let (dx, dw, db) = timed(OpKind::MatmulBwd, flops, || {
+        let g = Mat::rows(gv, rows, n_out);
+        let mut dx = vec![0f32; rows * n_in];
+        matmul(
+            MatMut::rows(&mut dx, rows, n_in),
+            g,
+            wm.t(),
+            false,
+            threads(),
+        );
+        let mut dw = vec![0f32; n_in * n_out];
+        let xt = Mat::rows(xv, rows, n_in).t();
+        matmul(MatMut::rows(&mut dw, n_in, n_out), xt, g, false, threads());
+        let db = with_bias.then(|| {
+            let mut db = vec![0f32; n_out];
+            for r in gv.chunks_exact(n_out) {
+                db.iter_mut().zip(r).for_each(|(a, b)| *a += b);
+            }
+            db
+        });
+        (dx, dw, db)
+    });
+    let dev = x.device();
+    Ok((
+        Tensor::from_vec(dx, x.shape(), dev)?,
+        Tensor::from_vec(dw, (n_in, n_out), dev)?,
+        db.map(|db| Tensor::from_vec(db, n_out, dev)).transpose()?,
+    ))
+}
+
+impl CustomOp2 for Linear {
+    fn name(&self) -> &'static str {
+        "fused-linear"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        forward(s1, l1, mat_of(s2, l2)?, None)
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, _) = backward(x, w, grad, false)?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+impl CustomOp3 for Linear {
+    fn name(&self) -> &'static str {
+        "fused-linear-bias"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let w = mat_of(s2, l2)?;
+        let b = slice_of(s3, l3)?;
+        if b.len() != w.cols {
+            candle_core::bail!("linear: bias of {} for {} outputs", b.len(), w.cols);
+        }
+        forward(s1, l1, w, Some(b))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, db) = backward(x, w, grad, true)?;
+        Ok((Some(dx), Some(dw), db))
+    }
+}
+
+/// `x (.., in) @ w (in, out) + b` -> `(.., out)`.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    match b {
+        Some(b) => x.apply_op3(w, &b.contiguous()?, Linear),
+        None => x.apply_op2(w, Linear),
+    }
+}

@@ -1,0 +1,67 @@
+//! Causal softmax over the last dimension of square `(.., T, T)` scores: row i keeps
+//! columns j <= i. The backward uses the saved output. (Attention without dropout uses
+//! the fused `causal_attention` instead, which includes this.)
+
+use super::{for_row_blocks, slice_of, with_f32};
+use crate::ops::fastmath;
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+
+struct CausalSoftmax;
+
+/// Row `i` of scores becomes the softmax of `row[..=i] * scale` (scale > 0), zeros after.
+#[inline(always)]
+pub(super) fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
+    let (live, masked) = row.split_at_mut(i + 1);
+    let max = fastmath::max(live) * scale;
+    live.iter_mut()
+        .for_each(|v| *v = fastmath::exp(*v * scale - max));
+    let inv = 1.0 / fastmath::sum(live);
+    live.iter_mut().for_each(|v| *v *= inv);
+    masked.iter_mut().for_each(|v| *v = 0.0);
+}
+
+/// `dx = y * (dy - <y, dy>) * scale` on one row (zeros where y is).
+#[inline(always)]
+pub(super) fn softmax_grad_row(y: &[f32], dy: &[f32], scale: f32, dx: &mut [f32]) {
+    let dot = fastmath::dot(y, dy);
+    for ((d, &y), &g) in dx.iter_mut().zip(y).zip(dy) {
+        *d = y * (g - dot) * scale;
+    }
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "fused-causal-softmax"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = slice_of(s, l)?;
+        let t = *l.dims().last().expect("rank >= 1");
+        let mut out = x.to_vec();
+        for_row_blocks(&mut out, t, |first, o| {
+            for (r, o) in o.chunks_exact_mut(t).enumerate() {
+                causal_softmax_row(o, (first + r) % t, 1.0);
+            }
+        });
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+    fn bwd(&self, _x: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let t = res.dim(candle_core::D::Minus1)?;
+        let dx = with_f32(res, |y| {
+            with_f32(grad, |dy| {
+                let mut dx = vec![0f32; y.len()];
+                for_row_blocks(&mut dx, t, |first, d| {
+                    for (r, d) in d.chunks_exact_mut(t).enumerate() {
+                        let at = (first + r) * t;
+                        softmax_grad_row(&y[at..at + t], &dy[at..at + t], 1.0, d);
+                    }
+                });
+                dx
+            })
+        })??;
+        Ok(Some(Tensor::from_vec(dx, res.shape(), res.device())?))
+    }
+}
+
+pub fn causal_softmax(scores: &Tensor) -> Result<Tensor> {
+    scores.contiguous()?.apply_op1(CausalSoftmax)
+}

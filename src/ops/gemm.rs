@@ -1,0 +1,224 @@
+//! Safe strided matrix views over f32 slices and `dst (+)= a @ b` on them with the `gemm`
+//! crate (candle's own CPU matmul). Strides let a kernel multiply by a transpose, or by
+//! one head's columns of a packed QKV buffer, without copying it first.
+
+use rayon::prelude::*;
+
+/// Element (i, j) of a view is `data[i * rs + j * cs]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Mat<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// A row-major `(rows, cols)` matrix starting at `data[0]`.
+    pub fn rows(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Self::strided(data, rows, cols, cols, 1)
+    }
+
+    /// `(rows, cols)` with row stride `rs` and unit column stride, starting at `data[0]`.
+    pub fn strided(data: &'a [f32], rows: usize, cols: usize, rs: usize, cs: usize) -> Self {
+        let m = Self {
+            data,
+            rows,
+            cols,
+            rs,
+            cs,
+        };
+        assert!(m.fits(data.len()), "matrix view out of bounds");
+        m
+    }
+
+    pub fn t(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    fn fits(&self, len: usize) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1) * self.rs + (self.cols - 1) * self.cs < len
+    }
+}
+
+/// A mutable view, as [`Mat`].
+#[derive(Debug)]
+pub struct MatMut<'a> {
+    pub data: &'a mut [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> MatMut<'a> {
+    pub fn rows(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
+        Self::strided(data, rows, cols, cols, 1)
+    }
+
+    pub fn strided(data: &'a mut [f32], rows: usize, cols: usize, rs: usize, cs: usize) -> Self {
+        let fits = rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < data.len();
+        assert!(fits, "matrix view out of bounds");
+        Self {
+            data,
+            rows,
+            cols,
+            rs,
+            cs,
+        }
+    }
+}
+
+/// `dst = a @ b`, or `dst += a @ b` when `accumulate`, on `threads` threads of the current
+/// rayon pool (1: the calling thread only).
+pub fn matmul(dst: MatMut, a: Mat, b: Mat, accumulate: bool, threads: usize) {
+    assert_eq!(a.cols, b.rows, "inner dimensions differ");
+    assert_eq!(
+        (dst.rows, dst.cols),
+        (a.rows, b.cols),
+        "output shape differs"
+    );
+    // Different strides of one buffer must not make two output elements alias.
+    assert!(dst.rows <= 1 || dst.cols <= 1 || (dst.rs != 0 && dst.cs != 0 && dst.rs != dst.cs));
+    if dst.rows == 0 || dst.cols == 0 {
+        return;
+    }
+    if a.cols == 0 {
+        if !accumulate {
+            for i in 0..dst.rows {
+                for j in 0..dst.cols {
+                    dst.data[i * dst.rs + j * dst.cs] = 0.0;
+                }
+            }
+        }
+        return;
+    }
+    if threads > 1 && dst.cs == 1 && dst.rs >= dst.cols && dst.rows >= 32 * threads {
+        return matmul_split_rows(dst, a, b, accumulate, threads);
+    }
+    // SAFETY: the views were bounds-checked when they were made, shapes agree (asserted
+    // above), `dst` is borrowed mutably so it overlaps neither input, and gemm reads
+    // exactly the elements the views describe.
+    unsafe {
+        gemm::gemm(
+            dst.rows,
+            dst.cols,
+            a.cols,
+            dst.data.as_mut_ptr(),
+            dst.cs as isize,
+            dst.rs as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// Splits the rows of `dst` (row-major, rows apart) into one block per thread, each a
+/// single-threaded product on the current rayon pool. On the model's shapes (a few hundred
+/// to a few thousand rows, 128-1536 columns) this scales where gemm's own threading,
+/// which splits the columns, does not.
+fn matmul_split_rows(dst: MatMut, a: Mat, b: Mat, accumulate: bool, threads: usize) {
+    let per = dst.rows.div_ceil(threads);
+    let (rows, cols, rs) = (dst.rows, dst.cols, dst.rs);
+    let mut blocks = Vec::with_capacity(threads);
+    let mut rest = &mut dst.data[..(rows - 1) * rs + cols];
+    let mut r0 = 0;
+    while r0 < rows {
+        let n = per.min(rows - r0);
+        let take = if r0 + n == rows { rest.len() } else { n * rs };
+        let (head, tail) = rest.split_at_mut(take);
+        blocks.push((r0, n, head));
+        rest = tail;
+        r0 += n;
+    }
+    blocks.into_par_iter().for_each(|(r0, n, d)| {
+        let sub = Mat {
+            data: &a.data[r0 * a.rs..],
+            rows: n,
+            ..a
+        };
+        matmul(MatMut::strided(d, n, cols, rs, 1), sub, b, accumulate, 1);
+    });
+}
+
+thread_local! {
+    static THREADS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Threads the fused kernels use from this thread: candle's count (RAYON_NUM_THREADS,
+/// else all cores) unless [`with_threads`] says otherwise.
+pub fn threads() -> usize {
+    THREADS
+        .get()
+        .unwrap_or_else(candle_core::utils::get_num_threads)
+}
+
+/// Runs `f` with the fused kernels called from this thread using `n` threads.
+pub fn with_threads<R>(n: usize, f: impl FnOnce() -> R) -> R {
+    let before = THREADS.replace(Some(n));
+    let r = f();
+    THREADS.set(before);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn strided_matmul_matches_a_naive_one_for_plain_transposed_and_accumulated_views() {
+        let (m, k, n) = (5, 7, 3);
+        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.3).sin()).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.7).cos()).collect();
+        let want = naive(&a, &b, m, k, n);
+        let mut c = vec![0f32; m * n];
+        matmul(
+            MatMut::rows(&mut c, m, n),
+            Mat::rows(&a, m, k),
+            Mat::rows(&b, k, n),
+            false,
+            1,
+        );
+        assert!(c.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-5));
+        // (b^T)^T from a transposed copy of b, accumulated onto the previous result.
+        let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+        matmul(
+            MatMut::rows(&mut c, m, n),
+            Mat::rows(&a, m, k),
+            Mat::rows(&bt, n, k).t(),
+            true,
+            2,
+        );
+        assert!(c.iter().zip(&want).all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
+    }
+}

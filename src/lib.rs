@@ -7,6 +7,7 @@
 //! - `data`: datasets and loaders
 //! - `train`: configuration, optimiser, the rank program, launchers and run outputs
 
+pub mod alloc;
 pub mod blocks;
 pub mod data;
 pub mod error;

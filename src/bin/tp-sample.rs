@@ -40,6 +40,7 @@ struct Args {
 }
 
 fn main() {
+    tp_harness::alloc::keep_freed_memory();
     let a = Args::parse();
     let opts = SampleOptions {
         tokens: a.tokens,

@@ -22,6 +22,9 @@ struct Args {
     /// YAML file with config keys (nanoGPT names plus pattern, tp, dp).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Model preset: mini, baby, gpt2 or micro (same as --set preset=P).
+    #[arg(long)]
+    preset: Option<String>,
     /// Block pattern, e.g. sppp, tstt, 3xsppp.
     #[arg(long)]
     pattern: Option<String>,
@@ -44,9 +47,12 @@ struct Args {
     /// Measure steady-state step time instead of training a run (tp 1 and 2 unless --tp).
     #[arg(long)]
     bench: bool,
-    /// Steps measured by --bench after 3 warm-up steps.
+    /// Steps measured by --bench after the warm-up steps.
     #[arg(long, default_value_t = 20)]
     bench_steps: usize,
+    /// Unmeasured steps --bench runs first.
+    #[arg(long, default_value_t = 3)]
+    bench_warmup: usize,
     /// Hide the progress bar.
     #[arg(long)]
     quiet: bool,
@@ -63,6 +69,7 @@ enum BackendArg {
 }
 
 fn main() {
+    tp_harness::alloc::keep_freed_memory();
     let args = Args::parse();
     if let Err(e) = real_main(args) {
         if e.downcast_ref::<AlreadyReported>().is_none() {
@@ -84,6 +91,9 @@ fn real_main(args: Args) -> anyhow::Result<()> {
             Origin::Flag(format!("--{name} {v}")),
         )
     };
+    if let Some(p) = &args.preset {
+        overrides.push(flag("preset", p.clone()));
+    }
     if let Some(p) = &args.pattern {
         overrides.push(flag("pattern", p.clone()));
     }
@@ -104,14 +114,14 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     };
     if args.bench && backend == Backend::Mpi {
         // Each rank is a process already: one measurement at the launched shape.
-        let cfg = bench_config(&resolve(&overrides)?, 3, args.bench_steps);
+        let cfg = bench_config(&resolve(&overrides)?, args.bench_warmup, args.bench_steps);
         let out = args
             .out
             .clone()
             .unwrap_or_else(|| default_run_path("bench"));
         let res = run(&cfg, Some(out.clone()), false, backend)?;
         if res.outcomes[0].rank == 0 {
-            summarize(&cfg, &res.outcomes[0], 3).report(&out)?;
+            summarize(&cfg, &res.outcomes[0], args.bench_warmup).report(&out)?;
         }
         return Ok(());
     }
@@ -124,7 +134,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         if args.tp.is_none() {
             return bench_tp1_and_tp2(&out);
         }
-        return bench(&resolve(&overrides)?, 3, args.bench_steps)?.report(&out);
+        return bench(&resolve(&overrides)?, args.bench_warmup, args.bench_steps)?.report(&out);
     }
     if let Some(dir) = &args.resume {
         resume(dir, &overrides, !args.quiet, backend)?;
@@ -169,7 +179,12 @@ fn bench_tp1_and_tp2(out: &std::path::Path) -> anyhow::Result<()> {
         results[1]["ms_per_step"].as_f64(),
     );
     if let (Some(a), Some(b)) = (a, b) {
-        println!("tp 2 / tp 1 step time: {:.2}x", b / a);
+        // Both runs process the same tokens a step on the same cores.
+        println!(
+            "tp 2 / tp 1 time per token on the same cores: {:.2}x ({:+.0}%)",
+            b / a,
+            100.0 * (b / a - 1.0)
+        );
     }
     write_atomic(
         &out.join("bench.json"),

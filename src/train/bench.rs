@@ -6,6 +6,7 @@ use super::launch::{configure_threads, run_threads};
 use super::rank::{RankIo, RankOptions, TrainOutcome};
 use super::run::load_dataset;
 use crate::error::user;
+use crate::ops::profile::OpKind;
 use crate::tp::CommKind;
 use anyhow::Result;
 use serde::Serialize;
@@ -33,6 +34,35 @@ pub struct BenchResult {
     pub grad_sync_ms: f64,
     pub optimizer_ms: f64,
     pub comm_ms: f64,
+    /// Mean ms per measured step of each kind of op on rank 0, then communication, then
+    /// everything else (embeddings, residual adds, autograd's bookkeeping and gradient
+    /// accumulation, gradient clipping).
+    pub profile: Vec<OpShare>,
+    /// FLOPs of a step over all ranks (matmuls and attention, forward and backward).
+    pub flops_per_step: f64,
+    /// Cores the run kept busy: ranks x math threads per rank.
+    pub cores: usize,
+    /// Achieved over the whole step, per core.
+    pub gflops_per_core: f64,
+    /// Achieved inside the matmuls (forward and backward), per core.
+    pub matmul_gflops_per_core: f64,
+    /// Best single-thread rate of a 512^3 matmul on this machine with the same kernels.
+    pub matmul_ceiling_gflops_per_core: f64,
+    /// Peak resident memory of the process in the measured steps (max, first, last):
+    /// first == last means no growth across steps. 0 where /proc is unavailable.
+    pub peak_rss_mb: f64,
+    pub first_step_peak_rss_mb: f64,
+    pub last_step_peak_rss_mb: f64,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct OpShare {
+    pub op: String,
+    pub ms: f64,
+    /// Of the mean step time.
+    pub share: f64,
+    /// Achieved rate where the op counts FLOPs (per core of the rank).
+    pub gflops_per_core: Option<f64>,
 }
 
 /// The configuration a benchmark runs: `warmup + steps` steps, no evaluation, no sample.
@@ -58,15 +88,62 @@ pub fn summarize(cfg: &RunConfig, o: &TrainOutcome, warmup: usize) -> BenchResul
         .iter()
         .map(|k| o.tally.total(*k).seconds)
         .sum();
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let measured = &o.step_ops[skip.min(o.step_ops.len())..];
+    let steps = measured.len().max(1) as f64;
+    let mean_step_ms = o.step_ms[skip..].iter().sum::<f64>() / steps;
+    let mut profile = Vec::new();
+    let (mut rank_flops, mut mm_flops, mut mm_s) = (0.0, 0.0, 0.0);
+    for k in OpKind::ALL {
+        let (sec, fl) = measured
+            .iter()
+            .map(|t| t.get(k))
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let (sec, fl) = (sec / steps, fl / steps);
+        if k != OpKind::AdamW {
+            rank_flops += fl;
+        }
+        if matches!(k, OpKind::MatmulFwd | OpKind::MatmulBwd) {
+            mm_flops += fl;
+            mm_s += sec;
+        }
+        profile.push(OpShare {
+            op: k.name().into(),
+            ms: sec * 1e3,
+            share: sec * 1e3 / mean_step_ms,
+            gflops_per_core: (fl > 0.0 && sec > 0.0).then(|| fl / sec / 1e9 / threads as f64),
+        });
+    }
+    let comm_ms = comm / n * 1e3;
+    profile.push(OpShare {
+        op: "communication".into(),
+        ms: comm_ms,
+        share: comm_ms / mean_step_ms,
+        gflops_per_core: None,
+    });
+    let accounted: f64 = profile.iter().map(|p| p.ms).sum();
+    profile.push(OpShare {
+        op: "other".into(),
+        ms: mean_step_ms - accounted,
+        share: (mean_step_ms - accounted) / mean_step_ms,
+        gflops_per_core: None,
+    });
+    let ranks = cfg.tp * cfg.dp;
+    let cores = ranks * threads;
+    let flops_per_step = rank_flops * ranks as f64;
+    let peaks: Vec<f64> = o.step_peak_rss[skip.min(o.step_peak_rss.len())..]
+        .iter()
+        .map(|&b| b as f64 / (1 << 20) as f64)
+        .collect();
     BenchResult {
         preset: cfg.preset.clone(),
         pattern: cfg.pattern.clone(),
         tp: cfg.tp,
         dp: cfg.dp,
-        math_threads_per_rank: std::env::var("RAYON_NUM_THREADS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1),
+        math_threads_per_rank: threads,
         link_gbps: cfg.link_gbps,
         link_latency_us: cfg.link_latency_us,
         batch_size: cfg.batch_size,
@@ -78,8 +155,44 @@ pub fn summarize(cfg: &RunConfig, o: &TrainOutcome, warmup: usize) -> BenchResul
         backward_ms: phase(1),
         grad_sync_ms: phase(2),
         optimizer_ms: phase(3),
-        comm_ms: comm / n * 1e3,
+        comm_ms,
+        profile,
+        flops_per_step,
+        cores,
+        gflops_per_core: flops_per_step / (ms / 1e3) / 1e9 / cores as f64,
+        matmul_gflops_per_core: if mm_s > 0.0 {
+            mm_flops / mm_s / 1e9 / threads as f64
+        } else {
+            0.0
+        },
+        matmul_ceiling_gflops_per_core: matmul_ceiling_gflops(),
+        peak_rss_mb: peaks.iter().copied().fold(0.0, f64::max),
+        first_step_peak_rss_mb: peaks.first().copied().unwrap_or(0.0),
+        last_step_peak_rss_mb: peaks.last().copied().unwrap_or(0.0),
     }
+}
+
+/// Best of ten single-thread 512 x 512 x 512 matmuls, in GFLOP/s: what one core reaches
+/// with the kernels the model uses, on shapes big enough to hide their overheads.
+pub fn matmul_ceiling_gflops() -> f64 {
+    use crate::ops::gemm::{matmul, Mat, MatMut};
+    const N: usize = 512;
+    let a: Vec<f32> = (0..N * N).map(|i| (i % 97) as f32 * 0.01).collect();
+    let mut c = vec![0f32; N * N];
+    let mut best = f64::INFINITY;
+    for _ in 0..10 {
+        let t0 = std::time::Instant::now();
+        matmul(
+            MatMut::rows(&mut c, N, N),
+            Mat::rows(&a, N, N),
+            Mat::rows(&a, N, N),
+            false,
+            1,
+        );
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&c);
+    2.0 * (N * N * N) as f64 / best / 1e9
 }
 
 /// Benchmarks `cfg` with ranks as threads in this process.
@@ -103,6 +216,7 @@ impl BenchResult {
     /// Prints the result and writes `out/bench.json`.
     pub fn report(&self, out: &std::path::Path) -> Result<()> {
         println!("{}", self.line());
+        println!("{}", self.table());
         std::fs::create_dir_all(out)?;
         super::run_dir::write_atomic(
             &out.join("bench.json"),
@@ -110,6 +224,40 @@ impl BenchResult {
         )?;
         println!("bench.json in {}", out.display());
         Ok(())
+    }
+
+    /// The per-op profile, FLOP rates and memory, as a text table.
+    pub fn table(&self) -> String {
+        let mut t = format!(
+            "  {:<26} {:>9} {:>7} {:>14}\n",
+            "op (rank 0, mean/step)", "ms", "share", "GFLOP/s/core"
+        );
+        for p in &self.profile {
+            let rate = p
+                .gflops_per_core
+                .map_or(String::new(), |g| format!("{g:.1}"));
+            t += &format!(
+                "  {:<26} {:>9.2} {:>6.1}% {:>14}\n",
+                p.op,
+                p.ms,
+                100.0 * p.share,
+                rate
+            );
+        }
+        t += &format!(
+            "  {:.2} GFLOP/step on {} core(s): {:.1} GFLOP/s/core overall, {:.1} in matmuls; matmul ceiling of this machine {:.1} GFLOP/s/core ({:.0}% of it overall)\n",
+            self.flops_per_step / 1e9,
+            self.cores,
+            self.gflops_per_core,
+            self.matmul_gflops_per_core,
+            self.matmul_ceiling_gflops_per_core,
+            100.0 * self.gflops_per_core / self.matmul_ceiling_gflops_per_core
+        );
+        t += &format!(
+            "  peak RSS {:.0} MB (first measured step {:.0} MB, last {:.0} MB)",
+            self.peak_rss_mb, self.first_step_peak_rss_mb, self.last_step_peak_rss_mb
+        );
+        t
     }
 
     pub fn line(&self) -> String {

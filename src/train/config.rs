@@ -116,6 +116,10 @@ impl RunConfig {
             link_gbps: 0.0,
             link_latency_us: 0.0,
         };
+        if p.name == "baby" {
+            // nanoGPT's shakespeare_char "baby GPT" batch.
+            c.batch_size = 64;
+        }
         if p.name == "micro" {
             // microgpt's optimiser: a higher rate for a tiny model.
             c.learning_rate = 1e-2;

@@ -10,9 +10,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 
 /// Threads each rank's math may use so that `ranks` ranks share the machine's cores
-/// without oversubscribing them (candle's gemm reads `RAYON_NUM_THREADS` at every call;
-/// spinning pools on busy cores cost 6x, see conventions.md). A value the user set in the
-/// environment before the first call wins.
+/// without oversubscribing them (candle's gemm and the fused kernels read
+/// `RAYON_NUM_THREADS` at every call; spinning pools on busy cores cost 6x, see
+/// conventions.md). A value the user set in the environment before the first call wins.
+/// candle's own element-wise ops get one thread (`CANDLE_NUM_THREADS`, unless the user set
+/// it): its barrier pool spins beside the rayon workers that run the matmuls and fused
+/// kernels, and those small ops are not worth a second pool on the same cores.
 pub fn configure_threads(ranks: usize) -> usize {
     static USER_SET: OnceLock<Option<usize>> = OnceLock::new();
     let user = *USER_SET.get_or_init(|| {
@@ -25,9 +28,29 @@ pub fn configure_threads(ranks: usize) -> usize {
         .map(|n| n.get())
         .unwrap_or(1);
     let per_rank = user.unwrap_or((cores / ranks.max(1)).max(1));
+    static CANDLE_USER_SET: OnceLock<bool> = OnceLock::new();
+    let candle_user =
+        *CANDLE_USER_SET.get_or_init(|| std::env::var_os("CANDLE_NUM_THREADS").is_some());
     std::env::set_var("RAYON_NUM_THREADS", per_rank.to_string());
-    std::env::set_var("CANDLE_NUM_THREADS", per_rank.to_string());
+    if !candle_user {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
     per_rank
+}
+
+/// Runs `f` as one rank's program: with more than one math thread, inside a rayon pool of
+/// its own of which the rank's thread is a worker, so that its matmuls and kernels fan
+/// out over exactly its share of the cores (and ranks in one process never queue behind
+/// each other in a shared pool).
+pub fn as_rank<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let threads = candle_core::utils::get_num_threads();
+    if threads <= 1 {
+        return f();
+    }
+    match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+        Ok(pool) => pool.install(f),
+        Err(_) => f(),
+    }
 }
 
 /// Runs every rank of the job on its own thread and returns their outcomes in rank order.
@@ -78,14 +101,16 @@ pub fn run_threads(
             handles.push(s.spawn(move || {
                 let mut rep = rep;
                 let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    train_rank(
-                        cfg,
-                        data,
-                        &ctx,
-                        rep.as_deref_mut().map(|r| r as &mut dyn Reporter),
-                        opts,
-                        io,
-                    )
+                    as_rank(|| {
+                        train_rank(
+                            cfg,
+                            data,
+                            &ctx,
+                            rep.as_deref_mut().map(|r| r as &mut dyn Reporter),
+                            opts,
+                            io,
+                        )
+                    })
                 }));
                 let res = match run {
                     Ok(r) => r,

@@ -8,6 +8,7 @@ pub mod grads;
 pub mod launch;
 #[cfg(feature = "mpi")]
 pub mod launch_mpi;
+pub mod memory;
 pub mod optimizer;
 pub mod rank;
 pub mod report;

@@ -4,12 +4,14 @@
 use super::checkpoint::{self, Checkpoint};
 use super::config::RunConfig;
 use super::grads::GradBuffer;
+use super::memory;
 use super::optimizer::{AdamW, AdamWConfig};
 use super::sample::{generate, SampleOptions};
 use super::schedule::CosineSchedule;
 use crate::blocks::Fwd;
 use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
 use crate::model::Gpt;
+use crate::ops::profile::{self, OpTimes};
 use crate::tp::{
     CommKind, CountedComm, Mesh, ParamKind, Phase, SeededInit, Site, StoredParams, Tally,
     TallySnapshot,
@@ -81,6 +83,11 @@ pub struct TrainOutcome {
     pub step_ms: Vec<f64>,
     /// Seconds of each training step's phases: forward, backward, grad sync, optimizer.
     pub step_phases: Vec<[f64; 4]>,
+    /// Time and FLOPs of each training step's ops on this rank (`ops::profile`).
+    pub step_ops: Vec<OpTimes>,
+    /// Peak resident bytes of the process during each training step (rank 0 measures;
+    /// empty on other ranks and where /proc is unavailable).
+    pub step_peak_rss: Vec<u64>,
     pub sample: String,
     /// This rank's parameters after training, by name (only when asked for).
     pub params: Vec<(String, Vec<f32>)>,
@@ -277,6 +284,8 @@ pub fn train_rank(
     let mut times = StepTimes::default();
     let mut step_ms = Vec::with_capacity(cfg.max_iters.saturating_sub(start));
     let mut step_phases = Vec::with_capacity(cfg.max_iters.saturating_sub(start));
+    let mut step_ops = Vec::with_capacity(cfg.max_iters.saturating_sub(start));
+    let mut step_peak_rss = Vec::with_capacity(cfg.max_iters.saturating_sub(start));
     let (mut fwd_passes, mut bwd_passes) = (0, 0);
     let accum = cfg.gradient_accumulation_steps;
     let tokens_per_step = cfg.tokens_per_step() as f64;
@@ -323,6 +332,8 @@ pub fn train_rank(
         }
 
         injected_fault(ctx.mesh.rank, step)?;
+        let measure_rss = ctx.mesh.rank == 0 && memory::reset_peak();
+        profile::take();
         let t_step = Instant::now();
         let lr = sched.lr(step);
         grads.zero();
@@ -380,6 +391,10 @@ pub fn train_rank(
 
         let ms = t_step.elapsed().as_secs_f64() * 1e3;
         step_ms.push(ms);
+        step_ops.push(profile::take());
+        if let Some((_, peak)) = memory::rss_and_peak().filter(|_| measure_rss) {
+            step_peak_rss.push(peak);
+        }
         let tps = tokens_per_step / (ms / 1e3);
         let local_loss = loss_sum / accum as f32;
         if let Some(r) = reporter.as_deref_mut() {
@@ -434,6 +449,8 @@ pub fn train_rank(
         times,
         step_ms,
         step_phases,
+        step_ops,
+        step_peak_rss,
         sample: sample_text,
         params,
         logical_params,

@@ -137,3 +137,48 @@ impl AdamW {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    #[test]
+    fn one_pass_adamw_matches_the_textbook_update_over_several_steps() {
+        let (b1, b2, eps, wd, lr) = (0.9f64, 0.99f64, 1e-8f64, 0.1f64, 1e-2f64);
+        let p0: Vec<f32> = (0..37).map(|i| ((i as f32) * 0.37).sin()).collect();
+        let param = Tensor::new(p0.as_slice(), &Device::Cpu).unwrap();
+        let (mut m, mut v) = (vec![0f32; 37], vec![0f32; 37]);
+        // Reference in f64: PyTorch's AdamW (decoupled decay, bias-corrected moments).
+        let mut rp: Vec<f64> = p0.iter().map(|&x| x as f64).collect();
+        let (mut rm, mut rv) = (vec![0f64; 37], vec![0f64; 37]);
+        for t in 1..=5 {
+            let g: Vec<f32> = (0..37).map(|i| ((i * t) as f32 * 0.11).cos()).collect();
+            let (c1, c2) = (1.0 / (1.0 - b1.powi(t)), 1.0 / (1.0 - b2.powi(t)));
+            let op = Update {
+                grad: &g,
+                m: RefCell::new(&mut m),
+                v: RefCell::new(&mut v),
+                lr: lr as f32,
+                decay: wd as f32,
+                b1: b1 as f32,
+                b2: b2 as f32,
+                eps: eps as f32,
+                c1: c1 as f32,
+                c2: c2 as f32,
+            };
+            param.inplace_op1(&op).unwrap();
+            for i in 0..37 {
+                let gi = g[i] as f64;
+                rm[i] = b1 * rm[i] + (1.0 - b1) * gi;
+                rv[i] = b2 * rv[i] + (1.0 - b2) * gi * gi;
+                rp[i] -= lr * wd * rp[i];
+                rp[i] -= lr * (rm[i] * c1) / ((rv[i] * c2).sqrt() + eps);
+            }
+        }
+        let got = param.to_vec1::<f32>().unwrap();
+        for (a, b) in got.iter().zip(&rp) {
+            assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+}

@@ -31,7 +31,9 @@ impl CustomOp2 for CrossEntropy {
             candle_core::bail!("cross-entropy targets must be u32");
         };
         let t = &t[l2.start_offset()..l2.start_offset() + l2.shape().elem_count()];
-        let v = *l1.dims().last().expect("rank 2");
+        let &[_, v] = l1.dims() else {
+            candle_core::bail!("cross-entropy: logits must be (N, V), got {:?}", l1.dims());
+        };
         let total = timed(OpKind::CrossEntropy, 0.0, || {
             let mut total = 0f64;
             for (row, &tg) in x.chunks_exact(v).zip(t) {

@@ -1,19 +1,30 @@
 //! tp-harness: communication-efficient tensor parallelism of GPT-2 on candle.
 //!
-//! - `tp`: communication (Comm trait, backends, mesh, tally, f/g, parallel linears)
-//! - `ops`: element-wise and normalisation ops (the place for fused kernels)
+//! From the bottom up (no file imports a file that imports it back):
+//! - `util`: atomic writes, a stable hash
+//! - `device`: the device a rank computes on and the kernels that run there
+//! - `tp`: communication (the `Comm` collectives, backends, mesh, tally, f/g, parallel
+//!   linears, the parameter registry)
+//! - `ops`: linears, norms, activations, attention, loss: portable and fused kernels
 //! - `blocks`: the t / s / p blocks and the pattern parser
 //! - `model`: GPT-2 and presets
 //! - `data`: datasets and loaders
-//! - `train`: configuration, optimiser, the rank program, launchers and run outputs
+//! - `config`: the run configuration, its defaults and checks
+//! - `run_dir`: the typed reader/writer of a run directory
+//! - `train`: the Trainer, the orchestrator, launchers, bench
+//! - `sweep`, `plot`: grids of runs and their plots
 
 pub mod alloc;
 pub mod blocks;
+pub mod config;
 pub mod data;
+pub mod device;
 pub mod error;
 pub mod model;
 pub mod ops;
 pub mod plot;
+pub mod run_dir;
 pub mod sweep;
 pub mod tp;
 pub mod train;
+pub mod util;

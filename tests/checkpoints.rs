@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use tp_harness::blocks::{Fwd, Layout};
 use tp_harness::data::{prepare_text, Dataset, Tokenizer};
 use tp_harness::model::Gpt;
+use tp_harness::run_dir::{latest, read_config as read_run_config, Checkpoint};
 use tp_harness::tp::StoredParams;
-use tp_harness::train::checkpoint::{latest, Checkpoint};
-use tp_harness::train::config::read_run_config;
 use tp_harness::train::launch::on_tp_threads;
 
 const SMALL: [&str; 12] = [
@@ -86,13 +85,16 @@ fn train_100_checkpoint_resume_to_200_equals_an_uninterrupted_200_step_run_bitwi
         .unwrap()
     };
     assert!(w("split") == w("whole"), "final weights differ");
-    assert_eq!(read_run_config(&d.join("split")).unwrap().max_iters, 200);
+    assert_eq!(
+        read_run_config(&d.join("split")).unwrap().optim.max_iters,
+        200
+    );
 }
 
 fn loss_at_tp(ck: &Checkpoint, run: &Path, tp: usize, idx: &Tensor, tgt: &Tensor) -> f32 {
     let cfg = read_run_config(run).unwrap();
     let mcfg = cfg.model_config(ck.weights["wte"].dim(0).unwrap()).unwrap();
-    let layout = Layout::parse(&cfg.pattern).unwrap();
+    let layout = Layout::parse(&cfg.model.pattern).unwrap();
     on_tp_threads(tp, |comm| {
         let model = Gpt::build(
             &mcfg,

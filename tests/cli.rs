@@ -345,3 +345,135 @@ fn bench_writes_bench_json_whose_profile_accounts_for_the_step_and_whose_flops_m
         assert!(j["peak_rss_mb"].as_f64().unwrap() > 1.0);
     }
 }
+
+#[test]
+fn optimiser_values_pytorch_refuses_are_errors_before_anything_is_written() {
+    let d = scratch("values");
+    for (set, needle) in [
+        ("learning_rate=-1", "learning_rate must be a number >= 0"),
+        ("beta2=1.5", "beta2 must be in [0, 1)"),
+        ("weight_decay=-0.1", "weight_decay must be a number >= 0"),
+        ("dropout=1", "dropout must be in [0, 1)"),
+        ("adam_eps=.nan", "adam_eps must be a number >= 0"),
+        (
+            "sample_temperature=0",
+            "sample_temperature must be a positive number",
+        ),
+    ] {
+        assert_user_error(&d, &["--set", set], needle);
+    }
+}
+
+#[test]
+fn a_block_size_beyond_the_data_is_refused_before_any_memory_is_taken() {
+    let d = scratch("huge-block");
+    let start = std::time::Instant::now();
+    assert_user_error(
+        &d,
+        &["--set", "block_size=100000000"],
+        "too few for block_size 100000000",
+    );
+    assert!(start.elapsed().as_secs() < 20, "the check came too late");
+}
+
+#[test]
+fn a_second_trainer_on_a_run_directory_being_written_stops_with_one_line() {
+    let d = scratch("lock");
+    let mut first = Command::new(env!("CARGO_BIN_EXE_tp-train"))
+        .args([
+            "--quiet",
+            "--out",
+            "run",
+            "--set",
+            "max_iters=100000",
+            "--set",
+            "eval_interval=0",
+        ])
+        .current_dir(&d)
+        .env("TP_SHARED_DATASETS", shared_datasets())
+        .env(
+            "TP_DATA_DIR",
+            std::env::temp_dir().join("tp-harness-test-datasets"),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while !d.join("run/log.jsonl").exists() && waited.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log_before = std::fs::read(d.join("run/config.yaml")).unwrap();
+    let second = tp_train(&d, &["--resume", "run"]);
+    let err = String::from_utf8_lossy(&second.stderr);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("being written by another tp-train") && err.contains("pid"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(d.join("run/config.yaml")).unwrap(),
+        log_before
+    );
+    // Once the owner is gone (killed: the OS released its lock), resuming works again
+    // as far as the lock goes: this run has no checkpoint, which is the next thing said.
+    let third = tp_train(&d, &["--resume", "run"]);
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(err.contains("has no checkpoint to resume from"), "{err}");
+}
+
+#[test]
+fn portable_kernels_train_the_default_experiment_within_1e3_of_fused_for_50_steps() {
+    let d = scratch("portable");
+    let losses = |kernels: &str| -> Vec<(u64, f64)> {
+        let out = tp_train(
+            &d,
+            &[
+                "--out",
+                kernels,
+                "--set",
+                "max_iters=50",
+                "--set",
+                "log_interval=1",
+                "--set",
+                "eval_interval=25",
+                "--set",
+                "eval_iters=4",
+                "--set",
+                "sample_tokens=0",
+                "--set",
+                &format!("kernels={kernels}"),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{kernels}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(d.join(kernels).join("log.jsonl"))
+            .unwrap()
+            .lines()
+            .flat_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let step = v["step"].as_u64().unwrap();
+                ["train_loss", "eval_train_loss", "val_loss"]
+                    .into_iter()
+                    .filter_map(move |k| v[k].as_f64().map(|x| (step, x)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let (fused, portable) = (losses("fused"), losses("portable"));
+    assert_eq!(fused.len(), portable.len());
+    assert!(fused.len() >= 50 + 3, "{} losses logged", fused.len());
+    for ((s, a), (_, b)) in fused.iter().zip(&portable) {
+        assert!((a - b).abs() <= 1e-3, "step {s}: fused {a} vs portable {b}");
+    }
+    assert!(
+        fused.iter().zip(&portable).any(|(a, b)| a.1 != b.1),
+        "the two paths gave bit-identical losses: is `kernels` read at all?"
+    );
+}

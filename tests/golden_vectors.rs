@@ -9,6 +9,7 @@ use common::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use tp_harness::blocks::Layout;
+use tp_harness::device::Kernels;
 use tp_harness::model::ModelConfig;
 use tp_harness::ops::{Activation, NormKind};
 use tp_harness::tp::StoredParams;
@@ -79,7 +80,7 @@ fn every_golden_case_matches_loss_and_all_gradients() {
             norm: NormKind::Layernorm,
             activation: case.activation,
             norm_eps: case.layernorm_eps,
-            dropout: 0.0,
+            kernels: Kernels::Fused,
         };
         let mut params = HashMap::new();
         let mut ref_grads = HashMap::new();
@@ -93,21 +94,31 @@ fn every_golden_case_matches_loss_and_all_gradients() {
         let idx = tensors["tokens"].to_dtype(DType::U32).unwrap();
         let tgt = tensors["targets"].to_dtype(DType::U32).unwrap();
         let source = StoredParams { tensors: params };
-        let ours = tp_logical(&cfg, &case.pattern, case.tp, &source, &idx, &tgt);
-        let what = format!("golden {}", json.file_stem().unwrap().to_string_lossy());
-        let rel = ((ours.loss as f64 - case.loss) / case.loss).abs();
-        assert!(
-            rel <= 1e-5,
-            "{what}: loss {} vs golden {} (rel {rel:e})",
-            ours.loss,
-            case.loss
-        );
-        assert_grads_match(&ours.grads, &ref_grads, 1e-4, &what);
-        eprintln!(
-            "{what}: loss {} (golden {}), {} gradients match",
-            ours.loss,
-            case.loss,
-            ref_grads.len()
-        );
+        for kernels in [Kernels::Fused, Kernels::Portable] {
+            let cfg = ModelConfig {
+                kernels,
+                ..cfg.clone()
+            };
+            let ours = tp_logical(&cfg, &case.pattern, case.tp, &source, &idx, &tgt);
+            let what = format!(
+                "golden {} ({} kernels)",
+                json.file_stem().unwrap().to_string_lossy(),
+                kernels.label()
+            );
+            let rel = ((ours.loss as f64 - case.loss) / case.loss).abs();
+            assert!(
+                rel <= 1e-5,
+                "{what}: loss {} vs golden {} (rel {rel:e})",
+                ours.loss,
+                case.loss
+            );
+            assert_grads_match(&ours.grads, &ref_grads, 1e-4, &what);
+            eprintln!(
+                "{what}: loss {} (golden {}), {} gradients match",
+                ours.loss,
+                case.loss,
+                ref_grads.len()
+            );
+        }
     }
 }

@@ -6,14 +6,20 @@
 mod common;
 use candle_core::Var;
 use common::*;
+use tp_harness::device::Kernels;
 
 fn check_against_literal(pattern: &str, tp: usize, bias: bool) {
-    let cfg = small_config(
+    check_against_literal_with(pattern, tp, bias, Kernels::Fused);
+}
+
+fn check_against_literal_with(pattern: &str, tp: usize, bias: bool, kernels: Kernels) {
+    let mut cfg = small_config(
         tp_harness::blocks::Layout::parse(pattern)
             .unwrap()
             .n_layer(),
         bias,
     );
+    cfg.kernels = kernels;
     let source = RandomWeights { seed: 11 };
     let (idx, tgt) = batch(5, 3, 16, cfg.vocab_size);
     let ours = tp_logical(&cfg, pattern, tp, &source, &idx, &tgt);
@@ -28,7 +34,7 @@ fn check_against_literal(pattern: &str, tp: usize, bias: bool) {
         .unwrap();
     let ref_xg = ref_xg.get(x.as_tensor()).unwrap();
 
-    let what = format!("{pattern} tp{tp} bias={bias}");
+    let what = format!("{pattern} tp{tp} bias={bias} kernels={}", kernels.label());
     let rel = ((ours.loss - ref_loss) / ref_loss).abs();
     assert!(
         rel <= 1e-5,
@@ -84,4 +90,15 @@ fn the_literal_reference_differs_from_dense_gpt2_for_s_and_p_at_tp2() {
         .to_scalar::<f32>()
         .unwrap();
     assert!((lit - den).abs() > 1e-3, "literal {lit} vs dense {den}");
+}
+
+#[test]
+fn s_and_p_on_the_portable_path_match_literal_blocks_md() {
+    for pattern in ["tpst", "sppp", "pspp", "ssss", "pppp"] {
+        for tp in [2, 4] {
+            for bias in [true, false] {
+                check_against_literal_with(pattern, tp, bias, Kernels::Portable);
+            }
+        }
+    }
 }

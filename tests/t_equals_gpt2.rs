@@ -5,14 +5,20 @@
 mod common;
 use candle_core::Var;
 use common::*;
+use tp_harness::device::Kernels;
 
 fn check_against_dense(pattern: &str, tp: usize, bias: bool) {
-    let cfg = small_config(
+    check_against_dense_with(pattern, tp, bias, Kernels::Fused);
+}
+
+fn check_against_dense_with(pattern: &str, tp: usize, bias: bool, kernels: Kernels) {
+    let mut cfg = small_config(
         tp_harness::blocks::Layout::parse(pattern)
             .unwrap()
             .n_layer(),
         bias,
     );
+    cfg.kernels = kernels;
     let source = RandomWeights { seed: 7 };
     let (idx, tgt) = batch(3, 3, 16, cfg.vocab_size);
     let ours = tp_logical(&cfg, pattern, tp, &source, &idx, &tgt);
@@ -27,7 +33,7 @@ fn check_against_dense(pattern: &str, tp: usize, bias: bool) {
         .unwrap();
     let ref_xg = ref_xg.get(x.as_tensor()).unwrap();
 
-    let what = format!("{pattern} tp{tp} bias={bias}");
+    let what = format!("{pattern} tp{tp} bias={bias} kernels={}", kernels.label());
     let rel = ((ours.loss - ref_loss) / ref_loss).abs();
     assert!(
         rel <= 1e-5,
@@ -61,4 +67,13 @@ fn t_only_model_matches_dense_gpt2_at_tp4() {
 fn s_only_model_at_tp1_is_the_gpt2_block() {
     check_against_dense("ssss", 1, true);
     check_against_dense("ssss", 1, false);
+}
+
+#[test]
+fn t_only_model_on_the_portable_path_matches_dense_gpt2_at_tp1_2_and_4() {
+    for tp in [1, 2, 4] {
+        for bias in [true, false] {
+            check_against_dense_with("tttt", tp, bias, Kernels::Portable);
+        }
+    }
 }

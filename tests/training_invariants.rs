@@ -5,13 +5,13 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::config::{resolve, Origin};
 use tp_harness::data::{CharVocab, Dataset, Meta, Tokenizer};
 use tp_harness::model::Gpt;
 use tp_harness::tp::{ParamKind, SeededInit};
-use tp_harness::train::config::{resolve, Origin};
 use tp_harness::train::grads::GradBuffer;
+use tp_harness::train::job::{Job, RankOptions};
 use tp_harness::train::launch::run_threads;
-use tp_harness::train::rank::{RankIo, RankOptions};
 
 fn synthetic_dataset() -> Dataset {
     let text: String = (0..4000)
@@ -33,7 +33,7 @@ fn synthetic_dataset() -> Dataset {
     }
 }
 
-fn small_run(sets: &[(&str, &str)]) -> tp_harness::train::config::RunConfig {
+fn small_run(sets: &[(&str, &str)]) -> tp_harness::config::RunConfig {
     let mut o = vec![];
     for (k, v) in [
         ("n_embd", "32"),
@@ -47,7 +47,7 @@ fn small_run(sets: &[(&str, &str)]) -> tp_harness::train::config::RunConfig {
     .iter()
     .chain(sets.iter())
     {
-        let (k, v) = tp_harness::train::config::parse_assignment(&format!("{k}={v}")).unwrap();
+        let (k, v) = tp_harness::config::parse_assignment(&format!("{k}={v}")).unwrap();
         o.push((k, v, Origin::Flag("test".into())));
     }
     resolve(&o).unwrap()
@@ -64,14 +64,16 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
     ]);
     let data = synthetic_dataset();
     let out = run_threads(
-        &cfg,
-        &data,
+        &Job::new(
+            cfg.clone(),
+            data.clone(),
+            RankOptions {
+                keep_params: true,
+                skip_sample: true,
+            },
+        ),
         None,
-        RankOptions {
-            keep_params: true,
-            skip_sample: true,
-        },
-        RankIo::default(),
+        None,
     )
     .unwrap();
     assert_eq!(out.len(), 2);
@@ -80,7 +82,9 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
     let probe = Gpt::build(
         &mcfg,
         &layout,
-        &SeededInit { seed: cfg.seed },
+        &SeededInit {
+            seed: cfg.optim.seed,
+        },
         &tp_harness::tp::CountedComm::solo(),
     )
     .unwrap();
@@ -128,16 +132,18 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
     assert!(last.val_loss.unwrap().is_finite());
 }
 
-fn losses(cfg: &tp_harness::train::config::RunConfig) -> Vec<f32> {
+fn losses(cfg: &tp_harness::config::RunConfig) -> Vec<f32> {
     let out = run_threads(
-        cfg,
-        &synthetic_dataset(),
+        &Job::new(
+            cfg.clone(),
+            synthetic_dataset(),
+            RankOptions {
+                keep_params: false,
+                skip_sample: true,
+            },
+        ),
         None,
-        RankOptions {
-            keep_params: false,
-            skip_sample: true,
-        },
-        RankIo::default(),
+        None,
     )
     .unwrap();
     out[0].log.iter().filter_map(|l| l.train_loss).collect()
@@ -188,14 +194,16 @@ fn dropout_masks_agree_across_tp_ranks_so_replicas_stay_identical() {
         ("dropout", "0.2"),
     ]);
     let out = run_threads(
-        &cfg,
-        &synthetic_dataset(),
+        &Job::new(
+            cfg.clone(),
+            synthetic_dataset(),
+            RankOptions {
+                keep_params: true,
+                skip_sample: true,
+            },
+        ),
         None,
-        RankOptions {
-            keep_params: true,
-            skip_sample: true,
-        },
-        RankIo::default(),
+        None,
     )
     .unwrap();
     for ((name, a), (_, b)) in out[0].params.iter().zip(&out[1].params) {
@@ -208,8 +216,7 @@ fn dropout_masks_agree_across_tp_ranks_so_replicas_stay_identical() {
 #[test]
 fn dropout_gives_the_same_logical_model_at_tp1_and_tp2() {
     let layout = Layout::parse("tttt").unwrap();
-    let mut cfg = small_config(4, true);
-    cfg.dropout = 0.2;
+    let cfg = small_config(4, true);
     let (idx, tgt) = batch(9, 2, 16, cfg.vocab_size);
     let fwd = Fwd {
         dropout: 0.2,
@@ -248,7 +255,7 @@ fn every_parameter_receives_a_nonzero_gradient_on_every_rank() {
             let model = Gpt::build(&cfg, &layout, &SeededInit { seed: 3 }, &comm).unwrap();
             let loss = model.loss(&idx, &tgt, &Fwd::eval()).unwrap();
             let g = loss.backward().unwrap();
-            let mut buf = GradBuffer::new(model.params());
+            let mut buf = GradBuffer::new(model.params()).unwrap();
             buf.accumulate(model.params(), &g, 1.0).unwrap();
             model
                 .params()
@@ -257,7 +264,11 @@ fn every_parameter_receives_a_nonzero_gradient_on_every_rank() {
                 .map(|(i, p)| {
                     (
                         p.name.clone(),
-                        buf.slice(i).iter().map(|x| x.abs()).fold(0f32, f32::max),
+                        buf.host(i)
+                            .unwrap()
+                            .iter()
+                            .map(|x| x.abs())
+                            .fold(0f32, f32::max),
                     )
                 })
                 .collect::<Vec<_>>()
@@ -284,6 +295,7 @@ fn data_parallel_ranks_and_micro_steps_see_disjoint_slices_of_one_global_batch()
         dp,
         dp_rank,
         seed: 5,
+        device: candle_core::Device::Cpu,
     };
     let split = tp_harness::data::Split::Train;
     let rows = |b: &tp_harness::data::Batcher, micro| {

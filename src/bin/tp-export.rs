@@ -5,8 +5,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::{exit_code, user};
 use tp_harness::model::hf::{to_hf, write_hf};
-use tp_harness::train::checkpoint::{latest, Checkpoint};
-use tp_harness::train::config::read_run_config;
+use tp_harness::run_dir::load_checkpoint;
 
 #[derive(Parser, Debug)]
 #[command(name = "tp-export", version, about = "Export a tp-harness checkpoint")]
@@ -27,15 +26,7 @@ fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
             a.format
         )));
     }
-    let cfg = read_run_config(&a.run_dir)?;
-    let dir = latest(&a.run_dir)?.ok_or_else(|| {
-        user(format!(
-            "{} has no checkpoint to export",
-            a.run_dir.display()
-        ))
-    })?;
-    let ck = Checkpoint::load(&dir)?;
-    ck.check_matches(&cfg)?;
+    let (cfg, ck) = load_checkpoint(&a.run_dir, None, "export")?;
     let vocab = ck
         .weights
         .get("wte")

@@ -3,11 +3,12 @@
 
 use clap::Parser;
 use std::path::PathBuf;
+use tp_harness::config::{parse_assignment, read_config_file, resolve, Origin};
 use tp_harness::error::{exit_code, AlreadyReported};
-use tp_harness::train::bench::{bench, bench_config, summarize};
-use tp_harness::train::config::{parse_assignment, read_config_file, resolve, Origin};
+use tp_harness::run_dir::default_run_path;
+use tp_harness::train::bench::{bench, bench_config, summarize, BenchResult};
 use tp_harness::train::run::{resume, run, Backend};
-use tp_harness::train::run_dir::{default_run_path, write_atomic};
+use tp_harness::util::write_atomic;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -170,22 +171,15 @@ fn bench_tp1_and_tp2(out: &std::path::Path) -> anyhow::Result<()> {
         if !status.success() {
             anyhow::bail!("the tp {tp} benchmark failed");
         }
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(sub.join("bench.json"))?)?;
-        results.push(r);
+        results.push(BenchResult::read(&sub)?);
     }
-    let (a, b) = (
-        results[0]["ms_per_step"].as_f64(),
-        results[1]["ms_per_step"].as_f64(),
+    let (a, b) = (results[0].ms_per_step, results[1].ms_per_step);
+    // Both runs process the same tokens a step on the same cores.
+    println!(
+        "tp 2 / tp 1 time per token on the same cores: {:.2}x ({:+.0}%)",
+        b / a,
+        100.0 * (b / a - 1.0)
     );
-    if let (Some(a), Some(b)) = (a, b) {
-        // Both runs process the same tokens a step on the same cores.
-        println!(
-            "tp 2 / tp 1 time per token on the same cores: {:.2}x ({:+.0}%)",
-            b / a,
-            100.0 * (b / a - 1.0)
-        );
-    }
     write_atomic(
         &out.join("bench.json"),
         serde_json::to_string_pretty(&results)?.as_bytes(),

@@ -4,7 +4,7 @@
 
 use super::{BlockConfig, DropSite, Fwd};
 use crate::ops;
-use crate::tp::{ColumnParallelLinear, Init, ParamBuilder, ParamKind, RowParallelLinear, Shard};
+use crate::tp::{ColumnParallelLinear, Init, ParamKind, RowParallelLinear, Scope, Shard};
 use anyhow::Result;
 use candle_core::Tensor;
 
@@ -18,48 +18,36 @@ pub struct AttentionShard {
     tp_rank: usize,
     tp_size: usize,
     layer: usize,
+    kernels: crate::ops::Kernels,
 }
 
 impl AttentionShard {
-    pub fn build(
-        b: &mut ParamBuilder,
-        cfg: &BlockConfig,
-        layer: usize,
-        tp_rank: usize,
-    ) -> Result<Self> {
+    /// `<layer scope>.qkv.{w,b}` and `<layer scope>.o.w`.
+    pub fn build(h: &mut Scope, cfg: &BlockConfig, layer: usize) -> Result<Self> {
         let c = cfg.n_embd;
-        let n = b.tp_size();
+        let n = h.tp_size();
         let qkv_shard = ParamKind::Sharded(Shard::Columns { groups: 3 });
-        let w = b.param(
-            &format!("h.{layer}.qkv.w"),
-            &[c, 3 * c],
-            qkv_shard,
-            cfg.weight_init(),
-        )?;
+        let w = h.param("qkv.w", &[c, 3 * c], qkv_shard, cfg.weight_init())?;
         let bias = if cfg.bias {
-            Some(b.param(
-                &format!("h.{layer}.qkv.b"),
-                &[3 * c],
-                qkv_shard,
-                Init::Zeros,
-            )?)
+            Some(h.param("qkv.b", &[3 * c], qkv_shard, Init::Zeros)?)
         } else {
             None
         };
-        let o = b.param(
-            &format!("h.{layer}.o.w"),
+        let o = h.param(
+            "o.w",
             &[c, c],
             ParamKind::Sharded(Shard::Rows),
             cfg.residual_init(),
         )?;
         Ok(Self {
-            qkv: ColumnParallelLinear::new(w, bias),
-            o: RowParallelLinear::new(o),
+            qkv: ColumnParallelLinear::new(w, bias, cfg.kernels),
+            o: RowParallelLinear::new(o, cfg.kernels),
             n_head: cfg.n_head / n,
             head_dim: c / cfg.n_head,
-            tp_rank,
+            tp_rank: h.tp_rank(),
             tp_size: n,
             layer,
+            kernels: cfg.kernels,
         })
     }
 
@@ -69,7 +57,8 @@ impl AttentionShard {
         let y = if fwd.active() {
             self.attend_with_dropout(&qkv, fwd)?
         } else {
-            ops::causal_attention(&qkv, self.n_head, self.head_dim)? // (B, T, C/N)
+            ops::causal_attention(self.kernels, &qkv, self.n_head, self.head_dim)?
+            // (B, T, C/N)
         };
         Ok(self.o.forward(&y)?)
     }
@@ -89,7 +78,7 @@ impl AttentionShard {
         let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let att = (q.matmul(&k.t()?)? * scale)?; // (B, H_r, T, T)
-        let att = ops::causal_softmax(&att)?;
+        let att = ops::causal_softmax(self.kernels, &att)?;
         let key = fwd.site_key(self.layer, DropSite::AttnProbs);
         let att = ops::dropout_part(&att, fwd.dropout, key, 1, self.tp_rank, self.tp_size)?;
         let y = att.matmul(&v)?; // (B, H_r, T, hd)

@@ -4,7 +4,7 @@
 
 use super::BlockConfig;
 use crate::ops::{self, Activation};
-use crate::tp::{ColumnParallelLinear, Init, ParamBuilder, ParamKind, RowParallelLinear, Shard};
+use crate::tp::{ColumnParallelLinear, Init, ParamKind, RowParallelLinear, Scope, Shard};
 use anyhow::Result;
 use candle_core::Tensor;
 
@@ -13,40 +13,38 @@ pub struct MlpShard {
     fc: ColumnParallelLinear,
     pr: RowParallelLinear,
     activation: Activation,
+    kernels: crate::ops::Kernels,
 }
 
 impl MlpShard {
-    pub fn build(b: &mut ParamBuilder, cfg: &BlockConfig, layer: usize) -> Result<Self> {
+    /// `<layer scope>.fc.{w,b}` and `<layer scope>.pr.w`.
+    pub fn build(h: &mut Scope, cfg: &BlockConfig) -> Result<Self> {
         let c = cfg.n_embd;
         let col = ParamKind::Sharded(Shard::COLUMNS);
-        let w = b.param(
-            &format!("h.{layer}.fc.w"),
-            &[c, 4 * c],
-            col,
-            cfg.weight_init(),
-        )?;
+        let w = h.param("fc.w", &[c, 4 * c], col, cfg.weight_init())?;
         let bias = if cfg.bias {
-            Some(b.param(&format!("h.{layer}.fc.b"), &[4 * c], col, Init::Zeros)?)
+            Some(h.param("fc.b", &[4 * c], col, Init::Zeros)?)
         } else {
             None
         };
-        let pr = b.param(
-            &format!("h.{layer}.pr.w"),
+        let pr = h.param(
+            "pr.w",
             &[4 * c, c],
             ParamKind::Sharded(Shard::Rows),
             cfg.residual_init(),
         )?;
         Ok(Self {
-            fc: ColumnParallelLinear::new(w, bias),
-            pr: RowParallelLinear::new(pr),
+            fc: ColumnParallelLinear::new(w, bias, cfg.kernels),
+            pr: RowParallelLinear::new(pr, cfg.kernels),
             activation: cfg.activation,
+            kernels: cfg.kernels,
         })
     }
 
     /// `h (B, T, C)` -> partial `M_r(h) (B, T, C)`.
     pub fn forward(&self, h: &Tensor) -> Result<Tensor> {
         let u = self.fc.forward(h)?; // (B, T, 4C/N)
-        let u = ops::activation(&u, self.activation)?;
+        let u = ops::activation(self.kernels, &u, self.activation)?;
         Ok(self.pr.forward(&u)?)
     }
 }

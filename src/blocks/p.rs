@@ -10,23 +10,21 @@
 //! `p` blocks have no output biases. Their LayerNorms live inside rank paths (tag
 //! `ReplicatedPartial`). A run of length 1 is the same formula with `x_r = x`.
 
-use super::{build_norm, AttentionShard, BlockConfig, DropSite, Fwd, MlpShard};
-use crate::ops::Norm;
+use super::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::tp::{copy_to_tp, reduce_from_tp, CountedComm, ParamBuilder, ParamKind, Site};
 use anyhow::Result;
 use candle_core::Tensor;
 
-struct ParallelBlock {
-    layer: usize,
-    ln1: Norm,
-    attn: AttentionShard,
-    ln2: Norm,
-    mlp: MlpShard,
-}
+/// Norms inside rank paths; no output biases.
+pub const TAGS: BlockTags = BlockTags {
+    norms: ParamKind::ReplicatedPartial,
+    b_o: None,
+    b_pr: None,
+};
 
 /// A maximal run of `p` blocks: layers `first .. first + len`.
 pub struct ParallelRun {
-    blocks: Vec<ParallelBlock>,
+    blocks: Vec<BlockParams>,
     tp: CountedComm,
 }
 
@@ -38,17 +36,8 @@ impl ParallelRun {
         len: usize,
         tp: &CountedComm,
     ) -> Result<Self> {
-        let partial = ParamKind::ReplicatedPartial;
         let blocks = (first..first + len)
-            .map(|layer| {
-                Ok(ParallelBlock {
-                    layer,
-                    ln1: build_norm(b, cfg, &format!("h.{layer}.ln1"), partial)?,
-                    attn: AttentionShard::build(b, cfg, layer, tp.rank())?,
-                    ln2: build_norm(b, cfg, &format!("h.{layer}.ln2"), partial)?,
-                    mlp: MlpShard::build(b, cfg, layer)?,
-                })
-            })
+            .map(|layer| BlockParams::build(b, cfg, layer, TAGS))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             blocks,

@@ -11,10 +11,7 @@
 //! replicated use passes through `share_grad_over_tp`, so that the group sum counts that
 //! use exactly once. `b_pr` is used on the replicated value only (tag `Replicated`).
 
-use super::{
-    add_bias, build_norm, build_out_bias, AttentionShard, BlockConfig, DropSite, Fwd, MlpShard,
-};
-use crate::ops::Norm;
+use super::{add_bias, BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::tp::{
     copy_to_tp, reduce_from_tp, share_grad_over_tp, CountedComm, ParamBuilder, ParamKind, Site,
 };
@@ -22,15 +19,16 @@ use anyhow::Result;
 use candle_core::Tensor;
 
 pub struct SpdBlock {
-    layer: usize,
-    ln1: Norm,
-    attn: AttentionShard,
-    b_o: Option<Tensor>,
-    ln2: Norm,
-    mlp: MlpShard,
-    b_pr: Option<Tensor>,
+    p: BlockParams,
     tp: CountedComm,
 }
+
+/// The norms and `b_o` sit inside each rank's path; `b_pr` only on the reduced sum.
+pub const TAGS: BlockTags = BlockTags {
+    norms: ParamKind::ReplicatedPartial,
+    b_o: Some(ParamKind::ReplicatedPartial),
+    b_pr: Some(ParamKind::Replicated),
+};
 
 impl SpdBlock {
     pub fn build(
@@ -39,40 +37,34 @@ impl SpdBlock {
         layer: usize,
         tp: &CountedComm,
     ) -> Result<Self> {
-        let partial = ParamKind::ReplicatedPartial;
         Ok(Self {
-            layer,
-            ln1: build_norm(b, cfg, &format!("h.{layer}.ln1"), partial)?,
-            attn: AttentionShard::build(b, cfg, layer, tp.rank())?,
-            b_o: build_out_bias(b, cfg, &format!("h.{layer}.o.b"), partial)?,
-            ln2: build_norm(b, cfg, &format!("h.{layer}.ln2"), partial)?,
-            mlp: MlpShard::build(b, cfg, layer)?,
-            b_pr: build_out_bias(b, cfg, &format!("h.{layer}.pr.b"), ParamKind::Replicated)?,
+            p: BlockParams::build(b, cfg, layer, TAGS)?,
             tp: tp.clone(),
         })
     }
 
     pub fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
-        let (l, site) = (self.layer, Site::Layer(self.layer));
+        let blk = &self.p;
+        let (l, site) = (blk.layer, Site::Layer(blk.layer));
         // Entry of the rank path: the partial input gradients of all ranks meet here.
         let x_r = copy_to_tp(x, &self.tp, site)?;
         let p = fwd.drop(
-            &self.attn.forward(&self.ln1.forward(&x_r)?, fwd)?,
+            &blk.attn.forward(&blk.ln1.forward(&x_r)?, fwd)?,
             l,
             DropSite::AttnOut,
         )?;
-        let a = add_bias(&(&x_r + &p)?, self.b_o.as_ref(), fwd, l, DropSite::AttnOut)?;
+        let a = add_bias(&(&x_r + &p)?, blk.b_o.as_ref(), fwd, l, DropSite::AttnOut)?;
         let m = fwd.drop(
-            &self.mlp.forward(&self.ln2.forward(&a)?)?,
+            &blk.mlp.forward(&blk.ln2.forward(&a)?)?,
             l,
             DropSite::MlpOut,
         )?;
         let z = reduce_from_tp(&(p + m)?, &self.tp, site)?;
-        let b_o = match &self.b_o {
+        let b_o = match &blk.b_o {
             Some(b) => Some(share_grad_over_tp(b, self.tp.size())?),
             None => None,
         };
         let y = add_bias(&(x + z)?, b_o.as_ref(), fwd, l, DropSite::AttnOut)?;
-        add_bias(&y, self.b_pr.as_ref(), fwd, l, DropSite::MlpOut)
+        add_bias(&y, blk.b_pr.as_ref(), fwd, l, DropSite::MlpOut)
     }
 }

@@ -20,6 +20,7 @@ pub enum Split {
     Val,
 }
 
+#[derive(Clone)]
 pub struct Dataset {
     pub meta: Meta,
     pub train: Arc<Vec<u16>>,
@@ -85,6 +86,8 @@ pub struct Batcher<'a> {
     pub dp: usize,
     pub dp_rank: usize,
     pub seed: u64,
+    /// Where the batches go: the model's device.
+    pub device: Device,
 }
 
 /// Keys for batches drawn outside training steps (evaluation rounds).
@@ -125,8 +128,8 @@ impl Batcher<'_> {
             y.extend(tokens[o + 1..o + t + 1].iter().map(|&v| v as u32));
         }
         Ok((
-            Tensor::from_vec(x, (self.batch_size, t), &Device::Cpu)?,
-            Tensor::from_vec(y, (self.batch_size, t), &Device::Cpu)?,
+            Tensor::from_vec(x, (self.batch_size, t), &self.device)?,
+            Tensor::from_vec(y, (self.batch_size, t), &self.device)?,
         ))
     }
 }

@@ -5,7 +5,7 @@ use super::source::{fetch, RawSource};
 use super::tokenizer::Tokenizer;
 use super::vocab::CharVocab;
 use crate::error::UserError;
-use crate::train::run_dir::write_atomic;
+use crate::util::write_atomic;
 use anyhow::{Context, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -173,7 +173,7 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
 pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
     let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let (files, signature) = text_files(&canonical)?;
-    let h = crate::tp::params::fnv1a(&canonical.to_string_lossy());
+    let h = crate::util::fnv1a(&canonical.to_string_lossy());
     let dir = root.join(format!("{TEXT}-{h:016x}"));
     let current = std::fs::read_to_string(dir.join("meta.json"))
         .ok()

@@ -1,11 +1,18 @@
 //! Model shape and options, and the named presets.
 
 use crate::blocks::BlockConfig;
+use crate::device::Kernels;
 use crate::ops::{Activation, NormKind};
 use anyhow::{bail, Result};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-#[derive(Debug, Clone, PartialEq)]
+/// The model's shape and options. It is also the model part of a run's config (its keys
+/// are config keys), so the keys that fix a model are exactly these fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ModelConfig {
+    /// `null` in a config: the dataset's vocabulary size (0 here until resolved).
+    #[serde(serialize_with = "vocab_to_yaml", deserialize_with = "vocab_from_yaml")]
     pub vocab_size: usize,
     pub block_size: usize,
     pub n_layer: usize,
@@ -15,7 +22,28 @@ pub struct ModelConfig {
     pub norm: NormKind,
     pub activation: Activation,
     pub norm_eps: f64,
-    pub dropout: f64,
+    /// Which implementation of the ops runs (`fused` CPU kernels or `portable` candle
+    /// ops); the same function either way, so a checkpoint does not depend on it.
+    #[serde(skip)]
+    pub kernels: Kernels,
+}
+
+fn vocab_to_yaml<S: Serializer>(v: &usize, s: S) -> std::result::Result<S::Ok, S::Error> {
+    if *v == 0 {
+        s.serialize_none()
+    } else {
+        s.serialize_some(v)
+    }
+}
+
+fn vocab_from_yaml<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<usize, D::Error> {
+    Ok(Option::<usize>::deserialize(d)?.unwrap_or(0))
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        PRESETS[0].model()
+    }
 }
 
 /// A named model size. `vocab_size` is `None` where the dataset decides it.
@@ -93,6 +121,24 @@ pub const PRESETS: [Preset; 4] = [
     },
 ];
 
+impl Preset {
+    /// The preset's model (vocabulary still the dataset's where it has none of its own).
+    pub fn model(&self) -> ModelConfig {
+        ModelConfig {
+            vocab_size: self.vocab_size.unwrap_or(0),
+            block_size: self.block_size,
+            n_layer: self.n_layer,
+            n_head: self.n_head,
+            n_embd: self.n_embd,
+            bias: self.bias,
+            norm: self.norm,
+            activation: self.activation,
+            norm_eps: 1e-5,
+            kernels: Kernels::Fused,
+        }
+    }
+}
+
 pub fn preset(name: &str) -> Result<Preset> {
     match PRESETS.iter().find(|p| p.name == name) {
         Some(p) => Ok(*p),
@@ -133,8 +179,11 @@ impl ModelConfig {
                 self.n_head
             );
         }
-        if !(0.0..1.0).contains(&self.dropout) {
-            bail!("dropout {} must be in [0, 1)", self.dropout);
+        if self.vocab_size == 0 {
+            bail!("vocab_size is not resolved: give the dataset's vocabulary size");
+        }
+        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) {
+            bail!("norm_eps {} must be a positive number", self.norm_eps);
         }
         Ok(())
     }
@@ -148,7 +197,7 @@ impl ModelConfig {
             norm: self.norm,
             activation: self.activation,
             norm_eps: self.norm_eps,
-            dropout: self.dropout,
+            kernels: self.kernels,
         }
     }
 }

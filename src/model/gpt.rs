@@ -6,11 +6,12 @@
 //! weights stored (in, out).
 
 use super::config::ModelConfig;
+use crate::blocks::params::build_norm;
 use crate::blocks::{BlockStack, Fwd, Layout};
-use crate::ops::{self, Norm, NormKind};
+use crate::ops::{self, Norm};
 use crate::tp::{CountedComm, Init, ParamBuilder, ParamKind, ParamRegistry, ParamSource};
 use anyhow::{bail, Result};
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
 pub struct Gpt {
     pub cfg: ModelConfig,
@@ -23,12 +24,24 @@ pub struct Gpt {
 }
 
 impl Gpt {
-    /// Builds this rank's model: logical weights from `source`, sliced for `tp`'s rank.
+    /// Builds this rank's model on the default device (the CPU in a CPU build).
     pub fn build(
         cfg: &ModelConfig,
         layout: &Layout,
         source: &dyn ParamSource,
         tp: &CountedComm,
+    ) -> Result<Self> {
+        Self::build_on(cfg, layout, source, tp, &crate::device::rank_device())
+    }
+
+    /// Builds this rank's model on `device`: logical weights from `source`, sliced for
+    /// `tp`'s rank.
+    pub fn build_on(
+        cfg: &ModelConfig,
+        layout: &Layout,
+        source: &dyn ParamSource,
+        tp: &CountedComm,
+        device: &Device,
     ) -> Result<Self> {
         if layout.n_layer() != cfg.n_layer {
             bail!(
@@ -40,24 +53,13 @@ impl Gpt {
         }
         cfg.check(tp.size())?;
         let (v, t, c) = (cfg.vocab_size, cfg.block_size, cfg.n_embd);
-        let mut b = ParamBuilder::new(source, tp.rank(), tp.size());
+        let mut b = ParamBuilder::new(source, tp.rank(), tp.size(), device);
         let rep = ParamKind::Replicated;
         let wte = b.param("wte", &[v, c], rep, Init::Normal { std: 0.02 })?;
         let wpe = b.param("wpe", &[t, c], rep, Init::Normal { std: 0.02 })?;
         let block_cfg = cfg.block_config();
         let stack = BlockStack::build(layout, &block_cfg, &mut b, tp)?;
-        let lnf_w = b.param("lnf.w", &[c], rep, Init::Ones)?;
-        let lnf_b = if cfg.bias && cfg.norm == NormKind::Layernorm {
-            Some(b.param("lnf.b", &[c], rep, Init::Zeros)?)
-        } else {
-            None
-        };
-        let lnf = Norm {
-            kind: cfg.norm,
-            weight: lnf_w,
-            bias: lnf_b,
-            eps: cfg.norm_eps,
-        };
+        let lnf = build_norm(&mut b.pp("lnf"), &block_cfg, rep)?;
         Ok(Self {
             cfg: cfg.clone(),
             layout: layout.clone(),
@@ -71,6 +73,11 @@ impl Gpt {
 
     pub fn params(&self) -> &ParamRegistry {
         &self.params
+    }
+
+    /// The device the model's parameters live on.
+    pub fn device(&self) -> &Device {
+        self.wte.device()
     }
 
     /// `idx (B, T)` u32 -> token + position embeddings `(B, T, C)`.
@@ -98,7 +105,8 @@ impl Gpt {
     pub fn forward_embedded(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
         let h = self.lnf.forward(&self.stack.forward(x, fwd)?)?;
-        let logits = ops::linear(&h.reshape((b * t, c))?, &self.wte.t()?, None)?; // (B*T, V)
+        let k = self.cfg.kernels;
+        let logits = ops::linear(k, &h.reshape((b * t, c))?, &self.wte.t()?, None)?; // (B*T, V)
         Ok(logits.reshape((b, t, self.cfg.vocab_size))?)
     }
 
@@ -111,6 +119,7 @@ impl Gpt {
         let logits = self.forward_embedded(x, fwd)?;
         let v = self.cfg.vocab_size;
         Ok(ops::cross_entropy(
+            self.cfg.kernels,
             &logits.reshape(((), v))?,
             &targets.flatten_all()?,
         )?)

@@ -8,11 +8,12 @@
 //! `t`-only models with LayerNorm export: `s` and `p` blocks are not GPT-2 blocks.
 
 use super::config::ModelConfig;
+use crate::blocks::params::layer_prefix;
 use crate::blocks::{BlockKind, Layout};
 use crate::ops::{Activation, NormKind};
 use crate::user_bail;
 use anyhow::{Context, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 
 /// (our name, Hugging Face name) for every tensor of an `n_layer` GPT-2.
@@ -36,7 +37,10 @@ pub fn name_map(n_layer: usize) -> Vec<(String, String)> {
             ("pr.w", "mlp.c_proj.weight"),
             ("pr.b", "mlp.c_proj.bias"),
         ] {
-            v.push((format!("h.{i}.{ours}"), format!("transformer.h.{i}.{hf}")));
+            v.push((
+                format!("{}.{ours}", layer_prefix(i)),
+                format!("transformer.h.{i}.{hf}"),
+            ));
         }
     }
     v.push(("lnf.w".to_string(), "transformer.ln_f.weight".to_string()));
@@ -62,6 +66,12 @@ pub fn to_hf(
     }
     let c = cfg.n_embd;
     let mut out = HashMap::new();
+    // Missing biases are made where the weights are.
+    let device = weights
+        .get("wte")
+        .context("the checkpoint lacks `wte`")?
+        .device()
+        .clone();
     for (ours, hf) in name_map(cfg.n_layer) {
         let t = match weights.get(&ours) {
             Some(t) => t.to_dtype(DType::F32)?.contiguous()?,
@@ -73,7 +83,7 @@ pub fn to_hf(
                 } else {
                     c
                 };
-                Tensor::zeros(len, DType::F32, &Device::Cpu)?
+                Tensor::zeros(len, DType::F32, &device)?
             }
             None => return Err(anyhow::anyhow!("the checkpoint lacks `{ours}`")),
         };

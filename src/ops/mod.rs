@@ -1,8 +1,10 @@
 //! Element-wise and normalisation ops, all differentiable through candle's autograd.
 //!
-//! Every block and the model call these and nothing else for norms, activations, softmax
-//! and the loss, so fused kernels with hand-written backward can replace them here without
-//! touching the blocks. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
+//! Every block and the model call these and nothing else for linears, norms, activations,
+//! attention and the loss. Each takes the [`Kernels`] to run: `Portable` is made of
+//! candle's differentiable ops (any device; the `*_composed` functions), `Fused` the CPU
+//! kernels with hand-written backward in [`fused`], each tested against the portable one.
+//! A non-CPU tensor always takes the portable path. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
 pub mod fastmath;
@@ -10,7 +12,13 @@ pub mod fused;
 pub mod gemm;
 pub mod profile;
 
+pub use crate::device::Kernels;
 use candle_core::{DType, Result, Tensor, D};
+
+/// Whether `x` runs the fused CPU kernels under `k`.
+fn fused_for(k: Kernels, x: &Tensor) -> bool {
+    k.on(x.device()) == Kernels::Fused
+}
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
@@ -31,8 +39,17 @@ pub enum Activation {
     Relu,
 }
 
-/// `(x - mean) / sqrt(var + eps) * w + b` over the last dimension (fused kernel).
-pub fn layer_norm(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+/// `(x - mean) / sqrt(var + eps) * w + b` over the last dimension.
+pub fn layer_norm(
+    k: Kernels,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    if !fused_for(k, x) {
+        return layer_norm_composed(x, w, b, eps);
+    }
     let y = fused::layer_norm(x, w, eps)?;
     match b {
         Some(b) => y.broadcast_add(b),
@@ -65,18 +82,24 @@ pub struct Norm {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
     pub eps: f64,
+    pub kernels: Kernels,
 }
 
 impl Norm {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self.kind {
-            NormKind::Layernorm => layer_norm(x, &self.weight, self.bias.as_ref(), self.eps),
+            NormKind::Layernorm => {
+                layer_norm(self.kernels, x, &self.weight, self.bias.as_ref(), self.eps)
+            }
             NormKind::Rmsnorm => rms_norm(x, &self.weight, self.eps),
         }
     }
 }
 
-pub fn activation(x: &Tensor, act: Activation) -> Result<Tensor> {
+pub fn activation(k: Kernels, x: &Tensor, act: Activation) -> Result<Tensor> {
+    if !fused_for(k, x) {
+        return activation_composed(x, act);
+    }
     match act {
         Activation::Gelu => fused::gelu(x, false),
         Activation::GeluTanh => fused::gelu(x, true),
@@ -101,8 +124,11 @@ pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
     e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
 }
 
-/// `x (.., in) @ w (in, out) + b` (fused; `w` may be a transposed view).
-pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+/// `x (.., in) @ w (in, out) + b` (`w` may be a transposed view).
+pub fn linear(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    if !fused_for(k, x) {
+        return linear_composed(x, w, b);
+    }
     fused::linear(x, w, b)
 }
 
@@ -120,8 +146,11 @@ pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Ten
 }
 
 /// Causal self-attention of a packed `qkv (B, T, 3 * heads * head_dim)` (Q, K, V blocks,
-/// heads contiguous within each) -> `(B, T, heads * head_dim)`, fused.
-pub fn causal_attention(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+/// heads contiguous within each) -> `(B, T, heads * head_dim)`.
+pub fn causal_attention(k: Kernels, qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    if !fused_for(k, qkv) {
+        return causal_attention_composed(qkv, heads, head_dim);
+    }
     fused::causal_attention(qkv, heads, head_dim)
 }
 
@@ -142,8 +171,11 @@ pub fn causal_attention_composed(qkv: &Tensor, heads: usize, head_dim: usize) ->
     y.transpose(1, 2)?.reshape((b, t, l))
 }
 
-/// Causal softmax of attention scores `(.., T, T)`: position i attends to j <= i (fused).
-pub fn causal_softmax(scores: &Tensor) -> Result<Tensor> {
+/// Causal softmax of attention scores `(.., T, T)`: position i attends to j <= i.
+pub fn causal_softmax(k: Kernels, scores: &Tensor) -> Result<Tensor> {
+    if !fused_for(k, scores) {
+        return causal_softmax_composed(scores);
+    }
     fused::causal_softmax(scores)
 }
 
@@ -156,8 +188,11 @@ pub fn causal_softmax_composed(scores: &Tensor) -> Result<Tensor> {
     softmax_last_dim(&mask.where_cond(&neg_inf, scores)?)
 }
 
-/// Mean cross-entropy of `logits (N, V)` against `targets (N,)` (u32), fused.
-pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+/// Mean cross-entropy of `logits (N, V)` against `targets (N,)` (u32).
+pub fn cross_entropy(k: Kernels, logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    if !fused_for(k, logits) {
+        return cross_entropy_composed(logits, targets);
+    }
     fused::cross_entropy(logits, targets)
 }
 

@@ -5,6 +5,7 @@
 mod font;
 
 use crate::error::UserError;
+use crate::run_dir::{read_comm, read_config, read_log};
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -28,38 +29,25 @@ pub struct RunCurves {
 
 impl RunCurves {
     pub fn load(dir: &Path) -> Result<Self> {
-        let user = |m: String| anyhow::Error::new(UserError(m));
-        let cfg = crate::train::config::read_run_config(dir)?;
-        let log = std::fs::read_to_string(dir.join("log.jsonl")).map_err(|_| {
-            user(format!(
-                "{} has no log.jsonl: not a run directory, or the run has not started",
-                dir.display()
-            ))
-        })?;
+        let cfg = read_config(dir)?;
         let (mut train, mut val) = (Vec::new(), Vec::new());
-        for (i, line) in log.lines().enumerate() {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| user(format!("{}/log.jsonl line {}: {e}", dir.display(), i + 1)))?;
-            let Some(step) = v["step"].as_f64() else {
-                continue;
-            };
-            if let Some(l) = v["train_loss"].as_f64() {
-                train.push((step, l));
+        for line in read_log(dir)? {
+            let step = line.step as f64;
+            if let Some(l) = line.train_loss {
+                train.push((step, l as f64));
             }
-            if let Some(l) = v["val_loss"].as_f64() {
-                val.push((step, l));
+            if let Some(l) = line.val_loss {
+                val.push((step, l as f64));
             }
         }
-        let forward_allreduces_per_step = std::fs::read_to_string(dir.join("comm.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|c| c["per_step"]["tp-forward"]["calls"].as_f64());
+        let forward_allreduces_per_step =
+            read_comm(dir)?.and_then(|c| c.per_step.get("tp-forward").map(|s| s.calls));
         Ok(Self {
             dir: dir.to_path_buf(),
-            label: cfg.pattern.clone(),
-            pattern: cfg.pattern,
-            tp: cfg.tp,
-            dp: cfg.dp,
+            label: cfg.model.pattern.clone(),
+            pattern: cfg.model.pattern,
+            tp: cfg.parallel.tp,
+            dp: cfg.parallel.dp,
             train,
             val,
             forward_allreduces_per_step,

@@ -8,7 +8,7 @@ pub use runner::{run_sweep, PointResult, Status};
 pub use spec::{Launcher, Point, Sweep};
 
 use crate::plot::{label_runs, plot_runs, RunCurves};
-use crate::train::run_dir::write_atomic;
+use crate::util::write_atomic;
 use anyhow::Result;
 use std::path::Path;
 

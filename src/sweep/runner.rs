@@ -4,9 +4,7 @@
 //! unchanged, and otherwise starts again from scratch.
 
 use super::spec::{Launcher, Point, Sweep};
-use crate::train::checkpoint;
-use crate::train::config::read_run_config;
-use crate::train::report::RunSummary;
+use crate::run_dir::{self, read_config, DirLock, RunSummary};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,7 +40,7 @@ fn sibling_binary(name: &str) -> Result<PathBuf> {
 }
 
 fn read_summary(dir: &Path) -> Option<RunSummary> {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).ok()?).ok()
+    run_dir::read_summary(dir).ok().flatten()
 }
 
 fn command(launcher: &Launcher, tp_train: &Path) -> Command {
@@ -86,10 +84,23 @@ pub fn run_sweep(sweep: &Sweep, out: &Path) -> Result<Vec<PointResult>> {
             });
             continue;
         }
+        if DirLock::held_elsewhere(&dir) {
+            // A trainer of an earlier sweep still writes it: neither resume alongside it
+            // nor clear it under it.
+            let why = "still being written by another tp-train (stop it, then run the sweep again)";
+            println!("{tag}: FAILED: {why}");
+            results.push(PointResult {
+                point: point.clone(),
+                dir,
+                status: Status::Failed(why.into()),
+                summary: None,
+            });
+            continue;
+        }
         let mut cmd = command(&sweep.launcher, &tp_train);
         let resumable = dir.is_dir()
-            && read_run_config(&dir).ok().as_ref() == Some(&point.cfg)
-            && checkpoint::latest(&dir).ok().flatten().is_some();
+            && read_config(&dir).ok().as_ref() == Some(&point.cfg)
+            && run_dir::latest(&dir).ok().flatten().is_some();
         let how = if resumable {
             cmd.arg("--resume").arg(&dir);
             "resuming from its latest checkpoint"

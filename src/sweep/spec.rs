@@ -9,8 +9,8 @@
 //! launcher: threads                   # or {mpirun: 4}
 //! ```
 
+use crate::config::{resolve, Origin, RunConfig};
 use crate::error::{user, UserError};
-use crate::train::config::{resolve, Origin, RunConfig};
 use crate::user_bail;
 use anyhow::Result;
 use serde::Deserialize;
@@ -159,10 +159,10 @@ impl Sweep {
                 anyhow::Error::new(UserError(format!("sweep point {}: {e:#}", parts.join(","))))
             })?;
             if let Launcher::Mpirun(n) = spec.launcher {
-                if n == 0 || n % cfg.tp != 0 {
+                if n == 0 || n % cfg.parallel.tp != 0 {
                     user_bail!(
                         "launcher mpirun {n} does not divide into tp {} groups (sweep point {})",
-                        cfg.tp,
+                        cfg.parallel.tp,
                         parts.join(",")
                     );
                 }

@@ -24,9 +24,9 @@ fn row(r: &PointResult) -> Vec<String> {
     let s = r.summary.as_ref();
     vec![
         r.point.name.clone(),
-        r.point.cfg.pattern.clone(),
-        r.point.cfg.tp.to_string(),
-        s.map_or(r.point.cfg.dp, |s| s.dp).to_string(),
+        r.point.cfg.model.pattern.clone(),
+        r.point.cfg.parallel.tp.to_string(),
+        s.map_or(r.point.cfg.parallel.dp, |s| s.dp).to_string(),
         match &r.status {
             Status::Finished => "finished".into(),
             Status::Skipped => "finished (earlier)".into(),

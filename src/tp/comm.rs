@@ -1,18 +1,42 @@
-//! The collective-communication interface every backend implements.
+//! The collectives: the interface every backend implements.
 //!
-//! Only what the harness needs: a sum all-reduce over `f32` buffers. Backends must sum in
-//! rank order so that every member of a group ends with bit-identical values; replicated
-//! parameters stay identical across ranks only because of that.
+//! Only what the harness needs: a sum all-reduce. Callers hand it tensors
+//! ([`Comm::all_reduce`]), so a backend for a GPU can reduce device memory where it lies;
+//! the CPU backends (threads, MPI) implement the host-buffer sum and stage tensors through
+//! it. Backends must sum in rank order so that every member of a group ends with
+//! bit-identical values; replicated parameters stay identical across ranks only because
+//! of that.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
+use candle_core::{DType, Tensor};
 
 pub trait Comm: Send + Sync {
     /// This member's index inside the group, `0 <= rank < size`.
     fn rank(&self) -> usize;
     /// Number of members in the group.
     fn size(&self) -> usize;
-    /// In-place sum over the group, in rank order, identical on every member.
+    /// In-place sum of a host buffer over the group, in rank order, identical on every
+    /// member.
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()>;
+    /// The sum of `t` over the group, on `t`'s device, in rank order. The default stages
+    /// through host memory with [`Comm::all_reduce_sum`]; a device backend overrides it.
+    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        stage_through_host(t, |buf| self.all_reduce_sum(buf))
+    }
+}
+
+/// Copies `t` (f32) to a host buffer, lets `reduce` sum it in place, and returns the
+/// result as a tensor of `t`'s shape on `t`'s device.
+pub fn stage_through_host(
+    t: &Tensor,
+    reduce: impl FnOnce(&mut [f32]) -> Result<()>,
+) -> Result<Tensor> {
+    if t.dtype() != DType::F32 {
+        bail!("collectives sum f32 tensors, got {:?}", t.dtype());
+    }
+    let mut v = t.flatten_all()?.to_vec1::<f32>()?;
+    reduce(&mut v)?;
+    Ok(Tensor::from_vec(v, t.shape(), t.device())?)
 }
 
 /// A group of one: every collective is the identity. Used for tp 1 / dp 1 and for
@@ -29,5 +53,8 @@ impl Comm for SoloComm {
     }
     fn all_reduce_sum(&self, _buf: &mut [f32]) -> Result<()> {
         Ok(())
+    }
+    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        Ok(t.clone())
     }
 }

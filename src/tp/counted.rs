@@ -4,6 +4,7 @@ use super::comm::Comm;
 use super::link::LinkModel;
 use super::tally::{Call, CommKind, Site, Tally};
 use anyhow::Result;
+use candle_core::Tensor;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -46,14 +47,17 @@ impl CountedComm {
         &self.tally
     }
 
-    /// Sum over the group. A group of one communicates nothing and records nothing.
-    pub fn all_reduce_sum(&self, buf: &mut [f32], site: Site, kind: CommKind) -> Result<()> {
-        if self.comm.size() == 1 {
-            return Ok(());
-        }
+    /// Runs one collective of `bytes` through `op`, holds it to the emulated link's time
+    /// and records it. A group of one communicates nothing and records nothing.
+    fn counted<R>(
+        &self,
+        bytes: u64,
+        site: Site,
+        kind: CommKind,
+        op: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
         let t0 = Instant::now();
-        self.comm.all_reduce_sum(buf)?;
-        let bytes = std::mem::size_of_val(buf) as u64;
+        let out = op()?;
         let n = self.comm.size();
         let modelled = self.link.map_or(0.0, |l| l.allreduce_seconds(bytes, n));
         let elapsed = t0.elapsed().as_secs_f64();
@@ -71,11 +75,41 @@ impl CountedComm {
                 group_size: n,
             },
         );
-        Ok(())
+        Ok(out)
     }
 
-    /// Mean over the group.
-    pub fn all_reduce_mean(&self, buf: &mut [f32], site: Site, kind: CommKind) -> Result<()> {
+    /// Sum of a host buffer over the group, in place.
+    pub fn all_reduce_sum(&self, buf: &mut [f32], site: Site, kind: CommKind) -> Result<()> {
+        if self.comm.size() == 1 {
+            return Ok(());
+        }
+        let bytes = std::mem::size_of_val(buf) as u64;
+        self.counted(bytes, site, kind, || self.comm.all_reduce_sum(buf))
+    }
+
+    /// Sum of a tensor over the group, on its device.
+    pub fn all_reduce(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {
+        if self.comm.size() == 1 {
+            return Ok(t.clone());
+        }
+        let bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        self.counted(bytes, site, kind, || self.comm.all_reduce(t))
+    }
+
+    /// Mean of a tensor over the group (each element divided by the group size, exactly
+    /// as the host-buffer mean).
+    pub fn all_reduce_mean(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {
+        let sum = self.all_reduce(t, site, kind)?;
+        let n = self.size();
+        if n == 1 {
+            return Ok(sum);
+        }
+        let n = Tensor::new(n as f32, t.device())?.to_dtype(t.dtype())?;
+        Ok(sum.broadcast_div(&n)?)
+    }
+
+    /// Mean of a host buffer over the group, in place.
+    pub fn all_reduce_mean_host(&self, buf: &mut [f32], site: Site, kind: CommKind) -> Result<()> {
         self.all_reduce_sum(buf, site, kind)?;
         let n = self.size() as f32;
         if n > 1.0 {

@@ -3,12 +3,8 @@
 //! Weights are stored (in, out) so that `y = x W + b`, the layout of GPT-2's Conv1D and of
 //! the golden vectors. Neither layer communicates: the blocks place `f` and `g` around them.
 
-use crate::ops;
+use crate::ops::{self, Kernels};
 use candle_core::{Result, Tensor, D};
-
-fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    ops::linear(x, w, b)
-}
 
 /// Output features split over ranks: rank r holds columns `[r*out/N, (r+1)*out/N)` of `W`
 /// and the matching part of `b`. Input replicated, output sharded.
@@ -16,15 +12,20 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 pub struct ColumnParallelLinear {
     weight: Tensor,
     bias: Option<Tensor>,
+    kernels: Kernels,
 }
 
 impl ColumnParallelLinear {
-    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias }
+    pub fn new(weight: Tensor, bias: Option<Tensor>, kernels: Kernels) -> Self {
+        Self {
+            weight,
+            bias,
+            kernels,
+        }
     }
     /// `x (.., in)` -> `(.., out/N)`
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        linear(x, &self.weight, self.bias.as_ref())
+        ops::linear(self.kernels, x, &self.weight, self.bias.as_ref())
     }
     pub fn out_features(&self) -> Result<usize> {
         self.weight.dim(D::Minus1)
@@ -37,14 +38,15 @@ impl ColumnParallelLinear {
 #[derive(Debug, Clone)]
 pub struct RowParallelLinear {
     weight: Tensor,
+    kernels: Kernels,
 }
 
 impl RowParallelLinear {
-    pub fn new(weight: Tensor) -> Self {
-        Self { weight }
+    pub fn new(weight: Tensor, kernels: Kernels) -> Self {
+        Self { weight, kernels }
     }
     /// `x (.., in/N)` -> partial `(.., out)`
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        linear(x, &self.weight, None)
+        ops::linear(self.kernels, x, &self.weight, None)
     }
 }

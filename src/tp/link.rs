@@ -5,9 +5,9 @@
 //! least the modelled time, so the benefit of fewer syncs becomes measurable), and to
 //! project a run's communication time onto named links from its tally.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinkModel {
     /// Bandwidth per direction, GB/s (1e9 bytes).
     pub gbytes_per_s: f64,

@@ -6,6 +6,10 @@
 //! They stay visible at the call site (the blocks) instead of hiding inside the linears:
 //! in `s` and `p` the MLP input is rank-local, where a built-in `f` would be wrong.
 //! A group of one returns its input untouched.
+//!
+//! Backward passes reduce gradient tensors through [`CountedComm::all_reduce`] (on their
+//! device). g's forward runs inside the op on the CPU storage (`cpu_fwd`), summing the
+//! host buffer in place; a device backend adds its own `*_fwd`.
 
 use super::counted::CountedComm;
 use super::tally::{CommKind, Site};
@@ -20,20 +24,6 @@ fn contiguous_f32(storage: &CpuStorage, layout: &Layout) -> Result<Vec<f32>> {
         Some((start, end)) => Ok(data[start..end].to_vec()),
         None => candle_core::bail!("tensor-parallel collective on a non-contiguous tensor"),
     }
-}
-
-fn all_reduce_tensor(
-    t: &Tensor,
-    group: &CountedComm,
-    site: Site,
-    kind: CommKind,
-) -> Result<Tensor> {
-    let t = t.contiguous()?;
-    let mut v = t.flatten_all()?.to_vec1::<f32>()?;
-    group
-        .all_reduce_sum(&mut v, site, kind)
-        .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-    Tensor::from_vec(v, t.shape(), t.device())
 }
 
 struct CopyToTp {
@@ -52,7 +42,10 @@ impl CustomOp1 for CopyToTp {
         ))
     }
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        all_reduce_tensor(grad_res, &self.group, self.site, CommKind::TpBackward).map(Some)
+        self.group
+            .all_reduce(&grad_res.contiguous()?, self.site, CommKind::TpBackward)
+            .map(Some)
+            .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))
     }
 }
 

@@ -13,15 +13,15 @@ pub mod shard;
 pub mod tally;
 pub mod threads;
 
-pub use comm::{Comm, SoloComm};
+pub use comm::{stage_through_host, Comm, SoloComm};
 pub use counted::CountedComm;
 pub use layers::{ColumnParallelLinear, RowParallelLinear};
 pub use link::{LinkModel, NAMED_LINKS};
 pub use mappings::{copy_to_tp, reduce_from_tp, share_grad_over_tp};
 pub use mesh::Mesh;
 pub use params::{
-    gather_logical, Init, Param, ParamBuilder, ParamKind, ParamRegistry, ParamSource, SeededInit,
-    StoredParams,
+    gather_logical, Init, Param, ParamBuilder, ParamKind, ParamRegistry, ParamSource, Scope,
+    SeededInit, StoredParams,
 };
 pub use shard::Shard;
 pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};

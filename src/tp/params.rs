@@ -5,6 +5,7 @@
 use super::counted::CountedComm;
 use super::shard::Shard;
 use super::tally::{CommKind, Site};
+use crate::util::fnv1a;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::SeedableRng;
@@ -23,6 +24,16 @@ pub enum ParamKind {
 }
 
 impl ParamKind {
+    /// This rank's part of a logical tensor: its slice when sharded, else the whole. The
+    /// one place weights, optimiser moments and any other parameter-shaped state are
+    /// split over the TP group.
+    pub fn local_part(&self, full: &Tensor, tp_rank: usize, tp_size: usize) -> Result<Tensor> {
+        match self {
+            ParamKind::Sharded(spec) => spec.slice(full, tp_rank, tp_size),
+            _ => Ok(full.clone()),
+        }
+    }
+
     pub fn label(&self) -> &'static str {
         match self {
             ParamKind::Sharded(_) => "sharded",
@@ -62,6 +73,29 @@ impl ParamRegistry {
     pub fn names(&self) -> Vec<String> {
         self.params.keys().cloned().collect()
     }
+    /// This rank's parts of logical parameter-shaped tensors (optimiser moments of a
+    /// checkpoint), in registry order, on each parameter's device: split by the same
+    /// [`ParamKind::local_part`] as the weights. Each part is a fresh copy: ranks that
+    /// share one checkpoint in memory must not share the storage they update in place.
+    pub fn local_parts(
+        &self,
+        full: &HashMap<String, Tensor>,
+        tp_rank: usize,
+        tp_size: usize,
+    ) -> Result<Vec<Tensor>> {
+        self.iter()
+            .map(|p| {
+                let t = full
+                    .get(&p.name)
+                    .with_context(|| format!("`{}` is missing", p.name))?;
+                Ok(p.kind
+                    .local_part(t, tp_rank, tp_size)?
+                    .to_device(p.var.device())?
+                    .copy()?)
+            })
+            .collect()
+    }
+
     /// Number of logical parameters (every tensor counted once, at full size).
     pub fn logical_numel(&self) -> usize {
         self.iter()
@@ -84,9 +118,7 @@ pub fn gather_logical(
         return Ok(local.clone());
     };
     let placed = spec.embed(local, tp.rank(), tp.size(), full_shape)?;
-    let mut v = placed.flatten_all()?.to_vec1::<f32>()?;
-    tp.all_reduce_sum(&mut v, Site::Params, CommKind::Other)?;
-    Ok(Tensor::from_vec(v, full_shape, local.device())?)
+    tp.all_reduce(&placed, Site::Params, CommKind::Other)
 }
 
 /// How a parameter is initialised when no stored value is given.
@@ -108,17 +140,9 @@ pub struct SeededInit {
     pub seed: u64,
 }
 
-/// FNV-1a: a stable hash for seeding per-name streams and naming folders.
-pub fn fnv1a(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
-
 impl ParamSource for SeededInit {
+    /// Drawn in host memory (the stream defines the values); the builder moves each
+    /// rank's part to its device.
     fn full(&self, name: &str, shape: &[usize], init: Init) -> Result<Tensor> {
         let dev = Device::Cpu;
         Ok(match init {
@@ -157,26 +181,51 @@ impl ParamSource for StoredParams {
     }
 }
 
-/// Creates a rank's parameters: draws or loads the logical tensor, keeps this rank's part.
+/// Creates a rank's parameters on its device: draws or loads the logical tensor, keeps
+/// this rank's part. Names are built by scopes, as candle-nn's `VarBuilder::pp` does:
+/// `b.pp("h").pp(3).param("qkv.w", ..)` registers `h.3.qkv.w`.
 pub struct ParamBuilder<'a> {
     source: &'a dyn ParamSource,
     tp_rank: usize,
     tp_size: usize,
+    device: Device,
     registry: ParamRegistry,
 }
 
 impl<'a> ParamBuilder<'a> {
-    pub fn new(source: &'a dyn ParamSource, tp_rank: usize, tp_size: usize) -> Self {
+    pub fn new(
+        source: &'a dyn ParamSource,
+        tp_rank: usize,
+        tp_size: usize,
+        device: &Device,
+    ) -> Self {
         Self {
             source,
             tp_rank,
             tp_size,
+            device: device.clone(),
             registry: ParamRegistry::default(),
         }
     }
 
     pub fn tp_size(&self) -> usize {
         self.tp_size
+    }
+
+    pub fn tp_rank(&self) -> usize {
+        self.tp_rank
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// A scope whose parameters are named `prefix.NAME`.
+    pub fn pp(&mut self, prefix: impl std::fmt::Display) -> Scope<'_, 'a> {
+        Scope {
+            builder: self,
+            prefix: prefix.to_string(),
+        }
     }
 
     /// Registers `name` and returns this rank's tensor (a variable: gradients flow to it).
@@ -191,10 +240,9 @@ impl<'a> ParamBuilder<'a> {
             bail!("parameter `{name}` registered twice");
         }
         let full = self.source.full(name, shape, init)?;
-        let local = match kind {
-            ParamKind::Sharded(spec) => spec.slice(&full, self.tp_rank, self.tp_size)?,
-            _ => full,
-        };
+        let local = kind
+            .local_part(&full, self.tp_rank, self.tp_size)?
+            .to_device(&self.device)?;
         let var = Var::from_tensor(&local)?;
         let t = var.as_tensor().clone();
         self.registry.params.insert(
@@ -211,5 +259,41 @@ impl<'a> ParamBuilder<'a> {
 
     pub fn finish(self) -> ParamRegistry {
         self.registry
+    }
+}
+
+/// A named scope of a [`ParamBuilder`].
+pub struct Scope<'s, 'a> {
+    builder: &'s mut ParamBuilder<'a>,
+    prefix: String,
+}
+
+impl<'a> Scope<'_, 'a> {
+    /// A nested scope: `prefix.sub`.
+    pub fn pp(&mut self, sub: impl std::fmt::Display) -> Scope<'_, 'a> {
+        Scope {
+            prefix: format!("{}.{sub}", self.prefix),
+            builder: self.builder,
+        }
+    }
+
+    /// Registers `prefix.name` (see [`ParamBuilder::param`]).
+    pub fn param(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        kind: ParamKind,
+        init: Init,
+    ) -> Result<Tensor> {
+        let full = format!("{}.{name}", self.prefix);
+        self.builder.param(&full, shape, kind, init)
+    }
+
+    pub fn tp_size(&self) -> usize {
+        self.builder.tp_size
+    }
+
+    pub fn tp_rank(&self) -> usize {
+        self.builder.tp_rank
     }
 }

@@ -51,7 +51,7 @@ pub enum Site {
     Misc,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Stat {
     pub calls: u64,
     pub bytes: u64,

@@ -1,20 +1,21 @@
 //! `tp-train --bench`: steady-state step time of a configuration, split into forward,
 //! backward, gradient sync, optimiser and communication.
 
-use super::config::RunConfig;
+use super::job::{checked_dataset, Job, RankOptions};
 use super::launch::{configure_threads, run_threads};
-use super::rank::{RankIo, RankOptions, TrainOutcome};
-use super::run::load_dataset;
-use crate::error::user;
+use super::record::RankOutcome;
+use crate::config::RunConfig;
 use crate::ops::profile::OpKind;
 use crate::tp::CommKind;
-use anyhow::Result;
-use serde::Serialize;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchResult {
     pub preset: String,
     pub pattern: String,
+    /// `fused` or `portable`.
+    pub kernels: String,
     pub tp: usize,
     pub dp: usize,
     pub math_threads_per_rank: usize,
@@ -55,7 +56,7 @@ pub struct BenchResult {
     pub last_step_peak_rss_mb: f64,
 }
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpShare {
     pub op: String,
     pub ms: f64,
@@ -68,22 +69,25 @@ pub struct OpShare {
 /// The configuration a benchmark runs: `warmup + steps` steps, no evaluation, no sample.
 pub fn bench_config(cfg: &RunConfig, warmup: usize, steps: usize) -> RunConfig {
     let mut cfg = cfg.clone();
-    cfg.max_iters = warmup + steps;
-    cfg.eval_interval = 0;
-    cfg.sample_tokens = 0;
+    cfg.optim.max_iters = warmup + steps;
+    cfg.eval.eval_interval = 0;
+    cfg.eval.sample_tokens = 0;
     cfg
 }
 
 /// Step-time figures from a benchmark run's rank-0 outcome.
-pub fn summarize(cfg: &RunConfig, o: &TrainOutcome, warmup: usize) -> BenchResult {
+pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult {
     let median = |mut v: Vec<f64>| -> f64 {
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
-    let skip = warmup.min(o.step_ms.len());
-    let ms = median(o.step_ms[skip..].to_vec());
-    let phase = |i: usize| median(o.step_phases[skip..].iter().map(|p| p[i] * 1e3).collect());
-    let n = o.times.steps.max(1) as f64;
+    let skip = warmup.min(o.steps.len());
+    let measured = &o.steps[skip..];
+    let ms = median(measured.iter().map(|s| s.ms).collect());
+    let phase = |f: fn(&super::record::Phases) -> f64| {
+        median(measured.iter().map(|s| f(&s.phases) * 1e3).collect())
+    };
+    let n = o.steps.len().max(1) as f64;
     let comm: f64 = CommKind::ALL
         .iter()
         .map(|k| o.tally.total(*k).seconds)
@@ -92,15 +96,14 @@ pub fn summarize(cfg: &RunConfig, o: &TrainOutcome, warmup: usize) -> BenchResul
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    let measured = &o.step_ops[skip.min(o.step_ops.len())..];
     let steps = measured.len().max(1) as f64;
-    let mean_step_ms = o.step_ms[skip..].iter().sum::<f64>() / steps;
+    let mean_step_ms = measured.iter().map(|s| s.ms).sum::<f64>() / steps;
     let mut profile = Vec::new();
     let (mut rank_flops, mut mm_flops, mut mm_s) = (0.0, 0.0, 0.0);
     for k in OpKind::ALL {
         let (sec, fl) = measured
             .iter()
-            .map(|t| t.get(k))
+            .map(|s| s.ops.get(k))
             .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
         let (sec, fl) = (sec / steps, fl / steps);
         if k != OpKind::AdamW {
@@ -131,30 +134,32 @@ pub fn summarize(cfg: &RunConfig, o: &TrainOutcome, warmup: usize) -> BenchResul
         share: (mean_step_ms - accounted) / mean_step_ms,
         gflops_per_core: None,
     });
-    let ranks = cfg.tp * cfg.dp;
+    let ranks = cfg.parallel.tp * cfg.parallel.dp;
     let cores = ranks * threads;
     let flops_per_step = rank_flops * ranks as f64;
-    let peaks: Vec<f64> = o.step_peak_rss[skip.min(o.step_peak_rss.len())..]
+    let peaks: Vec<f64> = measured
         .iter()
-        .map(|&b| b as f64 / (1 << 20) as f64)
+        .filter_map(|s| s.peak_rss)
+        .map(|b| b as f64 / (1 << 20) as f64)
         .collect();
     BenchResult {
-        preset: cfg.preset.clone(),
-        pattern: cfg.pattern.clone(),
-        tp: cfg.tp,
-        dp: cfg.dp,
+        preset: cfg.model.preset.clone(),
+        pattern: cfg.model.pattern.clone(),
+        kernels: cfg.parallel.kernels.label().to_string(),
+        tp: cfg.parallel.tp,
+        dp: cfg.parallel.dp,
         math_threads_per_rank: threads,
-        link_gbps: cfg.link_gbps,
-        link_latency_us: cfg.link_latency_us,
-        batch_size: cfg.batch_size,
-        block_size: cfg.block_size,
-        measured_steps: o.step_ms.len() - skip,
+        link_gbps: cfg.parallel.link_gbps,
+        link_latency_us: cfg.parallel.link_latency_us,
+        batch_size: cfg.optim.batch_size,
+        block_size: cfg.model.arch.block_size,
+        measured_steps: measured.len(),
         ms_per_step: ms,
         tokens_per_s: cfg.tokens_per_step() as f64 / (ms / 1e3),
-        forward_ms: phase(0),
-        backward_ms: phase(1),
-        grad_sync_ms: phase(2),
-        optimizer_ms: phase(3),
+        forward_ms: phase(|p| p.forward),
+        backward_ms: phase(|p| p.backward),
+        grad_sync_ms: phase(|p| p.grad_sync),
+        optimizer_ms: phase(|p| p.optimizer),
         comm_ms,
         profile,
         flops_per_step,
@@ -198,27 +203,32 @@ pub fn matmul_ceiling_gflops() -> f64 {
 /// Benchmarks `cfg` with ranks as threads in this process.
 pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult> {
     let cfg = bench_config(cfg, warmup, steps);
-    cfg.validate()?;
-    let data = load_dataset(&cfg)?;
-    cfg.model_config(data.vocab_size())?
-        .check(cfg.tp)
-        .map_err(user)?;
-    configure_threads(cfg.tp * cfg.dp);
+    let data = checked_dataset(&cfg)?;
+    configure_threads(cfg.parallel.tp * cfg.parallel.dp);
     let opts = RankOptions {
         keep_params: false,
         skip_sample: true,
     };
-    let out = run_threads(&cfg, &data, None, opts, RankIo::default())?;
-    Ok(summarize(&cfg, &out[0], warmup))
+    let job = Job::new(cfg, data, opts);
+    let out = run_threads(&job, None, None)?;
+    Ok(summarize(&job.cfg, &out[0], warmup))
 }
 
 impl BenchResult {
+    /// Reads the `bench.json` a [`BenchResult::report`] wrote into `dir`.
+    pub fn read(dir: &std::path::Path) -> Result<Self> {
+        let path = dir.join("bench.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} cannot be read", path.display()))
+    }
+
     /// Prints the result and writes `out/bench.json`.
     pub fn report(&self, out: &std::path::Path) -> Result<()> {
         println!("{}", self.line());
         println!("{}", self.table());
         std::fs::create_dir_all(out)?;
-        super::run_dir::write_atomic(
+        crate::util::write_atomic(
             &out.join("bench.json"),
             serde_json::to_string_pretty(self)?.as_bytes(),
         )?;
@@ -262,12 +272,13 @@ impl BenchResult {
 
     pub fn line(&self) -> String {
         format!(
-            "{} {} tp {} dp {} ({} thread(s)/rank): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
+            "{} {} tp {} dp {} ({} thread(s)/rank, {} kernels): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
             self.preset,
             self.pattern,
             self.tp,
             self.dp,
             self.math_threads_per_rank,
+            self.kernels,
             self.ms_per_step,
             self.tokens_per_s,
             self.forward_ms,

@@ -1,64 +1,127 @@
-//! One rank's gradients as a flat buffer in registry (name) order, and what a step does
-//! with them across ranks: the TP sum of partial gradients, the DP average, the norm.
+//! One rank's gradients: a tensor per parameter on the model's device, in registry (name)
+//! order, and what a step does with them across ranks: the TP sum of partial gradients,
+//! the DP average, the global norm and clipping.
 //!
-//! Name order is the same on every rank, so buckets line up element for element
-//! (candle's `VarMap` is a HashMap and would not).
+//! Name order is the same on every rank, so the flattened buckets line up element for
+//! element (candle's `VarMap` is a HashMap and would not).
 
 use crate::tp::{CommKind, CountedComm, ParamKind, ParamRegistry, Site};
 use anyhow::Result;
 use candle_core::backprop::GradStore;
+use candle_core::{CpuStorage, DType, Storage, Tensor};
 
 pub struct GradBuffer {
-    pub data: Vec<f32>,
-    /// (offset, len, kind) per parameter, in registry order.
-    spans: Vec<(usize, usize, ParamKind)>,
+    /// The gradient of each parameter, registry order, the parameter's (local) shape;
+    /// `None` while it is zero (no allocation, no adding into zeros).
+    grads: Vec<Option<Tensor>>,
+    /// A zero of each parameter's shape, made once.
+    zeros: Vec<Tensor>,
+    kinds: Vec<ParamKind>,
+}
+
+/// Adds the squares of `t` to `acc` in f64, element after element. On the CPU it reads
+/// in place, so the norm is the exact sequential f64 sum over all elements in registry
+/// order; elsewhere it sums on the device.
+fn add_squares(t: &Tensor, acc: &mut f64) -> Result<()> {
+    if t.device().is_cpu() {
+        let t = t.contiguous()?;
+        let (storage, layout) = t.storage_and_layout();
+        if let (Storage::Cpu(CpuStorage::F32(d)), Some((a, b))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            for &x in &d[a..b] {
+                *acc += (x as f64) * (x as f64);
+            }
+            return Ok(());
+        }
+    }
+    *acc += t
+        .to_dtype(DType::F64)?
+        .sqr()?
+        .sum_all()?
+        .to_scalar::<f64>()?;
+    Ok(())
+}
+
+/// `t * c` elementwise, exactly (no `+ 0` of an affine map).
+fn times(t: &Tensor, c: f32) -> Result<Tensor> {
+    Ok(t.broadcast_mul(&Tensor::new(c, t.device())?)?)
 }
 
 impl GradBuffer {
-    pub fn new(reg: &ParamRegistry) -> Self {
-        let mut spans = Vec::with_capacity(reg.len());
-        let mut off = 0;
-        for p in reg.iter() {
-            let n = p.var.elem_count();
-            spans.push((off, n, p.kind));
-            off += n;
-        }
-        Self {
-            data: vec![0.0; off],
-            spans,
-        }
+    pub fn new(reg: &ParamRegistry) -> Result<Self> {
+        Ok(Self {
+            grads: reg.iter().map(|_| None).collect(),
+            zeros: reg
+                .iter()
+                .map(|p| p.var.zeros_like())
+                .collect::<candle_core::Result<_>>()?,
+            kinds: reg.iter().map(|p| p.kind).collect(),
+        })
     }
 
     pub fn zero(&mut self) {
-        self.data.fill(0.0);
+        self.grads.iter_mut().for_each(|g| *g = None);
     }
 
     /// The gradient of parameter `i` (registry order).
-    pub fn slice(&self, i: usize) -> &[f32] {
-        let (o, n, _) = self.spans[i];
-        &self.data[o..o + n]
+    pub fn get(&self, i: usize) -> &Tensor {
+        self.grads[i].as_ref().unwrap_or(&self.zeros[i])
+    }
+
+    /// The gradient of parameter `i`, copied to host memory (tests, inspection).
+    pub fn host(&self, i: usize) -> Result<Vec<f32>> {
+        Ok(self.get(i).flatten_all()?.to_vec1::<f32>()?)
     }
 
     /// Adds `scale * grad` of every parameter from a backward pass. A parameter that the
-    /// loss does not reach keeps a zero gradient.
+    /// loss does not reach keeps its gradient.
     pub fn accumulate(&mut self, reg: &ParamRegistry, grads: &GradStore, scale: f32) -> Result<()> {
-        for (p, &(o, n, _)) in reg.iter().zip(&self.spans) {
-            if let Some(g) = grads.get(p.var.as_tensor()) {
-                let g = g.flatten_all()?.to_vec1::<f32>()?;
-                for (d, x) in self.data[o..o + n].iter_mut().zip(&g) {
-                    *d += scale * x;
-                }
-            }
+        for (p, acc) in reg.iter().zip(&mut self.grads) {
+            let Some(g) = grads.get(p.var.as_tensor()) else {
+                continue;
+            };
+            let g = if scale == 1.0 {
+                g.clone()
+            } else {
+                times(g, scale)?
+            };
+            *acc = Some(match acc.take() {
+                None => g,
+                Some(a) => (a + g)?,
+            });
         }
         Ok(())
     }
 
-    fn bucket(&self, pick: impl Fn(ParamKind) -> bool) -> Vec<(usize, usize)> {
-        self.spans
-            .iter()
-            .filter(|(_, _, k)| pick(*k))
-            .map(|&(o, n, _)| (o, n))
+    fn indices(&self, pick: impl Fn(ParamKind) -> bool) -> Vec<usize> {
+        (0..self.grads.len())
+            .filter(|&i| pick(self.kinds[i]))
             .collect()
+    }
+
+    /// One collective over the gradients `ids`, flattened into one bucket.
+    fn reduce_bucket(
+        &mut self,
+        ids: &[usize],
+        reduce: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let flat: Vec<Tensor> = ids
+            .iter()
+            .map(|&i| self.get(i).flatten_all())
+            .collect::<candle_core::Result<_>>()?;
+        let bucket = reduce(&Tensor::cat(&flat, 0)?)?;
+        let mut at = 0;
+        for &i in ids {
+            let shape = self.zeros[i].shape();
+            let n = shape.elem_count();
+            self.grads[i] = Some(bucket.narrow(0, at, n)?.reshape(shape)?);
+            at += n;
+        }
+        Ok(())
     }
 
     /// Sums the gradients of `ReplicatedPartial` parameters over the TP group in one
@@ -67,48 +130,44 @@ impl GradBuffer {
         if tp.size() == 1 {
             return Ok(());
         }
-        let spans = self.bucket(|k| k == ParamKind::ReplicatedPartial);
-        if spans.is_empty() {
-            return Ok(());
-        }
-        let mut flat: Vec<f32> = spans
-            .iter()
-            .flat_map(|&(o, n)| self.data[o..o + n].iter().copied())
-            .collect();
-        tp.all_reduce_sum(&mut flat, Site::Params, CommKind::TpParamGrad)?;
-        let mut at = 0;
-        for (o, n) in spans {
-            self.data[o..o + n].copy_from_slice(&flat[at..at + n]);
-            at += n;
-        }
-        Ok(())
+        let ids = self.indices(|k| k == ParamKind::ReplicatedPartial);
+        self.reduce_bucket(&ids, |b| {
+            tp.all_reduce(b, Site::Params, CommKind::TpParamGrad)
+        })
     }
 
     /// Averages all gradients over the data-parallel group in one bucketed all-reduce.
     pub fn average_dp(&mut self, dp: &CountedComm) -> Result<()> {
-        dp.all_reduce_mean(&mut self.data, Site::Params, CommKind::DpGrad)
+        if dp.size() == 1 {
+            return Ok(());
+        }
+        let ids: Vec<usize> = (0..self.grads.len()).collect();
+        self.reduce_bucket(&ids, |b| {
+            dp.all_reduce_mean(b, Site::Params, CommKind::DpGrad)
+        })
     }
 
     /// Global L2 norm of the logical gradient: sharded parts summed over the TP group,
     /// each replicated parameter counted once. Call after [`Self::sync_tp_partial`].
     pub fn global_norm(&self, tp: &CountedComm) -> Result<f32> {
-        let sq = |spans: Vec<(usize, usize)>| -> f64 {
-            spans
-                .iter()
-                .flat_map(|&(o, n)| self.data[o..o + n].iter())
-                .map(|&x| (x as f64) * (x as f64))
-                .sum()
+        let sq = |ids: Vec<usize>| -> Result<f64> {
+            let mut acc = 0f64;
+            for i in ids {
+                add_squares(self.get(i), &mut acc)?;
+            }
+            Ok(acc)
         };
-        let sharded = sq(self.bucket(|k| matches!(k, ParamKind::Sharded(_))));
-        let replicated = sq(self.bucket(|k| !matches!(k, ParamKind::Sharded(_))));
+        let sharded = sq(self.indices(|k| matches!(k, ParamKind::Sharded(_))))?;
+        let replicated = sq(self.indices(|k| !matches!(k, ParamKind::Sharded(_))))?;
         let mut buf = [sharded as f32];
         tp.all_reduce_sum(&mut buf, Site::Params, CommKind::Other)?;
         Ok((buf[0] as f64 + replicated).sqrt() as f32)
     }
 
-    pub fn scale(&mut self, c: f32) {
-        for x in &mut self.data {
-            *x *= c;
+    pub fn scale(&mut self, c: f32) -> Result<()> {
+        for g in self.grads.iter_mut().flatten() {
+            *g = times(g, c)?;
         }
+        Ok(())
     }
 }

@@ -1,12 +1,15 @@
 //! The `threads` launcher: the whole `dp x tp` world as threads of this process.
 
-use super::config::RunConfig;
-use super::rank::{train_rank, RankContext, RankIo, RankOptions, Reporter, TrainOutcome};
-use crate::data::Dataset;
+use super::context::RankContext;
+use super::job::Job;
+use super::orchestrate::run_rank;
+use super::record::{RankOutcome, Reporter};
+use crate::device::rank_device;
 use crate::error::UserError;
 use crate::tp::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
 use anyhow::{anyhow, Result};
 use std::panic::AssertUnwindSafe;
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 /// Threads each rank's math may use so that `ranks` ranks share the machine's cores
@@ -56,14 +59,14 @@ pub fn as_rank<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// Runs every rank of the job on its own thread and returns their outcomes in rank order.
 /// A rank that fails (error or panic) aborts the world: the others leave their next
 /// collective with an error instead of waiting, and the first failure is returned.
+/// Rank 0 gets the reporter and `run_dir`.
 pub fn run_threads(
-    cfg: &RunConfig,
-    data: &Dataset,
+    job: &Job,
     reporter: Option<&mut (dyn Reporter + Send)>,
-    opts: RankOptions,
-    io: RankIo,
-) -> Result<Vec<TrainOutcome>> {
-    let (tp, dp) = (cfg.tp, cfg.dp);
+    run_dir: Option<&Path>,
+) -> Result<Vec<RankOutcome>> {
+    let cfg = &job.cfg;
+    let (tp, dp) = (cfg.parallel.tp, cfg.parallel.dp);
     let world_size = tp * dp;
     let world = ThreadWorld::new();
     let mut tp_comms: Vec<Option<Arc<dyn Comm>>> = (0..world_size).map(|_| None).collect();
@@ -80,35 +83,28 @@ pub fn run_threads(
         }
     }
     let mut reporter = reporter;
-    let results: Vec<Result<TrainOutcome>> = std::thread::scope(|s| {
+    let results: Vec<Result<RankOutcome>> = std::thread::scope(|s| {
         let mut handles = Vec::with_capacity(world_size);
         for rank in 0..world_size {
-            let tally = Arc::new(Tally::new());
-            let ctx = RankContext {
-                mesh: Mesh::new(tp, dp, rank).expect("rank inside the world"),
-                tp: CountedComm::new(tp_comms[rank].take().expect("tp comm"), tally.clone())
-                    .with_link(cfg.link()),
-                dp: CountedComm::new(dp_comms[rank].take().expect("dp comm"), tally.clone())
-                    .with_link(cfg.link()),
-                tally,
-            };
+            let ctx = RankContext::new(
+                Mesh::new(tp, dp, rank).expect("rank inside the world"),
+                tp_comms[rank].take().expect("tp comm"),
+                dp_comms[rank].take().expect("dp comm"),
+                cfg.link(),
+                rank_device(),
+            );
             let rep = if rank == 0 { reporter.take() } else { None };
-            let io = RankIo {
-                run_dir: if rank == 0 { io.run_dir } else { None },
-                resume: io.resume,
-            };
+            let dir = if rank == 0 { run_dir } else { None };
             let world = world.clone();
             handles.push(s.spawn(move || {
                 let mut rep = rep;
                 let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     as_rank(|| {
-                        train_rank(
-                            cfg,
-                            data,
+                        run_rank(
+                            job,
                             &ctx,
                             rep.as_deref_mut().map(|r| r as &mut dyn Reporter),
-                            opts,
-                            io,
+                            dir,
                         )
                     })
                 }));

@@ -5,16 +5,30 @@
 //! during training is printed by the failing rank and ends the job with MPI_Abort, so
 //! no rank is left waiting in a collective.
 
-use super::config::RunConfig;
+use super::console::ConsoleReporter;
+use super::context::RankContext;
+use super::job::{announce, finish, open_outputs, prepare_job, Job, Target};
 use super::launch::configure_threads;
-use super::rank::{train_rank, RankContext, RankIo, RankOptions, Reporter};
-use super::run::{announce, finish, open_outputs, prepare_run, Prepared, RunResult, Target};
+use super::orchestrate::run_rank;
+use super::record::{RankOutcome, Reporter};
+use super::report::comm_report;
+use crate::config::RunConfig;
+use crate::device::rank_device;
 use crate::error::{exit_code, is_user_error, user, AlreadyReported};
+use crate::run_dir::CommReport;
 use crate::tp::mpi::{local_ranks, MpiComm, MpiWorld};
-use crate::tp::{Comm, CountedComm, Tally};
+use crate::tp::Comm;
 use anyhow::{anyhow, Result};
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::sync::Arc;
+
+/// What this process (one rank) ran: rank 0 has the run directory.
+pub struct MpiRun {
+    pub dir: PathBuf,
+    pub report: CommReport,
+    pub outcome: RankOutcome,
+}
 
 /// All ranks learn whether every rank succeeded. On failure the error is printed once:
 /// by rank 0 if it failed (every rank usually fails alike), else by each failing rank;
@@ -45,74 +59,69 @@ fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
     Err(anyhow::Error::new(AlreadyReported(code)))
 }
 
-pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<RunResult> {
+pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<MpiRun> {
     let started = std::time::Instant::now();
     let mpi = MpiWorld::init()?;
     let (rank, world_size) = (mpi.rank(), mpi.size());
     let world = mpi.world_comm();
 
-    let setup = (|| -> Result<Prepared> {
+    let setup = (|| -> Result<Job> {
         let mut cfg = cfg.clone();
-        if cfg.tp == 0 || world_size % cfg.tp != 0 {
+        let tp = cfg.parallel.tp;
+        if tp == 0 || world_size % tp != 0 {
             return Err(user(format!(
                 "mpirun started {world_size} rank(s), which do not divide into tensor-parallel groups of tp {}: launch a multiple of {} ranks (mpirun -n {}) or change --tp",
-                cfg.tp,
-                cfg.tp,
-                2 * cfg.tp.max(1)
+                tp,
+                tp,
+                2 * tp.max(1)
             )));
         }
-        let dp = world_size / cfg.tp;
-        if cfg.dp != 1 && cfg.dp != dp {
+        let dp = world_size / tp;
+        if cfg.parallel.dp != 1 && cfg.parallel.dp != dp {
             return Err(user(format!(
-                "dp {} does not match the {world_size} launched ranks at tp {} (dp = {dp}): drop --dp or launch {} ranks",
-                cfg.dp,
-                cfg.tp,
-                cfg.dp * cfg.tp
+                "dp {} does not match the {world_size} launched ranks at tp {tp} (dp = {dp}): drop --dp or launch {} ranks",
+                cfg.parallel.dp,
+                cfg.parallel.dp * tp
             )));
         }
-        cfg.dp = dp;
-        prepare_run(&cfg, target)
+        cfg.parallel.dp = dp;
+        prepare_job(&cfg, target)
     })();
-    let prepared = agree(&world, rank, setup)?;
+    let job = agree(&world, rank, setup)?;
     let dir = agree(
         &world,
         rank,
         if rank == 0 {
-            open_outputs(&prepared, target).map(Some)
+            open_outputs(&job, target).map(Some)
         } else {
             Ok(None)
         },
     )?;
-    let cfg = &prepared.cfg;
+    let cfg = &job.cfg;
 
-    let groups = mpi.groups(cfg.tp)?;
+    let groups = mpi.groups(cfg.parallel.tp)?;
     let threads = configure_threads(local_ranks().unwrap_or(1));
     if let Some(d) = &dir {
-        announce(&prepared, "MPI processes", threads, &d.path);
+        announce(&job, "MPI processes", threads, &d.path);
     }
-    let tally = Arc::new(Tally::new());
-    let ctx = RankContext {
-        mesh: groups.mesh,
-        tp: CountedComm::new(Arc::new(groups.tp), tally.clone()).with_link(cfg.link()),
-        dp: CountedComm::new(Arc::new(groups.dp), tally.clone()).with_link(cfg.link()),
-        tally,
-    };
+    let ctx = RankContext::new(
+        groups.mesh,
+        Arc::new(groups.tp),
+        Arc::new(groups.dp),
+        cfg.link(),
+        rank_device(),
+    );
     let mut reporter = match &dir {
-        Some(d) => Some(d.reporter(cfg.max_iters, progress)?),
+        Some(d) => Some(ConsoleReporter::new(d, cfg.optim.max_iters, progress)?),
         None => None,
     };
-    let io = RankIo {
-        run_dir: dir.as_ref().map(|d| d.path.as_path()),
-        resume: prepared.checkpoint.as_ref(),
-    };
+    let run_dir = dir.as_ref().map(|d| d.path.as_path());
     let trained = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        train_rank(
-            cfg,
-            &prepared.data,
+        run_rank(
+            &job,
             &ctx,
             reporter.as_mut().map(|r| r as &mut dyn Reporter),
-            RankOptions::default(),
-            io,
+            run_dir,
         )
     }))
     .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
@@ -129,13 +138,13 @@ pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<RunRe
     };
     let report = match &dir {
         Some(d) => finish(cfg, d, &outcome, started)?,
-        None => super::report::CommReport::new(cfg, &cfg.layout()?, &outcome),
+        None => comm_report(cfg, &cfg.layout()?, &outcome),
     };
-    let path = dir.map(|d| d.path).unwrap_or_default();
+    let path = dir.map(|d| d.path.clone()).unwrap_or_default();
     drop(groups.world);
-    Ok(RunResult {
+    Ok(MpiRun {
         dir: path,
         report,
-        outcomes: vec![outcome],
+        outcome,
     })
 }

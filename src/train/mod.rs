@@ -1,18 +1,26 @@
-//! Training: configuration, gradients, optimiser, schedule, the rank program, launchers
-//! and run outputs.
+//! Training: the [`trainer::Trainer`] (step, evaluate, save/restore) and what it uses
+//! (gradients, AdamW, schedule), the one orchestrator every launcher hands its rank
+//! contexts to, the launchers (threads, MPI), and the run as a whole.
+//!
+//! Imports flow one way: `run` -> launchers -> `orchestrate` -> `trainer` -> parts; the
+//! leaf types (`record`, `context`, `faults`) import nothing else of `train/`.
 
 pub mod bench;
-pub mod checkpoint;
-pub mod config;
+pub mod console;
+pub mod context;
+pub mod faults;
+pub mod generate;
 pub mod grads;
+pub mod job;
 pub mod launch;
 #[cfg(feature = "mpi")]
 pub mod launch_mpi;
 pub mod memory;
 pub mod optimizer;
-pub mod rank;
+pub mod orchestrate;
+pub mod record;
 pub mod report;
 pub mod run;
-pub mod run_dir;
 pub mod sample;
 pub mod schedule;
+pub mod trainer;

@@ -1,12 +1,18 @@
-//! AdamW with decoupled weight decay (PyTorch's formulation), applied to every parameter in
-//! place in one pass. Decay applies only to tensors of dim >= 2 (nanoGPT's groups). The
-//! moments are plain vectors in registry order, so they can be saved and restored.
+//! AdamW with decoupled weight decay (PyTorch's formulation). Decay applies only to
+//! tensors of dim >= 2 (nanoGPT's groups). The moments are tensors on the parameters'
+//! device, in registry order, so they can be saved and restored through the same sharding
+//! code as the weights.
+//!
+//! Two paths compute the same update: with `kernels: fused` on the CPU, one pass over
+//! each parameter updates it and its moments in place; otherwise (`portable`, or any other
+//! device) candle's tensor ops compute it.
 
 use super::grads::GradBuffer;
+use crate::device::Kernels;
 use crate::ops::profile::{timed, OpKind};
 use crate::tp::ParamRegistry;
 use anyhow::{bail, Result};
-use candle_core::{CpuStorage, InplaceOp1, Layout};
+use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, Tensor};
 use std::cell::RefCell;
 
 #[derive(Debug, Clone, Copy)]
@@ -21,9 +27,11 @@ pub struct AdamW {
     pub cfg: AdamWConfig,
     /// Steps taken (bias correction).
     pub t: u64,
-    pub m: Vec<Vec<f32>>,
-    pub v: Vec<Vec<f32>>,
+    /// First and second moments, registry order, on each parameter's device.
+    pub m: Vec<Tensor>,
+    pub v: Vec<Tensor>,
     decay: Vec<bool>,
+    kernels: Kernels,
 }
 
 struct Update<'a> {
@@ -73,24 +81,66 @@ impl InplaceOp1 for Update<'_> {
     }
 }
 
+/// Runs `f` on the contiguous f32 data of a CPU tensor, mutably, in place.
+struct InPlace<'a, F: FnMut(&mut [f32])>(RefCell<&'a mut F>);
+
+impl<F: FnMut(&mut [f32])> InplaceOp1 for InPlace<'_, F> {
+    fn name(&self) -> &'static str {
+        "in-place"
+    }
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("adamw: parameters and moments must be f32");
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("adamw: tensor is not contiguous");
+        };
+        (self.0.borrow_mut())(&mut data[start..end]);
+        Ok(())
+    }
+}
+
+fn with_mut(t: &Tensor, mut f: impl FnMut(&mut [f32])) -> Result<()> {
+    t.inplace_op1(&InPlace(RefCell::new(&mut f)))?;
+    Ok(())
+}
+
+/// The contiguous f32 data of a CPU tensor.
+fn with_host<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let (Storage::Cpu(CpuStorage::F32(d)), Some((a, b))) = (&*storage, layout.contiguous_offsets())
+    else {
+        bail!("adamw: a gradient is not a contiguous f32 CPU tensor");
+    };
+    Ok(f(&d[a..b]))
+}
+
 impl AdamW {
-    pub fn new(reg: &ParamRegistry, cfg: AdamWConfig) -> Self {
-        let sizes: Vec<usize> = reg.iter().map(|p| p.var.elem_count()).collect();
-        Self {
+    /// Zero moments for every parameter of `reg`, on its device.
+    pub fn new(reg: &ParamRegistry, cfg: AdamWConfig, kernels: Kernels) -> Result<Self> {
+        let zeros = || -> Result<Vec<Tensor>> {
+            Ok(reg
+                .iter()
+                .map(|p| p.var.zeros_like())
+                .collect::<candle_core::Result<_>>()?)
+        };
+        Ok(Self {
             cfg,
             t: 0,
-            m: sizes.iter().map(|&n| vec![0.0; n]).collect(),
-            v: sizes.iter().map(|&n| vec![0.0; n]).collect(),
+            m: zeros()?,
+            v: zeros()?,
             decay: reg.iter().map(|p| p.full_shape.len() >= 2).collect(),
-        }
+            kernels,
+        })
     }
 
     /// Restores the step count and moments (registry order, this rank's shapes).
-    pub fn restore(&mut self, t: u64, m: Vec<Vec<f32>>, v: Vec<Vec<f32>>) -> Result<()> {
-        let sizes_ok = |x: &[Vec<f32>]| {
-            x.len() == self.m.len() && x.iter().zip(&self.m).all(|(a, b)| a.len() == b.len())
+    pub fn restore(&mut self, t: u64, m: Vec<Tensor>, v: Vec<Tensor>) -> Result<()> {
+        let fits = |x: &[Tensor]| {
+            x.len() == self.m.len() && x.iter().zip(&self.m).all(|(a, b)| a.shape() == b.shape())
         };
-        if !sizes_ok(&m) || !sizes_ok(&v) {
+        if !fits(&m) || !fits(&v) {
             bail!("optimizer state does not fit the model's parameters");
         }
         self.t = t;
@@ -116,25 +166,65 @@ impl AdamW {
         let c1 = 1.0 / (1.0 - self.cfg.beta1.powi(self.t as i32));
         let c2 = 1.0 / (1.0 - self.cfg.beta2.powi(self.t as i32));
         for (i, p) in reg.iter().enumerate() {
-            let op = Update {
-                grad: grads.slice(i),
-                m: RefCell::new(&mut self.m[i]),
-                v: RefCell::new(&mut self.v[i]),
-                lr: lr as f32,
-                decay: if self.decay[i] {
-                    self.cfg.weight_decay as f32
-                } else {
-                    0.0
-                },
-                b1: self.cfg.beta1 as f32,
-                b2: self.cfg.beta2 as f32,
-                eps: self.cfg.eps as f32,
-                c1: c1 as f32,
-                c2: c2 as f32,
+            let decay = if self.decay[i] {
+                self.cfg.weight_decay
+            } else {
+                0.0
             };
-            p.var.as_tensor().inplace_op1(&op)?;
+            let param = p.var.as_tensor();
+            if self.kernels.on(param.device()) == Kernels::Fused {
+                self.fused_update(i, param, grads.get(i), lr, decay, c1, c2)?;
+            } else {
+                let (m, v) = (&self.m[i], &self.v[i]);
+                let (b1, b2, g) = (self.cfg.beta1, self.cfg.beta2, grads.get(i));
+                let m = ((m * b1)? + (g * (1.0 - b1))?)?;
+                let v = ((v * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+                let step = ((&m * c1)? / ((&v * c2)?.sqrt()? + self.cfg.eps)?)?;
+                let new = ((param * (1.0 - lr * decay))? - (step * lr)?)?;
+                p.var.set(&new)?;
+                self.m[i] = m;
+                self.v[i] = v;
+            }
         }
         Ok(())
+    }
+
+    /// One pass over parameter `i` on the CPU, updating it and its moments in place.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_update(
+        &self,
+        i: usize,
+        param: &Tensor,
+        grad: &Tensor,
+        lr: f64,
+        decay: f64,
+        c1: f64,
+        c2: f64,
+    ) -> Result<()> {
+        let mut status: Result<()> = Ok(());
+        with_mut(&self.m[i], |m| {
+            let r = with_mut(&self.v[i], |v| {
+                let op = |g: &[f32]| {
+                    param.inplace_op1(&Update {
+                        grad: g,
+                        m: RefCell::new(&mut *m),
+                        v: RefCell::new(v),
+                        lr: lr as f32,
+                        decay: decay as f32,
+                        b1: self.cfg.beta1 as f32,
+                        b2: self.cfg.beta2 as f32,
+                        eps: self.cfg.eps as f32,
+                        c1: c1 as f32,
+                        c2: c2 as f32,
+                    })
+                };
+                status = with_host(grad, op).and_then(|r| Ok(r?));
+            });
+            if let Err(e) = r {
+                status = Err(e);
+            }
+        })?;
+        status
     }
 }
 

@@ -1,68 +1,14 @@
-//! The communication report of a run: `comm.json` and the table printed at the end.
-//! Counts come from rank 0's tally (every rank issues the same collectives).
+//! Building the run's reports from rank 0's outcome: the communication report
+//! (`comm.json` and the table printed at the end) and the headline summary
+//! (`summary.json`). Counts come from rank 0's tally (every rank issues the same
+//! collectives).
 
-use super::config::RunConfig;
-use super::rank::TrainOutcome;
+use super::record::RankOutcome;
 use crate::blocks::Layout;
-use crate::tp::{CommKind, LinkModel, Site, Stat, NAMED_LINKS};
-use anyhow::Result;
-use serde::Serialize;
+use crate::config::RunConfig;
+use crate::run_dir::{CommReport, LayerComm, PerStep, RunSummary};
+use crate::tp::{CommKind, Site, NAMED_LINKS};
 use std::collections::BTreeMap;
-use std::fmt::Write;
-
-#[derive(Debug, Clone, Serialize)]
-pub struct LayerComm {
-    pub layer: usize,
-    /// Block kind: t, s or p.
-    pub kind: String,
-    /// TP all-reduces issued by this layer per forward pass.
-    pub forward_allreduces: f64,
-    /// TP all-reduces issued by this layer per backward pass.
-    pub backward_allreduces: f64,
-    /// Bytes all-reduced by this layer per optimiser step (forward + backward).
-    pub bytes: f64,
-    /// Seconds spent in this layer's collectives per optimiser step.
-    pub seconds: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PerStep {
-    pub calls: f64,
-    pub bytes: f64,
-    /// Measured (including any emulated delay).
-    pub seconds: f64,
-    /// What the emulated link charged (0 without emulation).
-    pub modelled_seconds: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CommReport {
-    pub pattern: String,
-    pub layout: String,
-    pub tp: usize,
-    pub dp: usize,
-    pub steps: usize,
-    pub forward_passes: usize,
-    pub backward_passes: usize,
-    /// blocks.md's `2 t + s + p-runs`.
-    pub formula_forward_allreduces: usize,
-    /// Measured TP all-reduces per forward pass (0 at tp 1: nothing is communicated).
-    pub tp_forward_allreduces: f64,
-    /// Measured TP all-reduces per backward pass.
-    pub tp_backward_allreduces: f64,
-    pub layers: Vec<LayerComm>,
-    /// Per optimiser step, by kind (tp-forward, tp-backward, tp-param-grad, dp-grad, other).
-    pub per_step: BTreeMap<String, PerStep>,
-    /// Whole run, by kind.
-    pub totals: BTreeMap<String, Stat>,
-    /// Evaluation and sampling traffic, by kind (not in the per-step figures).
-    pub eval: BTreeMap<String, Stat>,
-    /// The emulated link, if any (`link_gbps`, `link_latency_us`).
-    pub emulated_link: Option<LinkModel>,
-    /// Communication seconds per step this run's collectives would take on named links
-    /// (ring all-reduce model over each collective's group; compute not included).
-    pub projected_seconds_per_step: BTreeMap<String, f64>,
-}
 
 fn per(n: u64, d: usize) -> f64 {
     per_f(n as f64, d)
@@ -76,185 +22,99 @@ fn per_f(x: f64, d: usize) -> f64 {
     }
 }
 
-impl CommReport {
-    pub fn new(cfg: &RunConfig, layout: &Layout, o: &TrainOutcome) -> Self {
-        let t = &o.tally;
-        let steps = o.times.steps;
-        let layers = layout
-            .kinds
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                let f = t.at(Site::Layer(i), CommKind::TpForward);
-                let b = t.at(Site::Layer(i), CommKind::TpBackward);
-                LayerComm {
-                    layer: i,
-                    kind: k.letter().to_string(),
-                    forward_allreduces: per(f.calls, o.forward_passes),
-                    backward_allreduces: per(b.calls, o.backward_passes),
-                    bytes: per(f.bytes + b.bytes, steps),
-                    seconds: per_f(f.seconds + b.seconds, steps),
-                }
-            })
-            .collect();
-        let mut per_step = BTreeMap::new();
-        let mut totals = BTreeMap::new();
-        for kind in CommKind::ALL {
-            let s = t.total(kind);
-            let step = PerStep {
-                calls: per(s.calls, steps),
-                bytes: per(s.bytes, steps),
-                seconds: per_f(s.seconds, steps),
-                modelled_seconds: per_f(s.modelled_seconds, steps),
-            };
-            per_step.insert(kind.label().to_string(), step);
-            totals.insert(kind.label().to_string(), s);
-        }
-        let eval = t
-            .eval
-            .iter()
-            .map(|(k, v)| (k.label().to_string(), *v))
-            .collect();
-        let projected_seconds_per_step = NAMED_LINKS
-            .iter()
-            .map(|(name, link)| {
-                let total: f64 = t
-                    .train
-                    .values()
-                    .map(|s| link.seconds(s.calls, s.bytes, s.group_size))
-                    .sum();
-                (name.to_string(), per_f(total, steps))
-            })
-            .collect();
-        Self {
-            pattern: cfg.pattern.clone(),
-            layout: layout.expanded(),
-            tp: cfg.tp,
-            dp: cfg.dp,
-            steps,
-            forward_passes: o.forward_passes,
-            backward_passes: o.backward_passes,
-            formula_forward_allreduces: layout.forward_allreduces(),
-            tp_forward_allreduces: per(t.total(CommKind::TpForward).calls, o.forward_passes),
-            tp_backward_allreduces: per(t.total(CommKind::TpBackward).calls, o.backward_passes),
-            layers,
-            per_step,
-            totals,
-            eval,
-            emulated_link: cfg.link(),
-            projected_seconds_per_step,
-        }
+/// The communication report of rank 0's tally after a run.
+pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommReport {
+    let t = &o.tally;
+    let steps = o.steps.len();
+    let passes = o.passes();
+    let layers = layout
+        .kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let f = t.at(Site::Layer(i), CommKind::TpForward);
+            let b = t.at(Site::Layer(i), CommKind::TpBackward);
+            LayerComm {
+                layer: i,
+                kind: k.letter().to_string(),
+                forward_allreduces: per(f.calls, passes),
+                backward_allreduces: per(b.calls, passes),
+                bytes: per(f.bytes + b.bytes, steps),
+                seconds: per_f(f.seconds + b.seconds, steps),
+            }
+        })
+        .collect();
+    let mut per_step = BTreeMap::new();
+    let mut totals = BTreeMap::new();
+    for kind in CommKind::ALL {
+        let s = t.total(kind);
+        let step = PerStep {
+            calls: per(s.calls, steps),
+            bytes: per(s.bytes, steps),
+            seconds: per_f(s.seconds, steps),
+            modelled_seconds: per_f(s.modelled_seconds, steps),
+        };
+        per_step.insert(kind.label().to_string(), step);
+        totals.insert(kind.label().to_string(), s);
     }
-
-    pub fn to_json(&self) -> Result<String> {
-        Ok(serde_json::to_string_pretty(self)?)
-    }
-
-    /// The human-readable table.
-    pub fn table(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "communication: pattern {} (layout {}), tp {}, dp {}, {} steps",
-            self.pattern, self.layout, self.tp, self.dp, self.steps
-        );
-        let _ = writeln!(
-            s,
-            "  TP all-reduces per forward pass {} (blocks.md formula {}), per backward pass {}",
-            self.tp_forward_allreduces,
-            self.formula_forward_allreduces,
-            self.tp_backward_allreduces
-        );
-        let _ = writeln!(
-            s,
-            "  {:<6} {:<4} {:>8} {:>8} {:>12} {:>10}",
-            "layer", "kind", "fwd/pass", "bwd/pass", "KiB/step", "ms/step"
-        );
-        for l in &self.layers {
-            let _ = writeln!(
-                s,
-                "  {:<6} {:<4} {:>8} {:>8} {:>12.1} {:>10.3}",
-                format!("h.{}", l.layer),
-                l.kind,
-                l.forward_allreduces,
-                l.backward_allreduces,
-                l.bytes / 1024.0,
-                l.seconds * 1e3
-            );
-        }
-        let _ = writeln!(
-            s,
-            "  {:<14} {:>10} {:>12} {:>10} {:>12}",
-            "per step", "calls", "KiB", "ms", "modelled ms"
-        );
-        for (k, v) in &self.per_step {
-            let _ = writeln!(
-                s,
-                "  {:<14} {:>10.2} {:>12.1} {:>10.3} {:>12.3}",
-                k,
-                v.calls,
-                v.bytes / 1024.0,
-                v.seconds * 1e3,
-                v.modelled_seconds * 1e3
-            );
-        }
-        if let Some(l) = &self.emulated_link {
-            let _ = writeln!(
-                s,
-                "  emulated link: {:.3} GB/s, {} us latency",
-                l.gbytes_per_s, l.latency_us
-            );
-        }
-        let _ = writeln!(
-            s,
-            "  projected communication per step (ring all-reduce model):"
-        );
-        for (name, secs) in &self.projected_seconds_per_step {
-            let _ = writeln!(s, "    {:<20} {:>10.3} ms", name, secs * 1e3);
-        }
-        s
+    let eval = t
+        .eval
+        .iter()
+        .map(|(k, v)| (k.label().to_string(), *v))
+        .collect();
+    let projected_seconds_per_step = NAMED_LINKS
+        .iter()
+        .map(|(name, link)| {
+            let total: f64 = t
+                .train
+                .values()
+                .map(|s| link.seconds(s.calls, s.bytes, s.group_size))
+                .sum();
+            (name.to_string(), per_f(total, steps))
+        })
+        .collect();
+    CommReport {
+        pattern: cfg.model.pattern.clone(),
+        layout: layout.expanded(),
+        tp: cfg.parallel.tp,
+        dp: cfg.parallel.dp,
+        steps,
+        forward_passes: passes,
+        backward_passes: passes,
+        formula_forward_allreduces: layout.forward_allreduces(),
+        tp_forward_allreduces: per(t.total(CommKind::TpForward).calls, passes),
+        tp_backward_allreduces: per(t.total(CommKind::TpBackward).calls, passes),
+        layers,
+        per_step,
+        totals,
+        eval,
+        emulated_link: cfg.link(),
+        projected_seconds_per_step,
     }
 }
 
-/// The headline numbers of a finished run (`summary.json`), what sweeps tabulate.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct RunSummary {
-    pub pattern: String,
-    pub tp: usize,
-    pub dp: usize,
-    pub n_layer: usize,
-    pub steps: usize,
-    /// TP forward all-reduces per optimiser step (all micro-steps).
-    pub forward_allreduces_per_step: f64,
-    /// TP forward all-reduces per forward pass, divided by the layers.
-    pub allreduces_per_layer: f64,
-    pub final_train_loss: Option<f32>,
-    pub final_val_loss: Option<f32>,
-    pub best_val_loss: Option<f32>,
-    /// Median of the logged steps' tokens/s.
-    pub tokens_per_s: Option<f64>,
-    /// Wall-clock seconds of the invocation that finished the run.
-    pub wall_seconds: f64,
-}
-
-impl RunSummary {
-    pub fn new(cfg: &RunConfig, report: &CommReport, o: &TrainOutcome, wall_seconds: f64) -> Self {
-        let last_eval = o.log.iter().rev().find(|l| l.val_loss.is_some());
-        let mut tps: Vec<f64> = o.log.iter().filter_map(|l| l.tokens_per_s).collect();
-        tps.sort_by(|a, b| a.total_cmp(b));
-        Self {
-            pattern: cfg.pattern.clone(),
-            tp: cfg.tp,
-            dp: cfg.dp,
-            n_layer: cfg.n_layer,
-            steps: cfg.max_iters,
-            forward_allreduces_per_step: report.per_step.get("tp-forward").map_or(0.0, |s| s.calls),
-            allreduces_per_layer: report.tp_forward_allreduces / cfg.n_layer.max(1) as f64,
-            final_train_loss: last_eval.and_then(|l| l.eval_train_loss),
-            final_val_loss: last_eval.and_then(|l| l.val_loss),
-            best_val_loss: o.best_val_loss,
-            tokens_per_s: tps.get(tps.len() / 2).copied(),
-            wall_seconds,
-        }
+/// The headline numbers of a finished run.
+pub fn run_summary(
+    cfg: &RunConfig,
+    report: &CommReport,
+    o: &RankOutcome,
+    wall_seconds: f64,
+) -> RunSummary {
+    let last_eval = o.log.iter().rev().find(|l| l.val_loss.is_some());
+    let mut tps: Vec<f64> = o.log.iter().filter_map(|l| l.tokens_per_s).collect();
+    tps.sort_by(|a, b| a.total_cmp(b));
+    RunSummary {
+        pattern: cfg.model.pattern.clone(),
+        tp: cfg.parallel.tp,
+        dp: cfg.parallel.dp,
+        n_layer: cfg.model.arch.n_layer,
+        steps: cfg.optim.max_iters,
+        forward_allreduces_per_step: report.per_step.get("tp-forward").map_or(0.0, |s| s.calls),
+        allreduces_per_layer: report.tp_forward_allreduces / cfg.model.arch.n_layer.max(1) as f64,
+        final_train_loss: last_eval.and_then(|l| l.eval_train_loss),
+        final_val_loss: last_eval.and_then(|l| l.val_loss),
+        best_val_loss: o.best_val_loss,
+        tokens_per_s: tps.get(tps.len() / 2).copied(),
+        wall_seconds,
     }
 }

@@ -1,77 +1,12 @@
-//! Text generation from a model: temperature and top-k sampling, identical on every rank
-//! (same seed, and logits that are bit-identical across the TP group), so a sharded model
-//! can generate with all ranks taking part in its collectives.
+//! `tp-sample`: text from a run's checkpoint, with the model sharded over any tp.
 
-use crate::blocks::Fwd;
+use super::generate::{generate, warn_if_other_function, SampleOptions};
+use super::job::load_dataset;
+use super::launch::{configure_threads, on_tp_threads};
+use crate::device::rank_device;
 use crate::model::Gpt;
-use crate::ops;
-use anyhow::{bail, Result};
-use candle_core::{Device, Tensor};
-use rand::{Rng, SeedableRng};
-
-#[derive(Debug, Clone, Copy)]
-pub struct SampleOptions {
-    pub tokens: usize,
-    /// > 0; lower is more conservative.
-    pub temperature: f64,
-    /// Keep only the `k` most likely tokens (`None`: all).
-    pub top_k: Option<usize>,
-    pub seed: u64,
-}
-
-/// Generates `opts.tokens` tokens after `prompt` (which must not be empty).
-pub fn generate(model: &Gpt, prompt: &[u32], opts: &SampleOptions) -> Result<Vec<u32>> {
-    if prompt.is_empty() {
-        bail!("generation needs at least one prompt token");
-    }
-    if opts.temperature <= 0.0 || !opts.temperature.is_finite() {
-        bail!("temperature must be positive, got {}", opts.temperature);
-    }
-    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= model.cfg.vocab_size) {
-        bail!(
-            "prompt token {bad} is outside the model's vocabulary of {}",
-            model.cfg.vocab_size
-        );
-    }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
-    let mut ids = prompt.to_vec();
-    let bs = model.cfg.block_size;
-    for _ in 0..opts.tokens {
-        let window = &ids[ids.len().saturating_sub(bs)..];
-        let x = Tensor::from_vec(window.to_vec(), (1, window.len()), &Device::Cpu)?;
-        let logits = model.forward(&x, &Fwd::eval())?.detach(); // (1, T, V)
-        let mut last = logits
-            .narrow(1, window.len() - 1, 1)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        if let Some(k) = opts.top_k.filter(|&k| k > 0 && k < last.len()) {
-            let mut sorted = last.clone();
-            sorted.sort_by(|a, b| b.total_cmp(a));
-            let cut = sorted[k - 1];
-            for l in &mut last {
-                if *l < cut {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-        }
-        let scaled = Tensor::from_vec(last, (1, model.cfg.vocab_size), &Device::Cpu)?;
-        let probs = ops::softmax_last_dim(&(scaled / opts.temperature)?)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        let r: f32 = rng.random();
-        let mut acc = 0f32;
-        let mut pick = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
-        for (i, p) in probs.iter().enumerate() {
-            acc += p;
-            if r < acc {
-                pick = i;
-                break;
-            }
-        }
-        ids.push(pick as u32);
-    }
-    Ok(ids[prompt.len()..].to_vec())
-}
+use crate::tp::StoredParams;
+use anyhow::Result;
 
 /// Generates text from a run's latest checkpoint (or `checkpoint` if given) with the
 /// model sharded over `tp` ranks as threads. Returns the prompt's continuation.
@@ -82,33 +17,16 @@ pub fn sample_run(
     tp: Option<usize>,
     opts: &SampleOptions,
 ) -> Result<String> {
-    use super::checkpoint::{latest, Checkpoint};
-    use super::config::read_run_config;
-    use super::launch::{configure_threads, on_tp_threads};
-    use crate::error::user;
-    use crate::tp::StoredParams;
-
-    let cfg = read_run_config(run_dir)?;
-    let dir = match checkpoint {
-        Some(d) => d.to_path_buf(),
-        None => latest(run_dir)?.ok_or_else(|| {
-            user(format!(
-                "{} has no checkpoint to sample from",
-                run_dir.display()
-            ))
-        })?,
-    };
-    let ck = Checkpoint::load(&dir)?;
-    ck.check_matches(&cfg)?;
-    let data = super::run::load_dataset(&cfg)?;
+    let (cfg, ck) = crate::run_dir::load_checkpoint(run_dir, checkpoint, "sample from")?;
+    let data = load_dataset(&cfg)?;
     let tok = data.tokenizer();
     let mcfg = cfg.model_config(data.vocab_size())?;
-    let tp = tp.unwrap_or(ck.meta.config.tp);
-    mcfg.check(tp).map_err(user)?;
+    let tp = tp.unwrap_or(ck.meta.config.parallel.tp);
+    mcfg.check(tp).map_err(crate::error::user)?;
     let layout = cfg.layout()?;
-    warn_if_other_function(&layout, ck.meta.config.tp, tp);
+    warn_if_other_function(&layout, ck.meta.config.parallel.tp, tp);
     let prompt_ids = match prompt {
-        Some(p) if !p.is_empty() => tok.encode(p).map_err(user)?,
+        Some(p) if !p.is_empty() => tok.encode(p).map_err(crate::error::user)?,
         _ => tok.start_tokens(),
     };
     configure_threads(tp);
@@ -116,22 +34,8 @@ pub fn sample_run(
         let source = StoredParams {
             tensors: ck.weights.clone(),
         };
-        let model = Gpt::build(&mcfg, &layout, &source, &comm)?;
+        let model = Gpt::build_on(&mcfg, &layout, &source, &comm, &rank_device())?;
         generate(&model, &prompt_ids, opts)
     })?;
     Ok(tok.decode(&out[0]))
-}
-
-/// `s` and `p` blocks compute a different function at another tp; say so on stderr.
-pub fn warn_if_other_function(layout: &crate::blocks::Layout, trained_tp: usize, tp: usize) {
-    let tp_dependent = layout
-        .kinds
-        .iter()
-        .any(|k| *k != crate::blocks::BlockKind::T);
-    if tp_dependent && tp != trained_tp {
-        eprintln!(
-            "note: pattern {} has s/p blocks, which compute a different function at tp {tp} than at tp {trained_tp} (the checkpoint's); only t-only models are the same at every tp",
-            layout.pattern
-        );
-    }
 }

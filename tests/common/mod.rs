@@ -75,7 +75,7 @@ pub fn small_config(n_layer: usize, bias: bool) -> ModelConfig {
         norm: NormKind::Layernorm,
         activation: Activation::GeluTanh,
         norm_eps: 1e-5,
-        dropout: 0.0,
+        kernels: tp_harness::device::Kernels::Fused,
     }
 }
 
@@ -117,7 +117,7 @@ pub fn tp_logical(
         let fwd = Fwd::eval();
         let loss = model.loss(idx, tgt, &fwd).unwrap();
         let grads = loss.backward().unwrap();
-        let mut buf = GradBuffer::new(model.params());
+        let mut buf = GradBuffer::new(model.params()).unwrap();
         buf.accumulate(model.params(), &grads, 1.0).unwrap();
         buf.sync_tp_partial(&comm).unwrap();
         let local: Vec<(String, ParamKind, Tensor)> = model
@@ -126,7 +126,7 @@ pub fn tp_logical(
             .enumerate()
             .map(|(i, p)| {
                 let t =
-                    Tensor::from_vec(buf.slice(i).to_vec(), p.var.shape(), &Device::Cpu).unwrap();
+                    Tensor::from_vec(buf.host(i).unwrap(), p.var.shape(), &Device::Cpu).unwrap();
                 (p.name.clone(), p.kind, t)
             })
             .collect();

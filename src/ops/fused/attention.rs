@@ -7,7 +7,7 @@
 //! split, transpose or concatenation copies in either direction.
 
 use super::softmax::{causal_softmax_row, softmax_grad_row};
-use super::{slice_of, with_f32};
+use super::storage::{slice_of, with_f32};
 use crate::ops::gemm::{matmul, Mat, MatMut};
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};

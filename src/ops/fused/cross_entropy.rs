@@ -1,7 +1,7 @@
 //! Mean cross-entropy of `logits (N, V)` against `targets (N,)` u32, as one op: the
 //! backward is `(softmax - onehot) / N`.
 
-use super::{slice_of, with_f32};
+use super::storage::{slice_of, with_f32};
 use crate::ops::fastmath;
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};

@@ -1,6 +1,6 @@
 //! GELU, exact (erf) or tanh form, with the fast vectorisable erf/tanh of `fastmath`.
 
-use super::{map_blocks, slice_of, with_f32};
+use super::storage::{map_blocks, slice_of, with_f32};
 use crate::ops::fastmath;
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};

@@ -1,7 +1,7 @@
 //! LayerNorm without bias over the last dimension: `(x - mean) / sqrt(var + eps) * w`.
 //! The backward recomputes the row statistics instead of keeping them.
 
-use super::{for_row_blocks, slice_of, with_f32};
+use super::storage::{for_row_blocks, slice_of, with_f32};
 use crate::ops::fastmath;
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};

@@ -2,7 +2,7 @@
 //! such as the tied head's `wte^T` is read in place). The backward multiplies by
 //! transposed views too: `dx = dy W^T`, `dW = x^T dy`, `db` = column sums of `dy`.
 
-use super::slice_of;
+use super::storage::slice_of;
 use crate::ops::gemm::{matmul, threads, Mat, MatMut};
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};

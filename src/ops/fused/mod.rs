@@ -9,6 +9,7 @@ mod gelu;
 mod layer_norm;
 mod linear;
 mod softmax;
+mod storage;
 
 pub use attention::causal_attention;
 pub use cross_entropy::cross_entropy;
@@ -16,57 +17,6 @@ pub use gelu::gelu;
 pub use layer_norm::layer_norm;
 pub use linear::linear;
 pub use softmax::causal_softmax;
-
-use candle_core::{CpuStorage, Layout, Result, Tensor};
-use rayon::prelude::*;
-
-/// The tensor's data as one contiguous f32 slice.
-fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
-    let t = t.contiguous()?;
-    let (storage, layout) = t.storage_and_layout();
-    let candle_core::Storage::Cpu(CpuStorage::F32(data)) = &*storage else {
-        candle_core::bail!("fused ops support f32 tensors on the CPU only");
-    };
-    let (a, b) = layout.contiguous_offsets().expect("contiguous");
-    Ok(f(&data[a..b]))
-}
-
-fn slice_of<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
-    let CpuStorage::F32(d) = s else {
-        candle_core::bail!("fused ops support f32 tensors only");
-    };
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&d[a..b]),
-        None => candle_core::bail!("fused ops need contiguous inputs"),
-    }
-}
-
-/// Calls `f(first_row, block)` on consecutive blocks of whole rows (`row` values each) of
-/// `out`: on the calling thread when candle runs one thread (as each rank does under the
-/// threads backend), else spread over the rayon pool.
-fn for_row_blocks(out: &mut [f32], row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    let threads = super::gemm::threads();
-    let rows = out.len() / row.max(1);
-    if threads <= 1 || rows < 2 {
-        return f(0, out);
-    }
-    let per = rows.div_ceil(threads * 4);
-    out.par_chunks_mut(per * row)
-        .enumerate()
-        .for_each(|(i, block)| f(i * per, block));
-}
-
-/// A new vector from `f(offset, x_block, out_block)` over matching blocks of `x` starting
-/// at `offset` (parallel as [`for_row_blocks`]).
-fn map_blocks(x: &[f32], f: impl Fn(usize, &[f32], &mut [f32]) + Sync) -> Vec<f32> {
-    const BLOCK: usize = 4096;
-    let mut out = vec![0f32; x.len()];
-    for_row_blocks(&mut out, BLOCK, |first, o| {
-        let at = first * BLOCK;
-        f(at, &x[at..at + o.len()], o)
-    });
-    out
-}
 
 #[cfg(test)]
 mod tests {
@@ -142,7 +92,7 @@ mod tests {
         let b = rand_var(&[32], 3, 1.0);
         check(
             &[&x, &w, &b],
-            || layer_norm(&x, &w, Some(&b), 1e-5).unwrap(),
+            || layer_norm(Kernels::Fused, &x, &w, Some(&b), 1e-5).unwrap(),
             || layer_norm_composed(&x, &w, Some(&b), 1e-5).unwrap(),
             "layer norm",
         );
@@ -154,7 +104,7 @@ mod tests {
         for act in [Activation::Gelu, Activation::GeluTanh] {
             check(
                 &[&x],
-                || activation(&x, act).unwrap(),
+                || activation(Kernels::Fused, &x, act).unwrap(),
                 || activation_composed(&x, act).unwrap(),
                 "gelu",
             );
@@ -166,7 +116,7 @@ mod tests {
         let s = rand_var(&[2, 3, 7, 7], 5, 3.0);
         check(
             &[&s],
-            || causal_softmax(&s).unwrap(),
+            || causal_softmax(Kernels::Fused, &s).unwrap(),
             || causal_softmax_composed(&s).unwrap(),
             "causal softmax",
         );
@@ -183,7 +133,7 @@ mod tests {
         .unwrap();
         check(
             &[&logits],
-            || cross_entropy(&logits, &t).unwrap(),
+            || cross_entropy(Kernels::Fused, &logits, &t).unwrap(),
             || cross_entropy_composed(&logits, &t).unwrap(),
             "cross entropy",
         );
@@ -195,7 +145,7 @@ mod tests {
         let qkv = rand_var(&[2, 7, 36], 7, 1.5);
         check(
             &[&qkv],
-            || causal_attention(&qkv, 3, 4).unwrap(),
+            || causal_attention(Kernels::Fused, &qkv, 3, 4).unwrap(),
             || causal_attention_composed(&qkv, 3, 4).unwrap(),
             "causal attention",
         );
@@ -208,7 +158,7 @@ mod tests {
         let b = rand_var(&[6], 10, 1.0);
         check(
             &[&x, &w, &b],
-            || linear(&x, &w, Some(&b)).unwrap(),
+            || linear(Kernels::Fused, &x, &w, Some(&b)).unwrap(),
             || linear_composed(&x, &w, Some(&b)).unwrap(),
             "linear with bias",
         );
@@ -216,7 +166,7 @@ mod tests {
         let wte = rand_var(&[6, 8], 11, 1.0);
         check(
             &[&x, &wte],
-            || linear(&x, &wte.t().unwrap(), None).unwrap(),
+            || linear(Kernels::Fused, &x, &wte.t().unwrap(), None).unwrap(),
             || linear_composed(&x, &wte.t().unwrap(), None).unwrap(),
             "linear on a transposed weight",
         );
@@ -229,8 +179,13 @@ mod tests {
         let x = rand_var(&[4, 9, 36], 12, 1.0);
         let w = rand_var(&[36], 13, 1.0);
         let run = || {
-            let y = causal_attention(&x, 3, 4).unwrap();
-            let z = activation(&layer_norm(&x, &w, None, 1e-5).unwrap(), Activation::Gelu).unwrap();
+            let y = causal_attention(Kernels::Fused, &x, 3, 4).unwrap();
+            let z = activation(
+                Kernels::Fused,
+                &layer_norm(Kernels::Fused, &x, &w, None, 1e-5).unwrap(),
+                Activation::Gelu,
+            )
+            .unwrap();
             let g = (y.sum_all().unwrap() + z.sum_all().unwrap())
                 .unwrap()
                 .backward()

@@ -2,7 +2,7 @@
 //! columns j <= i. The backward uses the saved output. (Attention without dropout uses
 //! the fused `causal_attention` instead, which includes this.)
 
-use super::{for_row_blocks, slice_of, with_f32};
+use super::storage::{for_row_blocks, slice_of, with_f32};
 use crate::ops::fastmath;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 

@@ -8,16 +8,16 @@
 //! `latest` is replaced atomically afterwards. A kill at any moment leaves the previous
 //! checkpoint and `latest` intact.
 //!
+//! A temporary directory left by a write that failed (a full disk, a kill) is removed by
+//! the next write or resume of the run ([`remove_partial`]).
+//!
 //! Random state: batches and dropout masks are drawn from streams keyed by (seed, step),
 //! so the data position and RNG state of a checkpoint are its `step` and the config's
 //! `seed`; nothing else needs saving.
 
-use super::config::RunConfig;
-use super::optimizer::AdamW;
-use super::run_dir::write_atomic;
+use crate::config::RunConfig;
 use crate::error::UserError;
-use crate::model::Gpt;
-use crate::tp::{gather_logical, CountedComm, Phase, Tally};
+use crate::util::{fsync_dir, write_atomic};
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
@@ -69,70 +69,53 @@ fn corrupt(dir: &Path, what: impl std::fmt::Display) -> anyhow::Error {
     )))
 }
 
-fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
+/// The logical tensors of one checkpoint, by parameter name.
+pub struct CheckpointTensors {
+    pub weights: HashMap<String, Tensor>,
+    /// AdamW first and second moments, logical shapes.
+    pub m: HashMap<String, Tensor>,
+    pub v: HashMap<String, Tensor>,
+    pub params: Vec<ParamInfo>,
 }
 
-/// Saves the state after `step` completed steps. Every rank of the TP group calls this
-/// (sharded tensors are assembled collectively); only the rank given `root` writes.
-/// Returns the checkpoint directory on the writing rank.
-#[allow(clippy::too_many_arguments)]
-pub fn save(
-    root: Option<&Path>,
-    step: usize,
-    cfg: &RunConfig,
-    model: &Gpt,
-    opt: &AdamW,
-    best_val_loss: Option<f32>,
-    tp: &CountedComm,
-    tally: &Tally,
-) -> Result<Option<PathBuf>> {
-    tally.set_phase(Phase::Eval);
-    let mut weights = HashMap::new();
-    let mut m = HashMap::new();
-    let mut v = HashMap::new();
-    let mut params = Vec::new();
-    for (i, p) in model.params().iter().enumerate() {
-        let shape = p.var.shape().clone();
-        let logical = |t: Tensor| gather_logical(&t, p.kind, &p.full_shape, tp);
-        weights.insert(p.name.clone(), logical(p.var.as_tensor().clone())?);
-        m.insert(
-            p.name.clone(),
-            logical(Tensor::from_slice(&opt.m[i], &shape, &Device::Cpu)?)?,
-        );
-        v.insert(
-            p.name.clone(),
-            logical(Tensor::from_slice(&opt.v[i], &shape, &Device::Cpu)?)?,
-        );
-        params.push(ParamInfo {
-            name: p.name.clone(),
-            shape: p.full_shape.clone(),
-            kind: p.kind.label().to_string(),
-        });
-    }
-    tally.set_phase(Phase::Train);
-    let Some(root) = root else {
-        return Ok(None);
-    };
+/// What a checkpoint records besides its tensors.
+pub struct CheckpointState<'a> {
+    pub step: usize,
+    pub config: &'a RunConfig,
+    pub adam_steps: u64,
+    pub best_val_loss: Option<f32>,
+    /// Hold the write half-done for this long (tests kill a run mid-write).
+    pub pause_mid_write: Option<std::time::Duration>,
+}
+
+/// Writes the state after `step` completed steps into `RUN/checkpoints/step-N/`, points
+/// `latest` at it and prunes old ones. Returns the checkpoint directory.
+pub fn write(root: &Path, state: CheckpointState, tensors: CheckpointTensors) -> Result<PathBuf> {
+    let (step, cfg) = (state.step, state.config);
+    let CheckpointTensors {
+        weights,
+        m,
+        v,
+        params,
+    } = tensors;
     let meta = CheckpointMeta {
         format: FORMAT,
         step,
         config: cfg.clone(),
-        adam_steps: opt.t,
-        best_val_loss,
+        adam_steps: state.adam_steps,
+        best_val_loss: state.best_val_loss,
         data_step: step,
         rng: format!(
             "stateless: batches and dropout masks are keyed by (seed {}, step)",
-            cfg.seed
+            cfg.optim.seed
         ),
         params,
     };
     let base = root.join(CHECKPOINTS);
     std::fs::create_dir_all(&base)?;
+    remove_partial(root)?;
     let name = format!("step-{step:06}");
-    let tmp = base.join(format!(".tmp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let tmp = base.join(format!("{TMP_PREFIX}{name}-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
     for (file, tensors) in [
         ("model.safetensors", &weights),
@@ -144,7 +127,9 @@ pub fn save(
             .with_context(|| format!("cannot write {}", path.display()))?;
         File::open(&path)?.sync_all()?;
     }
-    pause_for_tests();
+    if let Some(d) = state.pause_mid_write {
+        std::thread::sleep(d);
+    }
     let meta_path = tmp.join("meta.json");
     std::fs::write(&meta_path, serde_json::to_string_pretty(&meta)?)?;
     File::open(&meta_path)?.sync_all()?;
@@ -156,19 +141,27 @@ pub fn save(
     std::fs::rename(&tmp, &dest)?;
     fsync_dir(&base)?;
     write_atomic(&base.join("latest"), name.as_bytes())?;
-    prune(&base, &name, cfg.keep_checkpoints)?;
-    Ok(Some(dest))
+    prune(&base, &name, cfg.checkpoints.keep_checkpoints)?;
+    Ok(dest)
 }
 
-/// `TP_CHECKPOINT_PAUSE_MS` holds a checkpoint half-written for that long, so tests can
-/// kill a run in the middle of a write.
-fn pause_for_tests() {
-    if let Some(ms) = std::env::var("TP_CHECKPOINT_PAUSE_MS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
+/// Prefix of a checkpoint still being written.
+const TMP_PREFIX: &str = ".tmp-";
+
+/// Removes checkpoints whose write never finished (`checkpoints/.tmp-*`). Only the owner
+/// of the run directory (the holder of its lock) calls this, so nobody is writing them.
+pub fn remove_partial(run_dir: &Path) -> Result<()> {
+    let base = run_dir.join(CHECKPOINTS);
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+            std::fs::remove_dir_all(e.path())
+                .with_context(|| format!("cannot remove {}", e.path().display()))?;
+        }
     }
+    Ok(())
 }
 
 /// Removes all but the newest `keep` checkpoints (never the latest one).
@@ -207,6 +200,7 @@ pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
 }
 
 fn load_tensors(dir: &Path, file: &str) -> Result<HashMap<String, Tensor>> {
+    // Loaded to host memory; each rank moves its part to its own device.
     let path = dir.join(file);
     if !path.is_file() {
         return Err(corrupt(dir, format!("{file} is missing")));
@@ -264,18 +258,22 @@ impl Checkpoint {
         Ok(ck)
     }
 
-    /// The checkpoint must hold exactly the model `cfg` describes; says what differs.
+    /// The checkpoint must hold exactly the model `cfg` describes (every model key
+    /// equal); says what differs.
     pub fn check_matches(&self, cfg: &RunConfig) -> Result<()> {
-        let a = &self.meta.config;
-        let mut diffs = Vec::new();
-        macro_rules! cmp {
-            ($($f:ident),*) => {$(
-                if format!("{:?}", a.$f) != format!("{:?}", cfg.$f) {
-                    diffs.push(format!("{} {:?} (checkpoint) vs {:?}", stringify!($f), a.$f, cfg.$f));
-                }
-            )*};
-        }
-        cmp!(pattern, n_layer, n_head, n_embd, block_size, bias, norm, activation, dataset);
+        let as_map = |c: &RunConfig| match serde_json::to_value(&c.model) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        let (ours, theirs) = (as_map(&self.meta.config), as_map(cfg));
+        let diffs: Vec<String> = ours
+            .iter()
+            .filter(|(k, v)| theirs.get(*k) != Some(*v))
+            .map(|(k, v)| {
+                let other = theirs.get(k).map_or("null".to_string(), |o| o.to_string());
+                format!("{k} {v} (checkpoint) vs {other}")
+            })
+            .collect();
         if !diffs.is_empty() {
             crate::user_bail!(
                 "checkpoint {} does not match this run: {}",

@@ -1,0 +1,91 @@
+//! The one parameter-building path of every block kind: `h.<layer>.{ln1, qkv, o, ln2, fc,
+//! pr}`, named through the builder's scopes. A block kind only chooses how its replicated
+//! parameters live across the TP group ([`BlockTags`]) and writes its forward formula.
+
+use super::{AttentionShard, BlockConfig, MlpShard};
+use crate::ops::{Norm, NormKind};
+use crate::tp::{Init, ParamBuilder, ParamKind, Scope};
+use anyhow::Result;
+use candle_core::Tensor;
+
+/// How a block kind's replicated parameters live across the TP group; `None` for an
+/// output bias the kind does not have.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockTags {
+    /// LN1 and LN2.
+    pub norms: ParamKind,
+    /// The attention output bias `b_o`.
+    pub b_o: Option<ParamKind>,
+    /// The MLP output bias `b_pr`.
+    pub b_pr: Option<ParamKind>,
+}
+
+/// A block's parameters on this rank: its norms, its attention and MLP shards, and the
+/// output biases (present only with `bias: true` and a kind that has them).
+pub struct BlockParams {
+    pub layer: usize,
+    pub ln1: Norm,
+    pub attn: AttentionShard,
+    pub b_o: Option<Tensor>,
+    pub ln2: Norm,
+    pub mlp: MlpShard,
+    pub b_pr: Option<Tensor>,
+}
+
+/// The name prefix of layer `layer`'s parameters: `h.<layer>` (checkpoints, golden
+/// vectors and the Hugging Face mapping all use it).
+pub fn layer_prefix(layer: usize) -> String {
+    format!("h.{layer}")
+}
+
+/// The scope of layer `layer`.
+pub fn layer_scope<'s, 'a>(b: &'s mut ParamBuilder<'a>, layer: usize) -> Scope<'s, 'a> {
+    b.pp(layer_prefix(layer))
+}
+
+/// A normalisation layer `<scope>.w` (and `<scope>.b` for a LayerNorm with biases).
+pub fn build_norm(s: &mut Scope, cfg: &BlockConfig, kind: ParamKind) -> Result<Norm> {
+    let c = cfg.n_embd;
+    let weight = s.param("w", &[c], kind, Init::Ones)?;
+    let bias = if cfg.bias && cfg.norm == NormKind::Layernorm {
+        Some(s.param("b", &[c], kind, Init::Zeros)?)
+    } else {
+        None
+    };
+    Ok(Norm {
+        kind: cfg.norm,
+        weight,
+        bias,
+        eps: cfg.norm_eps,
+        kernels: cfg.kernels,
+    })
+}
+
+impl BlockParams {
+    pub fn build(
+        b: &mut ParamBuilder,
+        cfg: &BlockConfig,
+        layer: usize,
+        tags: BlockTags,
+    ) -> Result<Self> {
+        let mut h = layer_scope(b, layer);
+        let out_bias =
+            |h: &mut Scope, name: &str, kind: Option<ParamKind>| -> Result<Option<Tensor>> {
+                match kind {
+                    Some(kind) if cfg.bias => {
+                        Ok(Some(h.param(name, &[cfg.n_embd], kind, Init::Zeros)?))
+                    }
+                    _ => Ok(None),
+                }
+            };
+        Ok(Self {
+            layer,
+            ln1: build_norm(&mut h.pp("ln1"), cfg, tags.norms)?,
+            attn: AttentionShard::build(&mut h, cfg, layer)?,
+            b_o: out_bias(&mut h, "o.b", tags.b_o)?,
+            ln2: build_norm(&mut h.pp("ln2"), cfg, tags.norms)?,
+            mlp: MlpShard::build(&mut h, cfg)?,
+            b_pr: out_bias(&mut h, "pr.b", tags.b_pr)?,
+        })
+    }
+}

@@ -1,0 +1,193 @@
+//! The run configuration's parts and the whole: each part one job, all read and written
+//! flat. Defaults (per preset) are in `defaults`, checks in `validate`, resolution from
+//! overrides in `overrides`.
+
+use crate::blocks::Layout;
+use crate::device::Kernels;
+use crate::error::user;
+use crate::model::ModelConfig;
+use crate::tp::LinkModel;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::Value;
+
+/// What model on what data: the keys a checkpoint is tied to (they cannot change on
+/// resume). The model's own keys are [`ModelConfig`]'s fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ModelPart {
+    pub preset: String,
+    /// The block layout (`sppp`, `3xsppp`): its length is the layer count.
+    pub pattern: String,
+    pub dataset: String,
+    /// For `dataset: text`: a UTF-8 file or a folder of them, tokenized with GPT-2's BPE.
+    pub text_path: Option<String>,
+    #[serde(flatten)]
+    pub arch: ModelConfig,
+}
+
+/// The optimiser (AdamW with a cosine schedule and clipping) and the batches it sees.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OptimConfig {
+    pub batch_size: usize,
+    pub gradient_accumulation_steps: usize,
+    pub max_iters: usize,
+    pub learning_rate: f64,
+    pub min_lr: f64,
+    pub warmup_iters: usize,
+    /// `null`: max_iters.
+    pub lr_decay_iters: Option<usize>,
+    pub decay_lr: bool,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub adam_eps: f64,
+    /// Global gradient-norm clip (0: none).
+    pub grad_clip: f64,
+    pub dropout: f64,
+    /// Seeds the initial weights, the batch streams and the dropout masks.
+    pub seed: u64,
+}
+
+/// How the work is split and on what it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ParallelConfig {
+    pub tp: usize,
+    pub dp: usize,
+    /// Emulated interconnect: every collective takes at least the ring all-reduce time on
+    /// this link (0 and 0: no emulation).
+    pub link_gbps: f64,
+    pub link_latency_us: f64,
+    /// `fused` CPU kernels or `portable` candle ops (other devices: always portable).
+    pub kernels: Kernels,
+}
+
+/// Evaluation, logging and the closing sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EvalConfig {
+    /// Evaluate every this many steps and at the end (0: never).
+    pub eval_interval: usize,
+    pub eval_iters: usize,
+    pub log_interval: usize,
+    /// Tokens of the closing sample (0: none), drawn with this temperature and top-k
+    /// (0: all tokens).
+    pub sample_tokens: usize,
+    pub sample_temperature: f64,
+    pub sample_top_k: usize,
+}
+
+/// Every `checkpoint_interval` steps (0: only at the end) and at the end; the newest
+/// `keep_checkpoints` are kept (0: all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckpointConfig {
+    pub checkpoint_interval: usize,
+    pub keep_checkpoints: usize,
+}
+
+/// A whole run's configuration. Missing keys take the `mini` defaults, so run
+/// directories written before a key existed still load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunConfig {
+    #[serde(flatten)]
+    pub model: ModelPart,
+    #[serde(flatten)]
+    pub optim: OptimConfig,
+    #[serde(flatten)]
+    pub parallel: ParallelConfig,
+    #[serde(flatten)]
+    pub eval: EvalConfig,
+    #[serde(flatten)]
+    pub checkpoints: CheckpointConfig,
+}
+
+/// The keys of a serialised part, in order.
+fn keys_of(v: impl Serialize) -> Vec<String> {
+    match serde_yaml_ng::to_value(v) {
+        Ok(Value::Mapping(m)) => m
+            .keys()
+            .filter_map(|k| k.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl RunConfig {
+    /// Every config key, in the order config.yaml lists them.
+    pub fn known_keys() -> Vec<String> {
+        keys_of(Self::default())
+    }
+
+    /// The keys that fix the model or its data: a checkpoint only fits a run with the
+    /// same values (derived from [`ModelPart`], so a new model key is one automatically).
+    pub fn model_keys() -> Vec<String> {
+        keys_of(Self::default().model)
+    }
+
+    pub fn layout(&self) -> Result<Layout> {
+        Layout::parse(&self.model.pattern).map_err(user)
+    }
+
+    pub fn link(&self) -> Option<LinkModel> {
+        LinkModel::from_config(self.parallel.link_gbps, self.parallel.link_latency_us)
+    }
+
+    pub fn lr_decay_iters(&self) -> usize {
+        self.optim.lr_decay_iters.unwrap_or(self.optim.max_iters)
+    }
+
+    /// Tokens consumed by one optimiser step over all data-parallel ranks.
+    pub fn tokens_per_step(&self) -> usize {
+        self.optim.batch_size
+            * self.model.arch.block_size
+            * self.optim.gradient_accumulation_steps
+            * self.parallel.dp
+    }
+
+    /// Windows drawn for one optimiser step over all data-parallel ranks.
+    pub fn global_batch(&self) -> usize {
+        self.optim.batch_size * self.optim.gradient_accumulation_steps * self.parallel.dp
+    }
+
+    /// The model this run trains on data with `dataset_vocab` tokens.
+    pub fn model_config(&self, dataset_vocab: usize) -> Result<ModelConfig> {
+        let mut m = self.model.arch.clone();
+        match m.vocab_size {
+            0 => m.vocab_size = dataset_vocab,
+            v if v < dataset_vocab => crate::user_bail!(
+                "vocab_size {v} is smaller than the dataset's {dataset_vocab} tokens: raise it or leave it unset"
+            ),
+            _ => {}
+        }
+        m.kernels = self.parallel.kernels;
+        Ok(m)
+    }
+
+    pub fn to_yaml(&self) -> Result<String> {
+        Ok(serde_yaml_ng::to_string(self)?)
+    }
+
+    /// Reads a config written by [`Self::to_yaml`] (or by hand): unknown keys are errors
+    /// (`flatten` cannot deny them itself), missing keys take the defaults.
+    pub fn from_yaml(text: &str, what: &str) -> Result<Self> {
+        let value: Value = serde_yaml_ng::from_str(text)
+            .with_context(|| format!("{what} is not valid YAML"))
+            .map_err(|e| user(format!("{e:#}")))?;
+        if let Value::Mapping(m) = &value {
+            let known = Self::known_keys();
+            if let Some(k) = m
+                .keys()
+                .filter_map(|k| k.as_str())
+                .find(|k| !known.iter().any(|x| x == k))
+            {
+                crate::user_bail!("{what} has an unknown key `{k}`");
+            }
+        }
+        serde_yaml_ng::from_value(value)
+            .map_err(|e| user(format!("{what} is not a valid run config: {e}")))
+    }
+}

@@ -1,0 +1,119 @@
+//! Every value of a run's config, checked before anything is allocated: each failure is
+//! one line naming the key and the fix.
+
+use super::RunConfig;
+use crate::error::user;
+use crate::user_bail;
+use anyhow::Result;
+
+fn finite_at_least(key: &str, v: f64, min: f64) -> Result<()> {
+    if !v.is_finite() || v < min {
+        user_bail!("{key} must be a number >= {min}, got {v}");
+    }
+    Ok(())
+}
+
+fn in_unit_interval(key: &str, v: f64) -> Result<()> {
+    if !(0.0..1.0).contains(&v) {
+        user_bail!("{key} must be in [0, 1), got {v}");
+    }
+    Ok(())
+}
+
+/// Total physical memory of this machine in bytes (Linux), if known.
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+impl RunConfig {
+    /// Everything that can be checked before data is loaded or a rank starts.
+    pub fn validate(&self) -> Result<()> {
+        let layout = self.layout()?;
+        let arch = &self.model.arch;
+        if layout.n_layer() != arch.n_layer {
+            user_bail!(
+                "pattern \"{}\" has {} layers but n_layer is {}: make them agree (or leave n_layer unset)",
+                self.model.pattern,
+                layout.n_layer(),
+                arch.n_layer
+            );
+        }
+        let o = &self.optim;
+        for (k, v) in [
+            ("tp", self.parallel.tp),
+            ("dp", self.parallel.dp),
+            ("batch_size", o.batch_size),
+            ("gradient_accumulation_steps", o.gradient_accumulation_steps),
+            ("block_size", arch.block_size),
+            ("log_interval", self.eval.log_interval),
+        ] {
+            if v == 0 {
+                user_bail!("{k} must be at least 1");
+            }
+        }
+        // PyTorch's AdamW refuses the same values.
+        finite_at_least("learning_rate", o.learning_rate, 0.0)?;
+        finite_at_least("min_lr", o.min_lr, 0.0)?;
+        finite_at_least("weight_decay", o.weight_decay, 0.0)?;
+        finite_at_least("adam_eps", o.adam_eps, 0.0)?;
+        finite_at_least("grad_clip", o.grad_clip, 0.0)?;
+        in_unit_interval("beta1", o.beta1)?;
+        in_unit_interval("beta2", o.beta2)?;
+        in_unit_interval("dropout", o.dropout)?;
+        finite_at_least("link_gbps", self.parallel.link_gbps, 0.0)?;
+        finite_at_least("link_latency_us", self.parallel.link_latency_us, 0.0)?;
+        if !(self.eval.sample_temperature > 0.0 && self.eval.sample_temperature.is_finite()) {
+            user_bail!(
+                "sample_temperature must be a positive number, got {}",
+                self.eval.sample_temperature
+            );
+        }
+        if self.eval.eval_interval > 0 && self.eval.eval_iters == 0 {
+            user_bail!("eval_iters must be at least 1 when eval_interval is set (or set eval_interval to 0)");
+        }
+        self.model_config(1)
+            .and_then(|m| m.check(self.parallel.tp))
+            .map_err(user)?;
+        Ok(())
+    }
+
+    /// Checks that need the data's size: enough tokens for one window of each split, and
+    /// a model whose state fits this machine's memory at all.
+    pub fn check_against_data(
+        &self,
+        train_tokens: usize,
+        val_tokens: usize,
+        vocab: usize,
+    ) -> Result<()> {
+        let t = self.model.arch.block_size;
+        for (split, n) in [("train", train_tokens), ("val", val_tokens)] {
+            if n <= t + 1 {
+                user_bail!(
+                    "the {split} split of {} has {n} tokens, too few for block_size {t}: lower block_size below {}",
+                    self.model.dataset,
+                    n.saturating_sub(1)
+                );
+            }
+        }
+        let m = self.model_config(vocab)?;
+        let (v, c, l) = (m.vocab_size as u64, m.n_embd as u64, m.n_layer as u64);
+        // A lower bound for one machine, which holds at least one whole TP group: the
+        // weights, gradients and two AdamW moments of the logical model, and one rank's
+        // logits with their gradient (f32).
+        let params = v * c + t as u64 * c + 12 * l * c * c;
+        let logits = (self.optim.batch_size * t) as u64 * v * 2;
+        let need = (params * 4 + logits) * 4;
+        if let Some(have) = physical_memory().filter(|&have| need > have) {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            user_bail!(
+                "this run needs at least {:.1} GiB (weights, gradients, optimiser state and logits) but this machine has {:.1} GiB: lower block_size, batch_size, n_embd or the vocabulary",
+                gib(need),
+                gib(have)
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,111 @@
+//! The advisory lock that makes one process the owner of a run directory while it
+//! writes: `RUN/.lock`, held with the OS's file lock (flock on Linux), so it is released
+//! when the owner exits or dies, whatever way. The file names the owner's pid for the
+//! error message; its presence alone means nothing.
+
+use crate::error::user;
+use anyhow::{Context, Result};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, Write};
+use std::path::Path;
+
+pub const LOCK_FILE: &str = ".lock";
+
+/// Held while alive; dropping it (or the process ending) releases the directory.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+fn open(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))
+}
+
+fn owner(file: &mut File) -> String {
+    let mut s = String::new();
+    let _ = file.read_to_string(&mut s);
+    match s.trim() {
+        "" => String::new(),
+        pid => format!(" (pid {pid})"),
+    }
+}
+
+fn busy(dir: &Path, file: &mut File) -> anyhow::Error {
+    user(format!(
+        "{} is being written by another tp-train{}: wait for it to finish or stop it first (nothing was changed)",
+        dir.display(),
+        owner(file)
+    ))
+}
+
+impl DirLock {
+    /// Takes the lock of `dir` or fails at once with one line naming the owner.
+    pub fn acquire(dir: &Path) -> Result<Self> {
+        let mut file = open(dir)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(busy(dir, &mut file)),
+            Err(TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", dir.display()))
+            }
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        write!(file, "{}", std::process::id())?;
+        file.flush()?;
+        Ok(Self { _file: file })
+    }
+
+    /// Fails with the same line as [`DirLock::acquire`] if another process holds `dir`
+    /// now (checked before anything else about a run that is to be resumed).
+    pub fn check_free(dir: &Path) -> Result<()> {
+        if !dir.join(LOCK_FILE).exists() {
+            return Ok(());
+        }
+        let mut file = open(dir)?;
+        match file.try_lock() {
+            Err(TryLockError::WouldBlock) => Err(busy(dir, &mut file)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether another process holds the lock of `dir` now (a directory without a lock
+    /// file is free).
+    pub fn held_elsewhere(dir: &Path) -> bool {
+        if !dir.join(LOCK_FILE).exists() {
+            return false;
+        }
+        let Ok(file) = open(dir) else {
+            return false;
+        };
+        matches!(file.try_lock(), Err(TryLockError::WouldBlock))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_a_held_directory_fails_with_one_line_and_frees_on_drop() {
+        let dir = std::env::temp_dir().join(format!("tp-lock-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let held = DirLock::acquire(&dir).unwrap();
+        let e = DirLock::acquire(&dir).unwrap_err().to_string();
+        assert!(e.contains("being written by another tp-train"), "{e}");
+        assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        drop(held);
+        let again = DirLock::acquire(&dir);
+        assert!(again.is_ok(), "the lock was not released on drop");
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

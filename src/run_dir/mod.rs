@@ -1,0 +1,245 @@
+//! The one typed reader and writer of a run directory:
+//!
+//! ```text
+//! RUN/config.yaml      the resolved RunConfig
+//! RUN/log.jsonl        one LogLine per logged step
+//! RUN/comm.json        CommReport (the communication tally)
+//! RUN/summary.json     RunSummary; written last, so its presence marks a finished run
+//! RUN/sample.txt       the closing sample
+//! RUN/checkpoints/     step-N/{model,optimizer.m,optimizer.v}.safetensors + meta.json
+//! RUN/.lock            held by the process that writes the run
+//! ```
+//!
+//! tp-train, tp-sweep, tp-plot, tp-sample and tp-export read and write through these
+//! types only. A [`RunDir`] owns its directory while it lives (an advisory lock the OS
+//! releases when the process dies): a second writer stops with one line.
+
+pub mod checkpoint;
+pub mod lock;
+pub mod log;
+pub mod records;
+
+pub use checkpoint::{latest, Checkpoint, CheckpointMeta, CHECKPOINTS};
+pub use lock::DirLock;
+pub use log::{read_log, LogLine, LogWriter};
+pub use records::{CommReport, LayerComm, PerStep, RunSummary};
+
+use crate::config::RunConfig;
+use crate::error::user;
+use crate::user_bail;
+use crate::util::write_atomic;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+pub const CONFIG_FILE: &str = "config.yaml";
+pub const COMM_FILE: &str = "comm.json";
+pub const SUMMARY_FILE: &str = "summary.json";
+pub const SAMPLE_FILE: &str = "sample.txt";
+
+/// `runs/<timestamp>-<pattern>`, the pattern made safe for a file name.
+pub fn default_run_path(pattern: &str) -> PathBuf {
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    let safe: String = pattern
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    PathBuf::from("runs").join(format!("{stamp}-{safe}"))
+}
+
+/// A run directory opened for writing by this process (which holds its lock).
+#[derive(Debug)]
+pub struct RunDir {
+    pub path: PathBuf,
+    _lock: DirLock,
+}
+
+impl RunDir {
+    /// A new run in `path`, which must not hold one already.
+    pub fn create(path: &Path) -> Result<Self> {
+        if path.join(log::LOG_FILE).exists() || path.join(CONFIG_FILE).exists() {
+            user_bail!(
+                "{} already holds a run; choose another --out (nothing was changed)",
+                path.display()
+            );
+        }
+        std::fs::create_dir_all(path)
+            .with_context(|| format!("cannot create run directory {}", path.display()))?;
+        let lock = DirLock::acquire(path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    /// Takes over an existing run directory to resume it at `step`: lines of the log from
+    /// `step` on (written after the checkpoint, or the final evaluation of a finished run)
+    /// are dropped, so the resumed run continues the log exactly, and checkpoints a failed
+    /// write left half-done are removed.
+    pub fn resume(path: &Path, step: usize) -> Result<Self> {
+        let lock = DirLock::acquire(path)?;
+        let kept: Vec<LogLine> = match read_log(path) {
+            Ok(lines) => lines.into_iter().filter(|l| l.step < step).collect(),
+            Err(_) => Vec::new(),
+        };
+        let mut text = String::new();
+        for l in &kept {
+            text.push_str(&serde_json::to_string(l)?);
+            text.push('\n');
+        }
+        write_atomic(&path.join(log::LOG_FILE), text.as_bytes())?;
+        checkpoint::remove_partial(path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    fn write(&self, name: &str, contents: &[u8]) -> Result<()> {
+        write_atomic(&self.path.join(name), contents)
+    }
+
+    pub fn write_config(&self, cfg: &RunConfig) -> Result<()> {
+        self.write(CONFIG_FILE, cfg.to_yaml()?.as_bytes())
+    }
+
+    pub fn write_comm(&self, report: &CommReport) -> Result<()> {
+        self.write(COMM_FILE, serde_json::to_string_pretty(report)?.as_bytes())
+    }
+
+    pub fn write_sample(&self, text: &str) -> Result<()> {
+        self.write(SAMPLE_FILE, text.as_bytes())
+    }
+
+    /// Written last: its presence marks the run finished (sweeps skip it).
+    pub fn write_summary(&self, summary: &RunSummary) -> Result<()> {
+        self.write(
+            SUMMARY_FILE,
+            serde_json::to_string_pretty(summary)?.as_bytes(),
+        )
+    }
+
+    pub fn log_writer(&self) -> Result<LogWriter> {
+        LogWriter::append(&self.path)
+    }
+}
+
+/// A run's config and a checkpoint of it that holds exactly its model: `explicit` if
+/// given, else the run's latest. `purpose` completes "has no checkpoint to ...".
+pub fn load_checkpoint(
+    dir: &Path,
+    explicit: Option<&Path>,
+    purpose: &str,
+) -> Result<(RunConfig, Checkpoint)> {
+    let cfg = read_config(dir)?;
+    let ck_dir = match explicit {
+        Some(d) => d.to_path_buf(),
+        None => latest(dir)?.ok_or_else(|| {
+            user(format!(
+                "{} has no checkpoint to {purpose} (checkpoints are written every checkpoint_interval steps and at the end)",
+                dir.display()
+            ))
+        })?,
+    };
+    let ck = Checkpoint::load(&ck_dir)?;
+    ck.check_matches(&cfg)?;
+    Ok((cfg, ck))
+}
+
+/// A run's resolved `config.yaml`.
+pub fn read_config(dir: &Path) -> Result<RunConfig> {
+    let path = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|_| {
+        user(format!(
+            "{} has no {CONFIG_FILE}: not a tp-harness run directory",
+            dir.display()
+        ))
+    })?;
+    RunConfig::from_yaml(&text, &path.display().to_string())
+}
+
+/// A run's `comm.json`, if it has one.
+pub fn read_comm(dir: &Path) -> Result<Option<CommReport>> {
+    read_json(&dir.join(COMM_FILE))
+}
+
+/// A run's `summary.json`, if it finished.
+pub fn read_summary(dir: &Path) -> Result<Option<RunSummary>> {
+    read_json(&dir.join(SUMMARY_FILE))
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(None);
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| user(format!("{} cannot be read: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tp-rundir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn log_and_records_read_back_what_was_written() {
+        let d = scratch("roundtrip");
+        let run = RunDir::create(&d).unwrap();
+        run.write_config(&RunConfig::default()).unwrap();
+        let mut w = run.log_writer().unwrap();
+        let lines = [
+            LogLine {
+                step: 0,
+                train_loss: Some(4.5),
+                lr: Some(1e-5),
+                ..Default::default()
+            },
+            LogLine {
+                step: 10,
+                eval_train_loss: Some(3.0),
+                val_loss: Some(3.25),
+                ..Default::default()
+            },
+        ];
+        for l in &lines {
+            w.write(l).unwrap();
+        }
+        assert_eq!(read_log(&d).unwrap(), lines);
+        assert_eq!(read_config(&d).unwrap(), RunConfig::default());
+        assert!(read_summary(&d).unwrap().is_none());
+        drop(run);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_directory_being_written_cannot_be_opened_by_a_second_writer() {
+        let d = scratch("owned");
+        let first = RunDir::create(&d).unwrap();
+        let e = RunDir::resume(&d, 0).unwrap_err().to_string();
+        assert!(e.contains("being written by another tp-train"), "{e}");
+        drop(first);
+        RunDir::resume(&d, 0).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn resume_removes_checkpoints_left_half_written() {
+        let d = scratch("partial");
+        std::fs::create_dir_all(d.join("checkpoints/.tmp-step-000010-1234")).unwrap();
+        std::fs::write(
+            d.join("checkpoints/.tmp-step-000010-1234/model.safetensors"),
+            b"x",
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.join("checkpoints/step-000005")).unwrap();
+        RunDir::resume(&d, 5).unwrap();
+        assert!(!d.join("checkpoints/.tmp-step-000010-1234").exists());
+        assert!(d.join("checkpoints/step-000005").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,155 @@
+//! The typed files of a run directory besides the log and checkpoints: `comm.json` (the
+//! communication report) and `summary.json` (the headline numbers). Written and read back
+//! through these types only, so a renamed field is a compile error, not an empty plot.
+
+use crate::tp::{LinkModel, Stat};
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerComm {
+    pub layer: usize,
+    /// Block kind: t, s or p.
+    pub kind: String,
+    /// TP all-reduces issued by this layer per forward pass.
+    pub forward_allreduces: f64,
+    /// TP all-reduces issued by this layer per backward pass.
+    pub backward_allreduces: f64,
+    /// Bytes all-reduced by this layer per optimiser step (forward + backward).
+    pub bytes: f64,
+    /// Seconds spent in this layer's collectives per optimiser step.
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerStep {
+    pub calls: f64,
+    pub bytes: f64,
+    /// Measured (including any emulated delay).
+    pub seconds: f64,
+    /// What the emulated link charged (0 without emulation).
+    pub modelled_seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommReport {
+    pub pattern: String,
+    pub layout: String,
+    pub tp: usize,
+    pub dp: usize,
+    pub steps: usize,
+    pub forward_passes: usize,
+    pub backward_passes: usize,
+    /// blocks.md's `2 t + s + p-runs`.
+    pub formula_forward_allreduces: usize,
+    /// Measured TP all-reduces per forward pass (0 at tp 1: nothing is communicated).
+    pub tp_forward_allreduces: f64,
+    /// Measured TP all-reduces per backward pass.
+    pub tp_backward_allreduces: f64,
+    pub layers: Vec<LayerComm>,
+    /// Per optimiser step, by kind (tp-forward, tp-backward, tp-param-grad, dp-grad, other).
+    pub per_step: BTreeMap<String, PerStep>,
+    /// Whole run, by kind.
+    pub totals: BTreeMap<String, Stat>,
+    /// Evaluation and sampling traffic, by kind (not in the per-step figures).
+    pub eval: BTreeMap<String, Stat>,
+    /// The emulated link, if any (`link_gbps`, `link_latency_us`).
+    pub emulated_link: Option<LinkModel>,
+    /// Communication seconds per step this run's collectives would take on named links
+    /// (ring all-reduce model over each collective's group; compute not included).
+    pub projected_seconds_per_step: BTreeMap<String, f64>,
+}
+
+impl CommReport {
+    pub fn to_json(&self) -> Result<String> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "communication: pattern {} (layout {}), tp {}, dp {}, {} steps",
+            self.pattern, self.layout, self.tp, self.dp, self.steps
+        );
+        let _ = writeln!(
+            s,
+            "  TP all-reduces per forward pass {} (blocks.md formula {}), per backward pass {}",
+            self.tp_forward_allreduces,
+            self.formula_forward_allreduces,
+            self.tp_backward_allreduces
+        );
+        let _ = writeln!(
+            s,
+            "  {:<6} {:<4} {:>8} {:>8} {:>12} {:>10}",
+            "layer", "kind", "fwd/pass", "bwd/pass", "KiB/step", "ms/step"
+        );
+        for l in &self.layers {
+            let _ = writeln!(
+                s,
+                "  {:<6} {:<4} {:>8} {:>8} {:>12.1} {:>10.3}",
+                format!("h.{}", l.layer),
+                l.kind,
+                l.forward_allreduces,
+                l.backward_allreduces,
+                l.bytes / 1024.0,
+                l.seconds * 1e3
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  {:<14} {:>10} {:>12} {:>10} {:>12}",
+            "per step", "calls", "KiB", "ms", "modelled ms"
+        );
+        for (k, v) in &self.per_step {
+            let _ = writeln!(
+                s,
+                "  {:<14} {:>10.2} {:>12.1} {:>10.3} {:>12.3}",
+                k,
+                v.calls,
+                v.bytes / 1024.0,
+                v.seconds * 1e3,
+                v.modelled_seconds * 1e3
+            );
+        }
+        if let Some(l) = &self.emulated_link {
+            let _ = writeln!(
+                s,
+                "  emulated link: {:.3} GB/s, {} us latency",
+                l.gbytes_per_s, l.latency_us
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  projected communication per step (ring all-reduce model):"
+        );
+        for (name, secs) in &self.projected_seconds_per_step {
+            let _ = writeln!(s, "    {:<20} {:>10.3} ms", name, secs * 1e3);
+        }
+        s
+    }
+}
+
+/// The headline numbers of a finished run (`summary.json`), what sweeps tabulate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub pattern: String,
+    pub tp: usize,
+    pub dp: usize,
+    pub n_layer: usize,
+    pub steps: usize,
+    /// TP forward all-reduces per optimiser step (all micro-steps).
+    pub forward_allreduces_per_step: f64,
+    /// TP forward all-reduces per forward pass, divided by the layers.
+    pub allreduces_per_layer: f64,
+    pub final_train_loss: Option<f32>,
+    pub final_val_loss: Option<f32>,
+    pub best_val_loss: Option<f32>,
+    /// Median of the logged steps' tokens/s.
+    pub tokens_per_s: Option<f64>,
+    /// Wall-clock seconds of the invocation that finished the run.
+    pub wall_seconds: f64,
+}

@@ -1,0 +1,190 @@
+//! A job: everything its ranks need, checked before anything is written (the config, the
+//! data, the checkpoint to resume, the fault plan), and what rank 0 does around training
+//! (open the run directory, announce, write the closing files). Launchers share it.
+
+use super::faults::Faults;
+use super::record::RankOutcome;
+use super::report::{comm_report, run_summary};
+use crate::config::RunConfig;
+use crate::data::{data_root, prepare, prepare_text, Dataset, TEXT};
+use crate::error::user;
+use crate::run_dir::{self, default_run_path, Checkpoint, CommReport, RunDir};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What a rank keeps or skips beyond training.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RankOptions {
+    /// Return each rank's parameters in its outcome (tests compare ranks).
+    pub keep_params: bool,
+    /// No closing sample.
+    pub skip_sample: bool,
+}
+
+/// One training job, as every rank sees it.
+pub struct Job {
+    pub cfg: RunConfig,
+    pub data: Dataset,
+    /// Continue from this checkpoint instead of a fresh init.
+    pub checkpoint: Option<Checkpoint>,
+    pub faults: Faults,
+    pub opts: RankOptions,
+}
+
+impl Job {
+    /// A fresh job on given data, with no fault injection.
+    pub fn new(cfg: RunConfig, data: Dataset, opts: RankOptions) -> Self {
+        Self {
+            cfg,
+            data,
+            checkpoint: None,
+            faults: Faults::default(),
+            opts,
+        }
+    }
+}
+
+/// Loads (preparing if needed) the configured dataset.
+pub fn load_dataset(cfg: &RunConfig) -> Result<Dataset> {
+    let dir = if cfg.model.dataset == TEXT {
+        let Some(path) = &cfg.model.text_path else {
+            crate::user_bail!(
+                "dataset `text` needs text_path: a UTF-8 file or folder (--set text_path=PATH)"
+            );
+        };
+        prepare_text(Path::new(path), &data_root())?
+    } else {
+        prepare(&cfg.model.dataset, &data_root())?
+    };
+    Dataset::load(&dir)
+}
+
+/// Checks that need the data: everything user input can break, before anything is
+/// allocated or written.
+pub fn checked_dataset(cfg: &RunConfig) -> Result<Dataset> {
+    cfg.validate()?;
+    let data = load_dataset(cfg)?;
+    cfg.check_against_data(data.train.len(), data.val.len(), data.vocab_size())?;
+    cfg.model_config(data.vocab_size())?
+        .check(cfg.parallel.tp)
+        .map_err(user)?;
+    Ok(data)
+}
+
+/// What a run writes into.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A new run directory (default `runs/<timestamp>-<pattern>`).
+    New(Option<PathBuf>),
+    /// Continue the run in this directory from its latest checkpoint.
+    Resume(PathBuf),
+}
+
+/// The job `cfg` describes for `target`, checked without writing anything.
+pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
+    let faults = Faults::from_env()?;
+    let data = checked_dataset(cfg)?;
+    let checkpoint = match target {
+        Target::New(_) => None,
+        Target::Resume(dir) => {
+            run_dir::DirLock::check_free(dir)?;
+            let (_, ck) = run_dir::load_checkpoint(dir, None, "resume from")?;
+            ck.check_matches(cfg)?;
+            if cfg.optim.max_iters < ck.meta.step {
+                crate::user_bail!(
+                    "the latest checkpoint is at step {} but max_iters is {}: raise it (--set max_iters=N)",
+                    ck.meta.step,
+                    cfg.optim.max_iters
+                );
+            }
+            Some(ck)
+        }
+    };
+    Ok(Job {
+        cfg: cfg.clone(),
+        data,
+        checkpoint,
+        faults,
+        opts: RankOptions::default(),
+    })
+}
+
+/// Rank 0: creates the run directory, or takes over a resumed one (its log cut back to
+/// the checkpoint's step), and writes the config.
+pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
+    let dir = match target {
+        Target::New(out) => RunDir::create(
+            &out.clone()
+                .unwrap_or_else(|| default_run_path(&job.cfg.model.pattern)),
+        )?,
+        Target::Resume(path) => {
+            let step = job.checkpoint.as_ref().map_or(0, |c| c.meta.step);
+            RunDir::resume(path, step)?
+        }
+    };
+    dir.write_config(&job.cfg)?;
+    Ok(dir)
+}
+
+pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
+    let (cfg, data) = (&job.cfg, &job.data);
+    println!(
+        "tp-train: {} on {} ({} tokens of vocab {}), {} rank(s) as {backend} x {threads} math thread(s) each, {} kernels",
+        cfg.model.preset,
+        cfg.model.dataset,
+        data.train.len(),
+        data.vocab_size(),
+        cfg.parallel.tp * cfg.parallel.dp,
+        cfg.parallel.kernels.label(),
+    );
+    println!("run directory: {}", dir.display());
+    if let Some(ck) = &job.checkpoint {
+        println!(
+            "resuming from {} (step {}) to max_iters {}",
+            ck.dir.display(),
+            ck.meta.step,
+            cfg.optim.max_iters
+        );
+        if let Ok(layout) = cfg.layout() {
+            super::generate::warn_if_other_function(
+                &layout,
+                ck.meta.config.parallel.tp,
+                cfg.parallel.tp,
+            );
+        }
+    }
+}
+
+/// Rank 0's closing work: comm.json, sample.txt, summary.json and the printed summary.
+pub fn finish(
+    cfg: &RunConfig,
+    dir: &RunDir,
+    outcome: &RankOutcome,
+    started: Instant,
+) -> Result<CommReport> {
+    let report = comm_report(cfg, &cfg.layout()?, outcome);
+    dir.write_comm(&report)?;
+    dir.write_sample(&outcome.sample)?;
+    let summary = run_summary(cfg, &report, outcome, started.elapsed().as_secs_f64());
+    dir.write_summary(&summary)?;
+    println!("{}", report.table());
+    if !outcome.sample.is_empty() {
+        println!("sample:\n{}\n", outcome.sample);
+    }
+    if let Some(last) = outcome.log.iter().rev().find(|l| l.val_loss.is_some()) {
+        println!(
+            "final: step {}, train loss {:.4}, val loss {:.4}, best val loss {:.4}",
+            last.step,
+            last.eval_train_loss.unwrap_or(f32::NAN),
+            last.val_loss.unwrap_or(f32::NAN),
+            outcome.best_val_loss.unwrap_or(f32::NAN)
+        );
+    }
+    println!(
+        "outputs in {}: config.yaml, log.jsonl, comm.json, summary.json, sample.txt, {}/",
+        dir.path.display(),
+        run_dir::CHECKPOINTS
+    );
+    Ok(report)
+}

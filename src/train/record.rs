@@ -1,0 +1,79 @@
+//! What a rank records as it trains: one [`StepRecord`] per optimiser step (instead of
+//! parallel timers), the [`RankOutcome`] of a whole run, and the [`Reporter`] through
+//! which rank 0 shows progress. Leaf types: they import nothing else of `train/`.
+
+use crate::config::RunConfig;
+use crate::ops::profile::OpTimes;
+use crate::run_dir::LogLine;
+use crate::tp::TallySnapshot;
+use anyhow::Result;
+
+/// Seconds of one step's phases on this rank.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Phases {
+    pub forward: f64,
+    pub backward: f64,
+    /// Gradient sync (TP partial sum, DP average), the norm and clipping.
+    pub grad_sync: f64,
+    pub optimizer: f64,
+}
+
+/// One optimiser step on this rank.
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    pub step: usize,
+    /// This rank's loss, averaged over its micro-steps (not over data-parallel ranks).
+    pub local_loss: f32,
+    pub lr: f64,
+    /// The global gradient norm before clipping.
+    pub grad_norm: f32,
+    /// Wall-clock milliseconds of the whole step.
+    pub ms: f64,
+    pub phases: Phases,
+    /// Forward and backward passes (micro-steps) the step ran.
+    pub passes: usize,
+    /// Time and FLOPs of the step's ops on this rank (`ops::profile`).
+    pub ops: OpTimes,
+    /// Peak resident bytes of the process during the step (measured by rank 0 where
+    /// /proc allows).
+    pub peak_rss: Option<u64>,
+}
+
+/// Losses of one evaluation, averaged over data-parallel ranks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalRecord {
+    pub train_loss: f32,
+    pub val_loss: f32,
+}
+
+/// What one rank's run produced.
+pub struct RankOutcome {
+    pub rank: usize,
+    /// The lines written to (rank 0) or computed for (others) `log.jsonl`.
+    pub log: Vec<LogLine>,
+    /// Every training step this invocation ran, in order.
+    pub steps: Vec<StepRecord>,
+    pub tally: TallySnapshot,
+    pub sample: String,
+    /// This rank's parameters after training, by name (only when asked for).
+    pub params: Vec<(String, Vec<f32>)>,
+    pub logical_params: usize,
+    pub best_val_loss: Option<f32>,
+}
+
+impl RankOutcome {
+    /// Forward (and backward) passes of the training steps.
+    pub fn passes(&self) -> usize {
+        self.steps.iter().map(|s| s.passes).sum()
+    }
+}
+
+/// Rank 0's outlet for progress and logs; other ranks have none.
+pub trait Reporter {
+    fn started(&mut self, _cfg: &RunConfig, _logical_params: usize) {}
+    fn logged(&mut self, _line: &LogLine) -> Result<()> {
+        Ok(())
+    }
+    fn step_done(&mut self, _record: &StepRecord, _tokens_per_s: f64) {}
+    fn finished(&mut self) {}
+}

@@ -1,0 +1,324 @@
+//! The Trainer: one rank's model, optimiser, gradients, schedule and batches, and the
+//! three things a training loop asks of them: [`Trainer::step`], [`Trainer::evaluate`]
+//! and [`Trainer::save_checkpoint`] (with [`Trainer::restore`] on the way in). It never
+//! branches on rank inside the model: every rank of a group issues the same collectives
+//! in the same order.
+
+use super::context::RankContext;
+use super::faults::Faults;
+use super::generate::{generate, SampleOptions};
+use super::grads::GradBuffer;
+use super::memory;
+use super::optimizer::{AdamW, AdamWConfig};
+use super::record::{EvalRecord, Phases, StepRecord};
+use super::schedule::CosineSchedule;
+use crate::blocks::Fwd;
+use crate::config::RunConfig;
+use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
+use crate::model::Gpt;
+use crate::ops::profile;
+use crate::run_dir::checkpoint::{self, CheckpointState, CheckpointTensors, ParamInfo};
+use crate::run_dir::Checkpoint;
+use crate::tp::{gather_logical, CommKind, Phase, SeededInit, Site, StoredParams};
+use anyhow::{bail, Result};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub struct Trainer<'a> {
+    cfg: &'a RunConfig,
+    ctx: &'a RankContext,
+    faults: &'a Faults,
+    model: Gpt,
+    opt: AdamW,
+    grads: GradBuffer,
+    sched: CosineSchedule,
+    batcher: Batcher<'a>,
+    /// Optimiser steps completed: the next step to run.
+    step: usize,
+    best_val: Option<f32>,
+    /// The newest checkpoint this run can fall back to: (step, directory on the writer).
+    last_checkpoint: Option<(usize, Option<PathBuf>)>,
+}
+
+impl<'a> Trainer<'a> {
+    /// This rank's trainer: fresh weights from the seed, or the state of `resume`.
+    pub fn new(
+        cfg: &'a RunConfig,
+        data: &'a Dataset,
+        ctx: &'a RankContext,
+        faults: &'a Faults,
+        resume: Option<&Checkpoint>,
+    ) -> Result<Self> {
+        let layout = cfg.layout()?;
+        let mcfg = cfg.model_config(data.vocab_size())?;
+        let model = match resume {
+            Some(ck) => {
+                let stored = StoredParams {
+                    tensors: ck.weights.clone(),
+                };
+                Gpt::build_on(&mcfg, &layout, &stored, &ctx.tp, &ctx.device)?
+            }
+            None => {
+                let seeded = SeededInit {
+                    seed: cfg.optim.seed,
+                };
+                Gpt::build_on(&mcfg, &layout, &seeded, &ctx.tp, &ctx.device)?
+            }
+        };
+        let o = &cfg.optim;
+        let adamw = AdamWConfig {
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.adam_eps,
+            weight_decay: o.weight_decay,
+        };
+        let opt = AdamW::new(model.params(), adamw, cfg.parallel.kernels)?;
+        let grads = GradBuffer::new(model.params())?;
+        let mut trainer = Self {
+            cfg,
+            ctx,
+            faults,
+            opt,
+            grads,
+            sched: CosineSchedule {
+                learning_rate: o.learning_rate,
+                min_lr: o.min_lr,
+                warmup_iters: o.warmup_iters,
+                lr_decay_iters: cfg.lr_decay_iters(),
+                decay: o.decay_lr,
+            },
+            batcher: Batcher {
+                data,
+                block_size: mcfg.block_size,
+                batch_size: o.batch_size,
+                accumulation: o.gradient_accumulation_steps,
+                dp: ctx.mesh.dp,
+                dp_rank: ctx.mesh.dp_rank(),
+                seed: o.seed,
+                device: ctx.device.clone(),
+            },
+            model,
+            step: 0,
+            best_val: None,
+            last_checkpoint: None,
+        };
+        if let Some(ck) = resume {
+            trainer.restore(ck)?;
+        }
+        Ok(trainer)
+    }
+
+    /// Takes a checkpoint's optimiser state and position: the AdamW moments, split over
+    /// the TP group by the same `ParamKind::local_part` as the weights, the step count,
+    /// the step and the best validation loss. (The weights themselves came in through the
+    /// parameter builder.)
+    pub fn restore(&mut self, ck: &Checkpoint) -> Result<()> {
+        let (r, n) = (self.ctx.tp.rank(), self.ctx.tp.size());
+        let reg = self.model.params();
+        let m = reg.local_parts(&ck.m, r, n)?;
+        let v = reg.local_parts(&ck.v, r, n)?;
+        self.opt.restore(ck.meta.adam_steps, m, v)?;
+        self.step = ck.meta.step;
+        self.best_val = ck.meta.best_val_loss;
+        self.last_checkpoint = Some((ck.meta.step, Some(ck.dir.clone())));
+        Ok(())
+    }
+
+    pub fn model(&self) -> &Gpt {
+        &self.model
+    }
+
+    /// Optimiser steps completed.
+    pub fn steps_done(&self) -> usize {
+        self.step
+    }
+
+    pub fn best_val_loss(&self) -> Option<f32> {
+        self.best_val
+    }
+
+    /// Mean of a per-rank value over the data-parallel group.
+    pub fn mean_over_dp(&self, x: f32) -> Result<f32> {
+        let mut buf = [x];
+        self.ctx
+            .dp
+            .all_reduce_mean_host(&mut buf, Site::Misc, CommKind::Other)?;
+        Ok(buf[0])
+    }
+
+    /// Mean loss over `eval_iters` batches of each split, averaged over data-parallel
+    /// ranks. Batches are keyed by the step, so a resumed run evaluates on the same ones.
+    pub fn evaluate(&mut self) -> Result<EvalRecord> {
+        let iters = self.cfg.eval.eval_iters;
+        self.ctx.tally.set_phase(Phase::Eval);
+        let mut out = [0f32; 2];
+        for (slot, split) in [Split::Train, Split::Val].into_iter().enumerate() {
+            let mut sum = 0f64;
+            for i in 0..iters {
+                let key = EVAL_STREAM + (self.step * iters + i) as u64;
+                let (x, y) = self.batcher.batch(split, key, 0)?;
+                sum += self.model.loss(&x, &y, &Fwd::eval())?.to_scalar::<f32>()? as f64;
+            }
+            out[slot] = (sum / iters as f64) as f32;
+        }
+        self.ctx
+            .dp
+            .all_reduce_mean_host(&mut out, Site::Misc, CommKind::Other)?;
+        self.ctx.tally.set_phase(Phase::Train);
+        let rec = EvalRecord {
+            train_loss: out[0],
+            val_loss: out[1],
+        };
+        self.best_val = Some(self.best_val.map_or(rec.val_loss, |b| b.min(rec.val_loss)));
+        Ok(rec)
+    }
+
+    /// Stops the run before a non-finite value is applied, naming the last good
+    /// checkpoint.
+    fn guard(&self, value: f32, what: &str) -> Result<()> {
+        if value.is_finite() {
+            return Ok(());
+        }
+        let saved = match &self.last_checkpoint {
+            Some((s, Some(dir))) => format!(
+                "the last good checkpoint (step {s}) is {}, intact",
+                dir.display()
+            ),
+            Some((s, None)) => format!("the last good checkpoint is step {s}, intact"),
+            None => "no checkpoint was written yet".to_string(),
+        };
+        bail!(
+            "{what} became {value} at step {}, so training stopped before applying it; {saved}: lower learning_rate (or set grad_clip) and resume with --resume",
+            self.step
+        )
+    }
+
+    /// One optimiser step: forward and backward over the micro-steps, the TP sum of
+    /// partial gradients, the DP average, the norm and clipping, AdamW.
+    pub fn step(&mut self) -> Result<StepRecord> {
+        let step = self.step;
+        self.faults.check(self.ctx.mesh.rank, step)?;
+        let measure_rss = self.ctx.mesh.rank == 0 && memory::reset_peak();
+        profile::take();
+        let t_step = Instant::now();
+        let lr = self.sched.lr(step);
+        let accum = self.cfg.optim.gradient_accumulation_steps;
+        let mut phases = Phases::default();
+        self.grads.zero();
+        let mut loss_sum = 0f32;
+        for micro in 0..accum {
+            let (x, y) = self
+                .batcher
+                .batch(Split::Train, step as u64, micro as u64)?;
+            let fwd = Fwd {
+                dropout: self.cfg.optim.dropout,
+                key: Some(
+                    self.cfg.optim.seed
+                        ^ ((step * accum + micro) as u64).wrapping_mul(0x2545F4914F6CDD1D)
+                        ^ ((self.ctx.mesh.dp_rank() as u64) << 48),
+                ),
+            };
+            let t0 = Instant::now();
+            let mut loss = self.model.loss(&x, &y, &fwd)?;
+            if self.faults.nan_now(step) {
+                loss = (loss * f64::NAN)?;
+            }
+            let l = loss.to_scalar::<f32>()?;
+            self.guard(l, "the training loss")?;
+            loss_sum += l;
+            let t1 = Instant::now();
+            let g = loss.backward()?;
+            self.grads
+                .accumulate(self.model.params(), &g, 1.0 / accum as f32)?;
+            drop(g);
+            phases.forward += (t1 - t0).as_secs_f64();
+            phases.backward += t1.elapsed().as_secs_f64();
+        }
+        let t0 = Instant::now();
+        self.grads.sync_tp_partial(&self.ctx.tp)?;
+        self.grads.average_dp(&self.ctx.dp)?;
+        let norm = self.grads.global_norm(&self.ctx.tp)?;
+        self.guard(norm, "the gradient norm")?;
+        let clip = self.cfg.optim.grad_clip;
+        if clip > 0.0 && norm as f64 > clip {
+            self.grads.scale((clip / (norm as f64 + 1e-6)) as f32)?;
+        }
+        let t1 = Instant::now();
+        self.opt.step(self.model.params(), &self.grads, lr)?;
+        phases.grad_sync = (t1 - t0).as_secs_f64();
+        phases.optimizer = t1.elapsed().as_secs_f64();
+        self.step += 1;
+        Ok(StepRecord {
+            step,
+            local_loss: loss_sum / accum as f32,
+            lr,
+            grad_norm: norm,
+            ms: t_step.elapsed().as_secs_f64() * 1e3,
+            phases,
+            passes: accum,
+            ops: profile::take(),
+            peak_rss: memory::rss_and_peak()
+                .filter(|_| measure_rss)
+                .map(|(_, peak)| peak),
+        })
+    }
+
+    /// Saves the state after the steps completed so far. Every rank of the TP group calls
+    /// this (sharded tensors are assembled collectively); the rank given `root` writes.
+    /// Returns the checkpoint directory on the writing rank.
+    pub fn save_checkpoint(&mut self, root: Option<&Path>) -> Result<Option<PathBuf>> {
+        let tp = &self.ctx.tp;
+        self.ctx.tally.set_phase(Phase::Eval);
+        let mut tensors = CheckpointTensors {
+            weights: HashMap::new(),
+            m: HashMap::new(),
+            v: HashMap::new(),
+            params: Vec::new(),
+        };
+        for (i, p) in self.model.params().iter().enumerate() {
+            let logical = |t: &candle_core::Tensor| gather_logical(t, p.kind, &p.full_shape, tp);
+            tensors
+                .weights
+                .insert(p.name.clone(), logical(p.var.as_tensor())?);
+            tensors.m.insert(p.name.clone(), logical(&self.opt.m[i])?);
+            tensors.v.insert(p.name.clone(), logical(&self.opt.v[i])?);
+            tensors.params.push(ParamInfo {
+                name: p.name.clone(),
+                shape: p.full_shape.clone(),
+                kind: p.kind.label().to_string(),
+            });
+        }
+        self.ctx.tally.set_phase(Phase::Train);
+        let dir = match root {
+            None => None,
+            Some(root) => {
+                let state = CheckpointState {
+                    step: self.step,
+                    config: self.cfg,
+                    adam_steps: self.opt.t,
+                    best_val_loss: self.best_val,
+                    pause_mid_write: self.faults.checkpoint_pause,
+                };
+                Some(checkpoint::write(root, state, tensors)?)
+            }
+        };
+        self.last_checkpoint = Some((self.step, dir.clone()));
+        Ok(dir)
+    }
+
+    /// Text from the model (every rank takes part; identical on all of them).
+    pub fn sample(&self, tokens: usize) -> Result<Vec<u32>> {
+        self.ctx.tally.set_phase(Phase::Eval);
+        let tok = self.batcher.data.tokenizer();
+        let opts = SampleOptions {
+            tokens,
+            temperature: self.cfg.eval.sample_temperature,
+            top_k: Some(self.cfg.eval.sample_top_k).filter(|&k| k > 0),
+            seed: self.cfg.optim.seed,
+        };
+        let ids = generate(&self.model, &tok.start_tokens(), &opts);
+        self.ctx.tally.set_phase(Phase::Train);
+        ids
+    }
+}

@@ -1,0 +1,31 @@
+//! Crash-safe file writes: a reader sees the old contents or the new, never a mix.
+
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `contents` to `path` atomically (temporary file, fsync, rename).
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    // Unique per process: concurrent writers never share a temporary file.
+    let tmp = path.with_file_name(format!(
+        ".{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    {
+        let mut f =
+            File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.write_all(contents)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Makes a directory's entries (a rename into it) durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}

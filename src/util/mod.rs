@@ -1,0 +1,8 @@
+//! Helpers at the bottom of the crate: they import nothing from it, and anything may
+//! import them.
+
+pub mod fs;
+pub mod hash;
+
+pub use fs::{fsync_dir, write_atomic};
+pub use hash::fnv1a;

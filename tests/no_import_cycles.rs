@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 type Module = Vec<String>;
+/// A file's module, its `use` paths (`pub` or not) and its inline paths.
+type Parsed = (Module, Vec<(bool, String)>, Vec<String>);
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -243,7 +245,7 @@ fn no_file_in_src_imports_a_file_that_imports_it_back() {
             .collect(),
         reexports: BTreeMap::new(),
     };
-    let parsed: Vec<(Module, Vec<(bool, String)>, Vec<String>)> = all
+    let parsed: Vec<Parsed> = all
         .iter()
         .map(|f| {
             let (u, i) = paths(&code(&std::fs::read_to_string(f).unwrap()));

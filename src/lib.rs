@@ -2,10 +2,11 @@
 //!
 //! From the bottom up (no file imports a file that imports it back):
 //! - `util`: atomic writes, a stable hash
-//! - `device`: the device a rank computes on and the kernels that run there
-//! - `tp`: communication (the `Comm` collectives, backends, mesh, tally, f/g, parallel
-//!   linears, the parameter registry)
+//! - `device`: the device a rank computes on (cpu, cuda), the passes' dtype, the kernels
+//! - `tp`: communication (the `Comm` collectives, backends incl. NCCL in the CUDA build,
+//!   mesh, tally, f/g, parallel linears, the parameter registry)
 //! - `ops`: linears, norms, activations, attention, loss: portable and fused kernels
+//!   (CPU; GPU attention in the CUDA build)
 //! - `blocks`: the t / s / p blocks and the pattern parser
 //! - `model`: GPT-2 and presets
 //! - `data`: datasets and loaders

@@ -59,6 +59,19 @@ fn bad_pattern_is_one_line_exit_2_naming_the_character() {
     assert_user_error(&d, &["--pattern", "3x"], "trailing 'x'");
 }
 
+/// The CPU build refuses `device: cuda` before touching data or the run directory, and
+/// says how to get the build that can; an unknown device or dtype names the key.
+#[test]
+fn cuda_in_the_cpu_build_and_unknown_devices_are_one_line_errors() {
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    let d = scratch("device");
+    assert_user_error(&d, &["--device", "cuda"], "scripts/build-cuda.sh");
+    assert_user_error(&d, &["--set", "device=tpu"], "`device`");
+    assert_user_error(&d, &["--dtype", "f16"], "`dtype`");
+}
+
 #[test]
 fn pattern_and_n_layer_mismatch_names_both_numbers() {
     let d = scratch("nlayer");

@@ -4,46 +4,12 @@
 //! p-runs of length 1 and 3, and mixes with `t`.
 
 mod common;
-use candle_core::Var;
+use common::checks::{self, On};
 use common::*;
 use tp_harness::device::Kernels;
 
 fn check_against_literal(pattern: &str, tp: usize, bias: bool) {
-    check_against_literal_with(pattern, tp, bias, Kernels::Fused);
-}
-
-fn check_against_literal_with(pattern: &str, tp: usize, bias: bool, kernels: Kernels) {
-    let mut cfg = small_config(
-        tp_harness::blocks::Layout::parse(pattern)
-            .unwrap()
-            .n_layer(),
-        bias,
-    );
-    cfg.kernels = kernels;
-    let source = RandomWeights { seed: 11 };
-    let (idx, tgt) = batch(5, 3, 16, cfg.vocab_size);
-    let ours = tp_logical(&cfg, pattern, tp, &source, &idx, &tgt);
-
-    let vars = logical_vars(&param_specs(&cfg, pattern), &source);
-    let loss = literal::loss(&vars, &cfg, pattern, tp, &idx, &tgt);
-    let ref_grads = grads_of(&vars, &loss.backward().unwrap());
-    let ref_loss = loss.to_scalar::<f32>().unwrap();
-    let x = Var::from_tensor(&dense::embed(&vars, &idx).detach()).unwrap();
-    let ref_xg = literal::loss_embedded(&vars, &cfg, pattern, tp, x.as_tensor(), &tgt)
-        .backward()
-        .unwrap();
-    let ref_xg = ref_xg.get(x.as_tensor()).unwrap();
-
-    let what = format!("{pattern} tp{tp} bias={bias} kernels={}", kernels.label());
-    let rel = ((ours.loss - ref_loss) / ref_loss).abs();
-    assert!(
-        rel <= 1e-5,
-        "{what}: loss {} vs literal {ref_loss} (rel {rel:e})",
-        ours.loss
-    );
-    assert_grads_match(&ours.grads, &ref_grads, 1e-4, &what);
-    let e = rel_err(&ours.input_grad, ref_xg);
-    assert!(e <= 1e-4, "{what}: input gradient differs by {e:e}");
+    checks::check_against_literal(pattern, tp, bias, &On::cpu(Kernels::Fused));
 }
 
 fn all(pattern: &str) {
@@ -97,8 +63,21 @@ fn s_and_p_on_the_portable_path_match_literal_blocks_md() {
     for pattern in ["tpst", "sppp", "pspp", "ssss", "pppp"] {
         for tp in [2, 4] {
             for bias in [true, false] {
-                check_against_literal_with(pattern, tp, bias, Kernels::Portable);
+                checks::check_against_literal(pattern, tp, bias, &On::cpu(Kernels::Portable));
             }
         }
+    }
+}
+
+#[test]
+fn s_and_p_in_bf16_stay_within_bf16_rounding_of_literal_blocks_md() {
+    let on = On {
+        dtype: tp_harness::device::ComputeDtype::Bf16,
+        loss_tol: 1e-2,
+        grad_tol: 5e-2,
+        ..On::cpu(Kernels::Fused)
+    };
+    for pattern in ["sppp", "tpst"] {
+        checks::check_against_literal(pattern, 2, true, &on);
     }
 }

@@ -35,6 +35,13 @@ struct Args {
     /// Data-parallel size.
     #[arg(long)]
     dp: Option<usize>,
+    /// Where the ranks compute: cpu or cuda (same as --set device=D; cuda needs the CUDA
+    /// build, scripts/build-cuda.sh).
+    #[arg(long)]
+    device: Option<String>,
+    /// Precision of the passes: f32 or bf16 (same as --set dtype=D).
+    #[arg(long)]
+    dtype: Option<String>,
     /// Override a config key (repeatable), e.g. --set max_iters=300.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -97,6 +104,12 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     }
     if let Some(p) = &args.pattern {
         overrides.push(flag("pattern", p.clone()));
+    }
+    if let Some(d) = &args.device {
+        overrides.push(flag("device", d.clone()));
+    }
+    if let Some(d) = &args.dtype {
+        overrides.push(flag("dtype", d.clone()));
     }
     if let Some(tp) = args.tp {
         overrides.push(("tp".into(), tp.into(), Origin::Flag(format!("--tp {tp}"))));

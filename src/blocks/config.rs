@@ -3,6 +3,7 @@
 use crate::device::Kernels;
 use crate::ops::{Activation, NormKind};
 use crate::tp::Init;
+use candle_core::DType;
 
 /// What every block needs to know about the model's shape and options.
 #[derive(Debug, Clone)]
@@ -16,6 +17,8 @@ pub struct BlockConfig {
     pub activation: Activation,
     pub norm_eps: f64,
     pub kernels: Kernels,
+    /// The dtype activations flow in (f32 or bf16); weights are cast to it where used.
+    pub dtype: DType,
 }
 
 impl BlockConfig {

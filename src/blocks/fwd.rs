@@ -48,7 +48,12 @@ pub(crate) fn add_bias(
     layer: usize,
     site: DropSite,
 ) -> Result<Tensor> {
-    match bias {
+    // Biases are f32 master weights; a bf16 activation adds them in its own dtype.
+    let bias = match bias {
+        Some(b) if b.dtype() != x.dtype() => Some(b.to_dtype(x.dtype())?),
+        other => other.cloned(),
+    };
+    match bias.as_ref() {
         None => Ok(x.clone()),
         Some(b) if !fwd.active() => Ok(x.broadcast_add(b)?),
         Some(b) => Ok((x + fwd.drop(&b.broadcast_as(x.shape())?, layer, site)?)?),

@@ -4,7 +4,7 @@
 use super::run_config::{
     CheckpointConfig, EvalConfig, ModelPart, OptimConfig, ParallelConfig, RunConfig,
 };
-use crate::device::Kernels;
+use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::error::user;
 use crate::model::preset;
 use anyhow::Result;
@@ -141,6 +141,9 @@ impl RunConfig {
                 link_gbps: 0.0,
                 link_latency_us: 0.0,
                 kernels: Kernels::Fused,
+                device: DeviceKind::Cpu,
+                dtype: ComputeDtype::F32,
+                tf32: false,
             },
             eval: EvalConfig {
                 eval_interval: 250,

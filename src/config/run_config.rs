@@ -3,7 +3,7 @@
 //! overrides in `overrides`.
 
 use crate::blocks::Layout;
-use crate::device::Kernels;
+use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::error::user;
 use crate::model::ModelConfig;
 use crate::tp::LinkModel;
@@ -62,6 +62,12 @@ pub struct ParallelConfig {
     pub link_latency_us: f64,
     /// `fused` CPU kernels or `portable` candle ops (other devices: always portable).
     pub kernels: Kernels,
+    /// `cpu` or `cuda` (the CUDA build).
+    pub device: DeviceKind,
+    /// `f32` or `bf16` passes (master weights, gradients, moments and loss stay f32).
+    pub dtype: ComputeDtype,
+    /// TF32 matmuls for f32 passes on GPUs (faster, less exact; off by default).
+    pub tf32: bool,
 }
 
 /// Evaluation, logging and the closing sample.
@@ -164,6 +170,7 @@ impl RunConfig {
             _ => {}
         }
         m.kernels = self.parallel.kernels;
+        m.dtype = self.parallel.dtype;
         Ok(m)
     }
 

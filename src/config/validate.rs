@@ -63,6 +63,9 @@ impl RunConfig {
         in_unit_interval("beta1", o.beta1)?;
         in_unit_interval("beta2", o.beta2)?;
         in_unit_interval("dropout", o.dropout)?;
+        if let Err(e) = self.parallel.device.check_built() {
+            user_bail!("{e}");
+        }
         finite_at_least("link_gbps", self.parallel.link_gbps, 0.0)?;
         finite_at_least("link_latency_us", self.parallel.link_latency_us, 0.0)?;
         if !(self.eval.sample_temperature > 0.0 && self.eval.sample_temperature.is_finite()) {

@@ -1,7 +1,7 @@
 //! Model shape and options, and the named presets.
 
 use crate::blocks::BlockConfig;
-use crate::device::Kernels;
+use crate::device::{ComputeDtype, Kernels};
 use crate::ops::{Activation, NormKind};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -26,6 +26,10 @@ pub struct ModelConfig {
     /// ops); the same function either way, so a checkpoint does not depend on it.
     #[serde(skip)]
     pub kernels: Kernels,
+    /// Precision of the passes (weights stay f32): like `kernels`, a choice of how the
+    /// same function is computed, not part of the model.
+    #[serde(skip)]
+    pub dtype: ComputeDtype,
 }
 
 fn vocab_to_yaml<S: Serializer>(v: &usize, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -135,6 +139,7 @@ impl Preset {
             activation: self.activation,
             norm_eps: 1e-5,
             kernels: Kernels::Fused,
+            dtype: ComputeDtype::F32,
         }
     }
 }
@@ -198,6 +203,7 @@ impl ModelConfig {
             activation: self.activation,
             norm_eps: self.norm_eps,
             kernels: self.kernels,
+            dtype: self.dtype.dtype(),
         }
     }
 }

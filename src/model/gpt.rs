@@ -11,7 +11,7 @@ use crate::blocks::{BlockStack, Fwd, Layout};
 use crate::ops::{self, Norm};
 use crate::tp::{CountedComm, Init, ParamBuilder, ParamKind, ParamRegistry, ParamSource};
 use anyhow::{bail, Result};
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 pub struct Gpt {
     pub cfg: ModelConfig,
@@ -24,14 +24,14 @@ pub struct Gpt {
 }
 
 impl Gpt {
-    /// Builds this rank's model on the default device (the CPU in a CPU build).
+    /// Builds this rank's model on the CPU.
     pub fn build(
         cfg: &ModelConfig,
         layout: &Layout,
         source: &dyn ParamSource,
         tp: &CountedComm,
     ) -> Result<Self> {
-        Self::build_on(cfg, layout, source, tp, &crate::device::rank_device())
+        Self::build_on(cfg, layout, source, tp, &Device::Cpu)
     }
 
     /// Builds this rank's model on `device`: logical weights from `source`, sliced for
@@ -104,10 +104,14 @@ impl Gpt {
     /// Embeddings `(B, T, C)` -> logits `(B, T, V)`.
     pub fn forward_embedded(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let (b, t, c) = x.dims3()?;
-        let h = self.lnf.forward(&self.stack.forward(x, fwd)?)?;
+        // The passes run in the compute dtype; logits come back in f32 for the loss.
+        let x = x.to_dtype(self.cfg.dtype.dtype())?;
+        let h = self.lnf.forward(&self.stack.forward(&x, fwd)?)?;
         let k = self.cfg.kernels;
         let logits = ops::linear(k, &h.reshape((b * t, c))?, &self.wte.t()?, None)?; // (B*T, V)
-        Ok(logits.reshape((b, t, self.cfg.vocab_size))?)
+        Ok(logits
+            .to_dtype(DType::F32)?
+            .reshape((b, t, self.cfg.vocab_size))?)
     }
 
     pub fn forward(&self, idx: &Tensor, fwd: &Fwd) -> Result<Tensor> {

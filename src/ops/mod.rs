@@ -7,6 +7,8 @@
 //! A non-CPU tensor always takes the portable path. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod fastmath;
 pub mod fused;
 pub mod gemm;
@@ -17,7 +19,17 @@ use candle_core::{DType, Result, Tensor, D};
 
 /// Whether `x` runs the fused CPU kernels under `k`.
 fn fused_for(k: Kernels, x: &Tensor) -> bool {
-    k.on(x.device()) == Kernels::Fused
+    x.device().is_cpu() && k.for_tensor(x) == Kernels::Fused
+}
+
+/// `w` in the dtype of the activation it meets: weights are f32 masters, cast (with a
+/// gradient that flows back to them in f32) where a bf16 pass uses them.
+fn as_dtype_of(w: &Tensor, x: &Tensor) -> Result<Tensor> {
+    if w.dtype() == x.dtype() {
+        Ok(w.clone())
+    } else {
+        w.to_dtype(x.dtype())
+    }
 }
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -47,6 +59,10 @@ pub fn layer_norm(
     b: Option<&Tensor>,
     eps: f64,
 ) -> Result<Tensor> {
+    if x.dtype() != w.dtype() {
+        // Low-precision activations are normalised in the weights' f32.
+        return layer_norm(k, &x.to_dtype(w.dtype())?, w, b, eps)?.to_dtype(x.dtype());
+    }
     if !fused_for(k, x) {
         return layer_norm_composed(x, w, b, eps);
     }
@@ -71,6 +87,9 @@ pub fn layer_norm_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f64)
 
 /// `x / sqrt(mean(x^2) + eps) * w` over the last dimension.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    if x.dtype() != w.dtype() {
+        return rms_norm(&x.to_dtype(w.dtype())?, w, eps)?.to_dtype(x.dtype());
+    }
     let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
     x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)
 }
@@ -135,6 +154,9 @@ pub fn linear(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<
 /// candle's matmul and broadcast add: the reference for the fused linear.
 pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let (n_in, n_out) = w.dims2()?;
+    let w = &as_dtype_of(w, x)?;
+    let b = b.map(|b| as_dtype_of(b, x)).transpose()?;
+    let b = b.as_ref();
     let mut shape = x.dims().to_vec();
     *shape.last_mut().expect("rank >= 1") = n_out;
     let y = x.reshape(((), n_in))?.matmul(w)?;
@@ -148,6 +170,13 @@ pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Ten
 /// Causal self-attention of a packed `qkv (B, T, 3 * heads * head_dim)` (Q, K, V blocks,
 /// heads contiguous within each) -> `(B, T, heads * head_dim)`.
 pub fn causal_attention(k: Kernels, qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if qkv.device().is_cuda()
+        && k.for_tensor(qkv) == Kernels::Fused
+        && head_dim <= cuda::ATTENTION_MAX_HEAD_DIM
+    {
+        return cuda::causal_attention(qkv, heads, head_dim);
+    }
     if !fused_for(k, qkv) {
         return causal_attention_composed(qkv, heads, head_dim);
     }
@@ -181,6 +210,10 @@ pub fn causal_softmax(k: Kernels, scores: &Tensor) -> Result<Tensor> {
 
 /// Causal softmax from a mask and candle's ops: the reference for the fused kernel.
 pub fn causal_softmax_composed(scores: &Tensor) -> Result<Tensor> {
+    if scores.dtype() != DType::F32 {
+        // Exponentials and their sums in f32, as for the loss.
+        return causal_softmax_composed(&scores.to_dtype(DType::F32)?)?.to_dtype(scores.dtype());
+    }
     let t = scores.dim(D::Minus1)?;
     let mask: Vec<u8> = (0..t * t).map(|i| u8::from(i % t > i / t)).collect();
     let mask = Tensor::from_vec(mask, (t, t), scores.device())?.broadcast_as(scores.shape())?;
@@ -190,6 +223,9 @@ pub fn causal_softmax_composed(scores: &Tensor) -> Result<Tensor> {
 
 /// Mean cross-entropy of `logits (N, V)` against `targets (N,)` (u32).
 pub fn cross_entropy(k: Kernels, logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    if logits.dtype() != DType::F32 {
+        return cross_entropy(k, &logits.to_dtype(DType::F32)?, targets);
+    }
     if !fused_for(k, logits) {
         return cross_entropy_composed(logits, targets);
     }
@@ -237,7 +273,7 @@ pub fn dropout_part(
         .map(|_| if rng.random::<f64>() < p { 0.0 } else { scale })
         .collect();
     let mask = Tensor::from_vec(mask, full_shape, x.device())?
-        .to_dtype(DType::F32)?
+        .to_dtype(x.dtype())?
         .narrow(dim, part * local, local)?;
     x.mul(&mask)
 }

@@ -25,18 +25,19 @@ pub trait Comm: Send + Sync {
     }
 }
 
-/// Copies `t` (f32) to a host buffer, lets `reduce` sum it in place, and returns the
-/// result as a tensor of `t`'s shape on `t`'s device.
+/// Copies `t` to a host buffer in f32, lets `reduce` sum it in place, and returns the
+/// result as a tensor of `t`'s shape, dtype and device (a bf16 tensor is widened, summed
+/// in f32 and rounded once).
 pub fn stage_through_host(
     t: &Tensor,
     reduce: impl FnOnce(&mut [f32]) -> Result<()>,
 ) -> Result<Tensor> {
-    if t.dtype() != DType::F32 {
-        bail!("collectives sum f32 tensors, got {:?}", t.dtype());
+    if !t.dtype().is_float() {
+        bail!("collectives sum float tensors, got {:?}", t.dtype());
     }
-    let mut v = t.flatten_all()?.to_vec1::<f32>()?;
+    let mut v = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
     reduce(&mut v)?;
-    Ok(Tensor::from_vec(v, t.shape(), t.device())?)
+    Ok(Tensor::from_vec(v, t.shape(), t.device())?.to_dtype(t.dtype())?)
 }
 
 /// A group of one: every collective is the identity. Used for tp 1 / dp 1 and for

@@ -8,12 +8,31 @@
 //! A group of one returns its input untouched.
 //!
 //! Backward passes reduce gradient tensors through [`CountedComm::all_reduce`] (on their
-//! device). g's forward runs inside the op on the CPU storage (`cpu_fwd`), summing the
-//! host buffer in place; a device backend adds its own `*_fwd`.
+//! device). g's forward on f32 CPU activations runs inside the op (`cpu_fwd`), summing the
+//! host buffer in place; on any other device or dtype it reduces the tensor where it lies
+//! and takes the sum's value with the input's gradient ([`reduce_from_tp_on_device`]).
 
 use super::counted::CountedComm;
 use super::tally::{CommKind, Site};
-use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+
+/// A fresh contiguous copy of a strided input, on whatever backend holds it: the forward
+/// of the ops whose only work is in their backward.
+fn identity<S>(storage: &S, layout: &Layout) -> Result<(S, Shape)>
+where
+    S: BackendStorage,
+    S::Device: BackendDevice<Storage = S>,
+{
+    // SAFETY: every element of `dst` is written by the strided copy below.
+    let mut dst = unsafe {
+        storage
+            .device()
+            .alloc_uninit(layout.shape(), storage.dtype())?
+    };
+    storage.copy_strided_src(&mut dst, 0, layout)?;
+    Ok((dst, layout.shape().clone()))
+}
 
 fn contiguous_f32(storage: &CpuStorage, layout: &Layout) -> Result<Vec<f32>> {
     let data = match storage {
@@ -26,6 +45,23 @@ fn contiguous_f32(storage: &CpuStorage, layout: &Layout) -> Result<Vec<f32>> {
     }
 }
 
+/// `cpu_fwd` (and `cuda_fwd`) of an op whose forward is the identity.
+macro_rules! identity_forward {
+    () => {
+        fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+            identity(storage, layout)
+        }
+        #[cfg(feature = "cuda")]
+        fn cuda_fwd(
+            &self,
+            storage: &candle_core::CudaStorage,
+            layout: &Layout,
+        ) -> Result<(candle_core::CudaStorage, Shape)> {
+            identity(storage, layout)
+        }
+    };
+}
+
 struct CopyToTp {
     group: CountedComm,
     site: Site,
@@ -35,12 +71,7 @@ impl CustomOp1 for CopyToTp {
     fn name(&self) -> &'static str {
         "copy-to-tp"
     }
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        Ok((
-            CpuStorage::F32(contiguous_f32(storage, layout)?),
-            layout.shape().clone(),
-        ))
-    }
+    identity_forward!();
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         self.group
             .all_reduce(&grad_res.contiguous()?, self.site, CommKind::TpBackward)
@@ -86,10 +117,27 @@ pub fn reduce_from_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<Ten
     if group.size() == 1 {
         return Ok(x.clone());
     }
+    if !(x.device().is_cpu() && x.dtype() == DType::F32) {
+        return reduce_from_tp_on_device(x, group, site);
+    }
     x.contiguous()?.apply_op1(ReduceFromTp {
         group: group.clone(),
         site,
     })
+}
+
+/// g for tensors on any device and of any float dtype: the group sums `x` where it lies,
+/// and `sum + (x - x)` gives that value (exactly: `x - x` is zero for finite `x`) with the
+/// identity gradient to `x`, without an op that must run on every backend.
+pub fn reduce_from_tp_on_device(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor> {
+    if group.size() == 1 {
+        return Ok(x.clone());
+    }
+    let x = x.contiguous()?;
+    let sum = group
+        .all_reduce(&x.detach(), site, CommKind::TpForward)
+        .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+    sum.add(&(&x - &x.detach())?)
 }
 
 struct ScaleGrad(f64);
@@ -98,12 +146,7 @@ impl CustomOp1 for ScaleGrad {
     fn name(&self) -> &'static str {
         "scale-grad"
     }
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        Ok((
-            CpuStorage::F32(contiguous_f32(storage, layout)?),
-            layout.shape().clone(),
-        ))
-    }
+    identity_forward!();
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some((grad_res * self.0)?))
     }
@@ -120,4 +163,104 @@ pub fn share_grad_over_tp(x: &Tensor, n: usize) -> Result<Tensor> {
         return Ok(x.clone());
     }
     x.contiguous()?.apply_op1(ScaleGrad(1.0 / n as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tp::tally::Tally;
+    use crate::tp::{Comm, ThreadWorld};
+    use candle_core::{Device, Var};
+    use std::sync::Arc;
+
+    /// Runs `f` on each member of a 2-rank thread group with a counted handle.
+    fn on_two_ranks<R: Send>(f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
+        let comms = ThreadWorld::new().group(2);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .into_iter()
+                .map(|c| {
+                    let f = &f;
+                    s.spawn(move || {
+                        f(CountedComm::new(
+                            Arc::new(c) as Arc<dyn Comm>,
+                            Arc::new(Tally::new()),
+                        ))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    fn site() -> Site {
+        Site::Layer(0)
+    }
+
+    /// The device path of g (used on GPUs and for bf16) gives the in-op CPU path's
+    /// forward values and input gradients bit for bit.
+    #[test]
+    fn g_on_device_equals_g_in_op_forward_and_backward() {
+        let out = on_two_ranks(|g| {
+            let vals: Vec<f32> = (0..12)
+                .map(|i| ((g.rank() * 12 + i) as f32 * 0.91).cos() * 3.0)
+                .collect();
+            let run = |on_device: bool| {
+                let x = Var::from_vec(vals.clone(), (3, 4), &Device::Cpu).unwrap();
+                let y = if on_device {
+                    reduce_from_tp_on_device(x.as_tensor(), &g, site()).unwrap()
+                } else {
+                    reduce_from_tp(x.as_tensor(), &g, site()).unwrap()
+                };
+                let w = Tensor::arange(0f32, 12.0, &Device::Cpu)
+                    .unwrap()
+                    .reshape((3, 4))
+                    .unwrap();
+                let grads = (y.clone() * w)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                let gx = grads.get(x.as_tensor()).unwrap().flatten_all().unwrap();
+                (
+                    y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    gx.to_vec1::<f32>().unwrap(),
+                )
+            };
+            (run(false), run(true))
+        });
+        for ((y_op, gx_op), (y_dev, gx_dev)) in out {
+            assert_eq!(y_op, y_dev);
+            assert_eq!(gx_op, gx_dev);
+            assert_eq!(gx_op, (0..12).map(|i| i as f32).collect::<Vec<_>>());
+        }
+    }
+
+    /// f and g accept bf16 activations: f's backward and g's forward sum over the group.
+    #[test]
+    fn f_and_g_carry_bf16_activations() {
+        let out = on_two_ranks(|g| {
+            let x = Var::from_vec(vec![1.0f32 + g.rank() as f32; 4], 4, &Device::Cpu).unwrap();
+            let x16 = x.as_tensor().to_dtype(DType::BF16).unwrap();
+            let y = reduce_from_tp(&copy_to_tp(&x16, &g, site()).unwrap(), &g, site()).unwrap();
+            assert_eq!(y.dtype(), DType::BF16);
+            let grads = y
+                .to_dtype(DType::F32)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let gx = grads.get(x.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
+            (
+                y.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap(),
+                gx,
+            )
+        });
+        for (y, gx) in out {
+            assert_eq!(y, vec![3.0; 4]);
+            assert_eq!(gx, vec![2.0; 4]);
+        }
+    }
 }

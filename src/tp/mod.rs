@@ -28,3 +28,5 @@ pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};
 pub use threads::{ThreadComm, ThreadWorld};
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "cuda")]
+pub mod nccl;

@@ -96,6 +96,17 @@ pub fn launched_by_mpirun() -> bool {
 }
 
 /// Ranks of this job on this machine (to share its cores), when the launcher says.
+/// This process's index among the ranks on its machine, from the launcher's environment.
+pub fn local_rank() -> Option<usize> {
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "PMI_LOCAL_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+}
+
 pub fn local_ranks() -> Option<usize> {
     ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
         .iter()
@@ -103,6 +114,25 @@ pub fn local_ranks() -> Option<usize> {
 }
 
 /// The MPI environment of this process; MPI is finalised when it is dropped.
+#[cfg(feature = "cuda")]
+impl MpiComm {
+    /// An NCCL group over the same members on `device`: rank 0 creates the group's id and
+    /// broadcasts it over this communicator. Collective over the group.
+    pub fn nccl(&self, device: &candle_core::Device) -> Result<super::nccl::NcclComm> {
+        let root = self.comm.0.process_at_rank(0);
+        let mut id: super::nccl::NcclId = [0; 128];
+        if self.rank() == 0 {
+            id = super::nccl::new_id()?;
+        }
+        let mut bytes: Vec<u8> = id.iter().map(|&c| c as u8).collect();
+        root.broadcast_into(&mut bytes[..]);
+        for (c, b) in id.iter_mut().zip(&bytes) {
+            *c = *b as std::ffi::c_char;
+        }
+        super::nccl::NcclComm::join(device, self.rank(), self.size(), id)
+    }
+}
+
 pub struct MpiWorld {
     _universe: mpi::environment::Universe,
     world: SimpleCommunicator,

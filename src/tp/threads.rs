@@ -6,8 +6,9 @@
 //! out. A rank that fails calls [`ThreadWorld::abort`]; every member blocked in (or later
 //! entering) a collective of that world then returns an error instead of waiting forever.
 
-use super::comm::Comm;
+use super::comm::{stage_through_host, Comm};
 use anyhow::{bail, Result};
+use candle_core::{DType, Tensor};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -26,11 +27,18 @@ impl AbortState {
     }
 }
 
+/// What one member brings to a collective: a host buffer, or a tensor on the device the
+/// group shares.
+enum Deposit {
+    Host(Vec<f32>),
+    Device(Tensor),
+}
+
 struct GroupState {
-    deposits: Vec<Option<Vec<f32>>>,
+    deposits: Vec<Option<Deposit>>,
     arrived: usize,
     generation: u64,
-    result: Arc<Vec<f32>>,
+    result: Arc<Deposit>,
 }
 
 struct SharedGroup {
@@ -60,7 +68,7 @@ impl ThreadWorld {
                 deposits: (0..size).map(|_| None).collect(),
                 arrived: 0,
                 generation: 0,
-                result: Arc::new(Vec::new()),
+                result: Arc::new(Deposit::Host(Vec::new())),
             }),
             turned: Condvar::new(),
             abort: self.abort.clone(),
@@ -112,10 +120,62 @@ impl Comm for ThreadComm {
     }
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        let g = &self.shared;
-        if g.size == 1 {
+        if self.shared.size == 1 {
             return Ok(());
         }
+        let result = self.meet(Deposit::Host(buf.to_vec()))?;
+        let Deposit::Host(sum) = &*result else {
+            bail!("all-reduce mixes host buffers and device tensors across ranks");
+        };
+        if sum.len() != buf.len() {
+            bail!(
+                "all-reduce size mismatch: sent {}, got {}",
+                buf.len(),
+                sum.len()
+            );
+        }
+        buf.copy_from_slice(sum);
+        Ok(())
+    }
+
+    /// f32 CPU tensors go through the host path above (bit for bit what the MPI backend
+    /// computes); anything else (GPU tensors, bf16) is summed where it lies.
+    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        if t.device().is_cpu() && t.dtype() == DType::F32 {
+            stage_through_host(t, |buf| self.all_reduce_sum(buf))
+        } else {
+            self.all_reduce_on_device(t)
+        }
+    }
+}
+
+impl ThreadComm {
+    /// The sum of `t` over the group computed on `t`'s device, which every member shares
+    /// (one candle device): rank 0's tensor plus rank 1's, and so on in rank order, in f32
+    /// (a bf16 tensor is widened, summed and rounded once, as host staging does). Each
+    /// member gets its own copy of the result.
+    pub fn all_reduce_on_device(&self, t: &Tensor) -> Result<Tensor> {
+        if self.shared.size == 1 {
+            return Ok(t.clone());
+        }
+        let result = self.meet(Deposit::Device(t.detach()))?;
+        let Deposit::Device(sum) = &*result else {
+            bail!("all-reduce mixes host buffers and device tensors across ranks");
+        };
+        if sum.shape() != t.shape() {
+            bail!(
+                "all-reduce shape mismatch: sent {:?}, got {:?}",
+                t.shape(),
+                sum.shape()
+            );
+        }
+        Ok(sum.to_dtype(t.dtype())?.copy()?)
+    }
+
+    /// One generation of the group's barrier: deposit `mine`, and whoever arrives last
+    /// combines all deposits in rank order and publishes the result to everyone.
+    fn meet(&self, mine: Deposit) -> Result<Arc<Deposit>> {
+        let g = &self.shared;
         let check_abort = || -> Result<()> {
             if let Some(reason) = g.abort.reason() {
                 bail!("collective abandoned: {reason}");
@@ -127,25 +187,16 @@ impl Comm for ThreadComm {
             .state
             .lock()
             .map_err(|_| anyhow::anyhow!("group lock poisoned"))?;
-        st.deposits[self.rank] = Some(buf.to_vec());
+        st.deposits[self.rank] = Some(mine);
         st.arrived += 1;
         let my_generation = st.generation;
         if st.arrived == g.size {
-            let mut sum = st.deposits[0].take().unwrap_or_default();
-            for r in 1..g.size {
-                let d = st.deposits[r].take().unwrap_or_default();
-                if d.len() != sum.len() {
-                    bail!(
-                        "all-reduce size mismatch: rank 0 sent {} values, rank {r} sent {}",
-                        sum.len(),
-                        d.len()
-                    );
-                }
-                for (s, x) in sum.iter_mut().zip(&d) {
-                    *s += *x;
-                }
-            }
-            st.result = Arc::new(sum);
+            let deposits: Vec<Deposit> = st
+                .deposits
+                .iter_mut()
+                .map(|d| d.take().expect("every member deposited"))
+                .collect();
+            st.result = Arc::new(sum_in_rank_order(deposits)?);
             st.arrived = 0;
             st.generation += 1;
             g.turned.notify_all();
@@ -169,17 +220,50 @@ impl Comm for ThreadComm {
         }
         // Safe to read: the result of this generation is only replaced once every member,
         // including this one, has entered the next collective.
-        let result = st.result.clone();
-        drop(st);
-        if result.len() != buf.len() {
-            bail!(
-                "all-reduce size mismatch: sent {}, got {}",
-                buf.len(),
-                result.len()
-            );
+        Ok(st.result.clone())
+    }
+}
+
+/// `((d0 + d1) + d2) + ...` element by element; device tensors in f32.
+fn sum_in_rank_order(deposits: Vec<Deposit>) -> Result<Deposit> {
+    let mut it = deposits.into_iter().enumerate();
+    let (_, first) = it.next().expect("a group has members");
+    match first {
+        Deposit::Host(mut sum) => {
+            for (r, d) in it {
+                let Deposit::Host(d) = d else {
+                    bail!("all-reduce mixes host buffers and device tensors across ranks");
+                };
+                if d.len() != sum.len() {
+                    bail!(
+                        "all-reduce size mismatch: rank 0 sent {} values, rank {r} sent {}",
+                        sum.len(),
+                        d.len()
+                    );
+                }
+                for (s, x) in sum.iter_mut().zip(&d) {
+                    *s += *x;
+                }
+            }
+            Ok(Deposit::Host(sum))
         }
-        buf.copy_from_slice(&result);
-        Ok(())
+        Deposit::Device(t) => {
+            let mut sum = t.to_dtype(DType::F32)?;
+            for (r, d) in it {
+                let Deposit::Device(d) = d else {
+                    bail!("all-reduce mixes host buffers and device tensors across ranks");
+                };
+                if d.shape() != sum.shape() {
+                    bail!(
+                        "all-reduce shape mismatch: rank 0 sent {:?}, rank {r} sent {:?}",
+                        sum.shape(),
+                        d.shape()
+                    );
+                }
+                sum = (sum + d.to_dtype(DType::F32)?)?;
+            }
+            Ok(Deposit::Device(sum))
+        }
     }
 }
 
@@ -217,6 +301,47 @@ mod tests {
         }
         let expect = ((0.1f32 + 0.2) + 0.3) + 0.4;
         assert_eq!(results[0][0][0], expect);
+    }
+
+    /// The device path computes the host path's sums, bit for bit (here on the CPU, where
+    /// both run; on a GPU the same candle adds run there).
+    #[test]
+    fn device_sums_equal_host_sums_bit_for_bit() {
+        let world = ThreadWorld::new();
+        let handles: Vec<_> = world
+            .group(3)
+            .into_iter()
+            .map(|c| {
+                std::thread::spawn(move || {
+                    let v: Vec<f32> = (0..11)
+                        .map(|i| ((c.rank() * 11 + i) as f32 * 0.37).sin() * 1e3)
+                        .collect();
+                    let t = Tensor::from_vec(v.clone(), (11,), &candle_core::Device::Cpu).unwrap();
+                    let on_device = c.all_reduce_on_device(&t).unwrap();
+                    let mut host = v;
+                    c.all_reduce_sum(&mut host).unwrap();
+                    let t16 = t.to_dtype(DType::BF16).unwrap();
+                    let bf = c.all_reduce(&t16).unwrap();
+                    let mut widened = t16.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+                    c.all_reduce_sum(&mut widened).unwrap();
+                    (on_device.to_vec1::<f32>().unwrap(), host, bf, widened)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (dev, host, bf, widened) = h.join().unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&dev), bits(&host));
+            // bf16: widened, summed in f32 in rank order, rounded once.
+            assert_eq!(bf.dtype(), DType::BF16);
+            let rounded = Tensor::new(widened.as_slice(), &candle_core::Device::Cpu)
+                .and_then(|w| w.to_dtype(DType::BF16))
+                .and_then(|w| w.to_dtype(DType::F32))
+                .and_then(|w| w.to_vec1::<f32>())
+                .unwrap();
+            let bf = bf.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(bits(&bf), bits(&rounded));
+        }
     }
 
     #[test]

@@ -16,6 +16,11 @@ pub struct BenchResult {
     pub pattern: String,
     /// `fused` or `portable`.
     pub kernels: String,
+    /// `cpu` or `cuda`, and the passes' `f32` or `bf16` (absent in older results: cpu, f32).
+    #[serde(default = "cpu_label")]
+    pub device: String,
+    #[serde(default = "f32_label")]
+    pub dtype: String,
     pub tp: usize,
     pub dp: usize,
     pub math_threads_per_rank: usize,
@@ -54,6 +59,14 @@ pub struct BenchResult {
     pub peak_rss_mb: f64,
     pub first_step_peak_rss_mb: f64,
     pub last_step_peak_rss_mb: f64,
+}
+
+fn cpu_label() -> String {
+    "cpu".into()
+}
+
+fn f32_label() -> String {
+    "f32".into()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -146,6 +159,8 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         preset: cfg.model.preset.clone(),
         pattern: cfg.model.pattern.clone(),
         kernels: cfg.parallel.kernels.label().to_string(),
+        device: cfg.parallel.device.label().to_string(),
+        dtype: cfg.parallel.dtype.label().to_string(),
         tp: cfg.parallel.tp,
         dp: cfg.parallel.dp,
         math_threads_per_rank: threads,
@@ -272,11 +287,13 @@ impl BenchResult {
 
     pub fn line(&self) -> String {
         format!(
-            "{} {} tp {} dp {} ({} thread(s)/rank, {} kernels): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
+            "{} {} tp {} dp {} on {} {} ({} thread(s)/rank, {} kernels): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
             self.preset,
             self.pattern,
             self.tp,
             self.dp,
+            self.device,
+            self.dtype,
             self.math_threads_per_rank,
             self.kernels,
             self.ms_per_step,

@@ -130,13 +130,15 @@ pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
 pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
     let (cfg, data) = (&job.cfg, &job.data);
     println!(
-        "tp-train: {} on {} ({} tokens of vocab {}), {} rank(s) as {backend} x {threads} math thread(s) each, {} kernels",
+        "tp-train: {} on {} ({} tokens of vocab {}), {} rank(s) as {backend} x {threads} math thread(s) each, {} kernels, {} {}",
         cfg.model.preset,
         cfg.model.dataset,
         data.train.len(),
         data.vocab_size(),
         cfg.parallel.tp * cfg.parallel.dp,
         cfg.parallel.kernels.label(),
+        cfg.parallel.device.label(),
+        cfg.parallel.dtype.label(),
     );
     println!("run directory: {}", dir.display());
     if let Some(ck) = &job.checkpoint {

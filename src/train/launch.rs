@@ -4,7 +4,6 @@ use super::context::RankContext;
 use super::job::Job;
 use super::orchestrate::run_rank;
 use super::record::{RankOutcome, Reporter};
-use crate::device::rank_device;
 use crate::error::UserError;
 use crate::tp::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
 use anyhow::{anyhow, Result};
@@ -71,6 +70,10 @@ pub fn run_threads(
     let world = ThreadWorld::new();
     let mut tp_comms: Vec<Option<Arc<dyn Comm>>> = (0..world_size).map(|_| None).collect();
     let mut dp_comms: Vec<Option<Arc<dyn Comm>>> = (0..world_size).map(|_| None).collect();
+    // Thread ranks share one device (one GPU: one candle device, one stream), so their
+    // collectives can sum each other's tensors where they lie.
+    let device = cfg.parallel.device.open(0)?;
+    crate::device::set_tf32(cfg.parallel.tf32);
     let probe = Mesh::new(tp, dp, 0)?;
     for d in 0..dp {
         for (c, r) in world.group(tp).into_iter().zip(probe.tp_group(d)) {
@@ -91,7 +94,7 @@ pub fn run_threads(
                 tp_comms[rank].take().expect("tp comm"),
                 dp_comms[rank].take().expect("dp comm"),
                 cfg.link(),
-                rank_device(),
+                device.clone(),
             );
             let rep = if rank == 0 { reporter.take() } else { None };
             let dir = if rank == 0 { run_dir } else { None };

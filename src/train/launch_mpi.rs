@@ -13,15 +13,46 @@ use super::orchestrate::run_rank;
 use super::record::{RankOutcome, Reporter};
 use super::report::comm_report;
 use crate::config::RunConfig;
-use crate::device::rank_device;
+use crate::device::{gpu_count, DeviceKind};
 use crate::error::{exit_code, is_user_error, user, AlreadyReported};
 use crate::run_dir::CommReport;
-use crate::tp::mpi::{local_ranks, MpiComm, MpiWorld};
+use crate::tp::mpi::{local_rank, local_ranks, MpiComm, MpiGroups, MpiWorld};
 use crate::tp::Comm;
 use anyhow::{anyhow, Result};
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+type Collectives = (candle_core::Device, Arc<dyn Comm>, Arc<dyn Comm>, MpiComm);
+
+/// This rank's device and groups. On GPUs, ranks on one machine take its GPUs in turn;
+/// with a GPU each, the groups reduce through NCCL in device memory. NCCL refuses two
+/// ranks on one GPU, so with more ranks than GPUs the MPI groups stage through host
+/// memory instead.
+fn rank_collectives(kind: DeviceKind, groups: MpiGroups) -> Result<Collectives> {
+    let MpiGroups { tp, dp, world, .. } = groups;
+    if kind == DeviceKind::Cpu {
+        return Ok((kind.open(0)?, Arc::new(tp), Arc::new(dp), world));
+    }
+    let gpus = gpu_count()?;
+    if gpus == 0 {
+        return Err(user(
+            "device: cuda but this machine has no GPU: use device: cpu".to_string(),
+        ));
+    }
+    let local = local_rank().unwrap_or(0);
+    let device = kind.open(local % gpus)?;
+    if local_ranks().unwrap_or(1) > gpus {
+        return Ok((device, Arc::new(tp), Arc::new(dp), world));
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let (tp, dp) = (tp.nccl(&device)?, dp.nccl(&device)?);
+        Ok((device, Arc::new(tp), Arc::new(dp), world))
+    }
+    #[cfg(not(feature = "cuda"))]
+    unreachable!("device.open refuses cuda in a CPU build")
+}
 
 /// What this process (one rank) ran: rank 0 has the run directory.
 pub struct MpiRun {
@@ -100,17 +131,26 @@ pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<MpiRu
     let cfg = &job.cfg;
 
     let groups = mpi.groups(cfg.parallel.tp)?;
+    let groups_mesh = groups.mesh;
     let threads = configure_threads(local_ranks().unwrap_or(1));
     if let Some(d) = &dir {
         announce(&job, "MPI processes", threads, &d.path);
     }
-    let ctx = RankContext::new(
-        groups.mesh,
-        Arc::new(groups.tp),
-        Arc::new(groups.dp),
-        cfg.link(),
-        rank_device(),
-    );
+    let (device, tp_comm, dp_comm, world_comm) = match rank_collectives(cfg.parallel.device, groups)
+    {
+        Ok(c) => c,
+        Err(e) => {
+            // Forming groups is collective: a rank that cannot must end the job, not
+            // leave the others waiting in it.
+            eprintln!(
+                "tp-train: rank {rank}: error: {}",
+                format!("{e:#}").replace('\n', " ")
+            );
+            mpi.abort(1);
+        }
+    };
+    crate::device::set_tf32(cfg.parallel.tf32);
+    let ctx = RankContext::new(groups_mesh, tp_comm, dp_comm, cfg.link(), device);
     let mut reporter = match &dir {
         Some(d) => Some(ConsoleReporter::new(d, cfg.optim.max_iters, progress)?),
         None => None,
@@ -141,7 +181,7 @@ pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<MpiRu
         None => comm_report(cfg, &cfg.layout()?, &outcome),
     };
     let path = dir.map(|d| d.path.clone()).unwrap_or_default();
-    drop(groups.world);
+    drop(world_comm);
     Ok(MpiRun {
         dir: path,
         report,

@@ -172,7 +172,7 @@ impl AdamW {
                 0.0
             };
             let param = p.var.as_tensor();
-            if self.kernels.on(param.device()) == Kernels::Fused {
+            if param.device().is_cpu() && self.kernels.on(param.device()) == Kernels::Fused {
                 self.fused_update(i, param, grads.get(i), lr, decay, c1, c2)?;
             } else {
                 let (m, v) = (&self.m[i], &self.v[i]);

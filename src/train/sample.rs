@@ -3,7 +3,6 @@
 use super::generate::{generate, warn_if_other_function, SampleOptions};
 use super::job::load_dataset;
 use super::launch::{configure_threads, on_tp_threads};
-use crate::device::rank_device;
 use crate::model::Gpt;
 use crate::tp::StoredParams;
 use anyhow::Result;
@@ -30,11 +29,13 @@ pub fn sample_run(
         _ => tok.start_tokens(),
     };
     configure_threads(tp);
+    // Sampling a few hundred tokens is CPU work whatever the run trained on.
+    let device = candle_core::Device::Cpu;
     let out = on_tp_threads(tp, |comm| {
         let source = StoredParams {
             tensors: ck.weights.clone(),
         };
-        let model = Gpt::build_on(&mcfg, &layout, &source, &comm, &rank_device())?;
+        let model = Gpt::build_on(&mcfg, &layout, &source, &comm, &device)?;
         generate(&model, &prompt_ids, opts)
     })?;
     Ok(tok.decode(&out[0]))

@@ -196,6 +196,15 @@ impl<'a> Trainer<'a> {
 
     /// One optimiser step: forward and backward over the micro-steps, the TP sum of
     /// partial gradients, the DP average, the norm and clipping, AdamW.
+    /// Waits for the GPU's queued work, so that a phase's time is its own (a GPU runs
+    /// asynchronously; reading the loss already waits for the forward). No-op on the CPU.
+    fn wait_for_device(&self) -> Result<()> {
+        if !self.ctx.device.is_cpu() {
+            self.ctx.device.synchronize()?;
+        }
+        Ok(())
+    }
+
     pub fn step(&mut self) -> Result<StepRecord> {
         let step = self.step;
         self.faults.check(self.ctx.mesh.rank, step)?;
@@ -232,6 +241,7 @@ impl<'a> Trainer<'a> {
             self.grads
                 .accumulate(self.model.params(), &g, 1.0 / accum as f32)?;
             drop(g);
+            self.wait_for_device()?;
             phases.forward += (t1 - t0).as_secs_f64();
             phases.backward += t1.elapsed().as_secs_f64();
         }
@@ -246,6 +256,7 @@ impl<'a> Trainer<'a> {
         }
         let t1 = Instant::now();
         self.opt.step(self.model.params(), &self.grads, lr)?;
+        self.wait_for_device()?;
         phases.grad_sync = (t1 - t0).as_secs_f64();
         phases.optimizer = t1.elapsed().as_secs_f64();
         self.step += 1;

@@ -2,6 +2,7 @@
 //! logical gradients, comparing tensors, and random test weights.
 #![allow(dead_code)]
 
+pub mod checks;
 pub mod dense;
 pub mod literal;
 
@@ -76,6 +77,7 @@ pub fn small_config(n_layer: usize, bias: bool) -> ModelConfig {
         activation: Activation::GeluTanh,
         norm_eps: 1e-5,
         kernels: tp_harness::device::Kernels::Fused,
+        dtype: tp_harness::device::ComputeDtype::F32,
     }
 }
 
@@ -111,9 +113,25 @@ pub fn tp_logical(
     idx: &Tensor,
     tgt: &Tensor,
 ) -> Logical {
+    tp_logical_on(cfg, pattern, tp, source, idx, tgt, &Device::Cpu)
+}
+
+/// [`tp_logical`] with the ranks' models on `device` (shared by all of them, as the
+/// threads launcher shares it); the results come back to the CPU.
+pub fn tp_logical_on(
+    cfg: &ModelConfig,
+    pattern: &str,
+    tp: usize,
+    source: &(dyn ParamSource + Sync),
+    idx: &Tensor,
+    tgt: &Tensor,
+    device: &Device,
+) -> Logical {
     let layout = Layout::parse(pattern).unwrap();
+    let idx = &idx.to_device(device).unwrap();
+    let tgt = &tgt.to_device(device).unwrap();
     let per_rank = run_tp(tp, |comm| {
-        let model = Gpt::build(cfg, &layout, source, &comm).unwrap();
+        let model = Gpt::build_on(cfg, &layout, source, &comm, device).unwrap();
         let fwd = Fwd::eval();
         let loss = model.loss(idx, tgt, &fwd).unwrap();
         let grads = loss.backward().unwrap();
@@ -134,7 +152,11 @@ pub fn tp_logical(
         let x = Var::from_tensor(&model.embed(idx, &fwd).unwrap().detach()).unwrap();
         let l2 = model.loss_embedded(x.as_tensor(), tgt, &fwd).unwrap();
         let g2 = l2.backward().unwrap();
-        let xg = g2.get(x.as_tensor()).unwrap().clone();
+        let xg = g2
+            .get(x.as_tensor())
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap();
         (loss.to_scalar::<f32>().unwrap(), local, xg)
     });
     let mut grads = HashMap::new();

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds the CUDA version of tp-harness on a machine with no GPU and no CUDA install, from
+# NVIDIA's PyPI wheels alone, and packs what the GPU machine needs into dist/cuda/:
+#
+#   dist/cuda/tp-train.xz       the trainer (stripped, xz), CUDA + NCCL, no MPI
+#   dist/cuda/gpu-tests.xz      the GPU test set (tests/gpu.rs), stripped, xz
+#   dist/cuda/gpu-check.sh      unpacks and runs both there, writes one results file
+#   dist/cuda/golden, data      the golden cases and the default experiment's prepared data
+#
+# (Compressed: the two binaries are ~50 MB each, mostly candle's embedded PTX text, and a
+# device session carries at most 64 MiB.)
+#
+# The toolchain (1.5 GB) goes to $TP_CUDA_TOOLCHAIN (default ~/.cache/tp-harness/cuda-13.0)
+# and is reused. CUDA is pinned to 13.0: cudarc takes the CUDA version from nvcc, and a
+# newer nvcc emits PTX that a 580 driver rejects. The kernels are compiled for sm_90
+# (H100/H200) unless CUDA_COMPUTE_CAP says otherwise.
+#
+# Options: --check also lints the CUDA code with the MPI + NCCL backend (clippy -D warnings
+# over every target; needs setup.sh's MPI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+check=0
+for a in "$@"; do
+  case "$a" in
+    --check) check=1 ;;
+    *) echo "build-cuda: unknown option $a (known: --check)" >&2; exit 2 ;;
+  esac
+done
+
+tc=${TP_CUDA_TOOLCHAIN:-$HOME/.cache/tp-harness/cuda-13.0}
+wheels=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88
+  nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-cuda-nvrtc==13.0.88
+  nvidia-curand==10.4.5.25 nvidia-cublas==13.0.2.14 nvidia-nccl-cu13==2.32.3)
+stamp="$tc/.installed-$(echo "${wheels[*]}" | md5sum | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  command -v python3 >/dev/null || { echo "build-cuda: python3 is needed to fetch NVIDIA's wheels (apt-get install python3-pip)" >&2; exit 1; }
+  echo "build-cuda: fetching the CUDA 13.0 toolchain from PyPI into $tc (1.5 GB, once)"
+  rm -rf "$tc" && mkdir -p "$tc"
+  python3 -m pip install -q --no-deps --target "$tc" "${wheels[@]}"
+  touch "$stamp"
+fi
+cuda="$tc/nvidia/cu13"
+nccl="$tc/nvidia/nccl"
+[ -x "$cuda/bin/nvcc" ] || { echo "build-cuda: $cuda/bin/nvcc missing; remove $tc and run again" >&2; exit 1; }
+
+# The wheels ship only versioned libraries; the linker wants the unversioned names.
+link_unversioned() { # dir name
+  local so
+  so=$(ls "$1/$2".so.* 2>/dev/null | sort | head -1)
+  [ -n "$so" ] || { echo "build-cuda: no $2.so.* in $1" >&2; exit 1; }
+  ln -sf "$(basename "$so")" "$1/$2.so"
+}
+for l in libcublas libcublasLt libcurand libnvrtc libcudart; do link_unversioned "$cuda/lib" "$l"; done
+link_unversioned "$nccl/lib" libnccl
+ln -sf "$nccl/lib/libnccl.so" "$cuda/lib/libnccl.so"
+ln -sf "$nccl/include/nccl.h" "$cuda/include/nccl.h"
+
+# A link-time stand-in for the driver (libcuda.so.1 comes with the GPU's driver): every
+# cu* entry point cudarc binds returns CUDA_ERROR_STUB_LIBRARY (34), so a stub that is
+# ever loaded fails cleanly. It lives in lib/stubs, never on a run-time library path.
+cudarc_src=$(cargo metadata --format-version 1 --features cuda --no-default-features 2>/dev/null |
+  python3 -c 'import json,sys; m=json.load(sys.stdin); print(next(p["manifest_path"] for p in m["packages"] if p["name"]=="cudarc").rsplit("/",1)[0])')
+mkdir -p "$cuda/lib/stubs"
+names=$(grep -oE '^\s+fn cu[A-Za-z0-9_]+\(' "$cudarc_src/src/driver/sys/mod.rs" | sed -E 's/^\s+fn //; s/\($//' | sort -u)
+{ for n in $names; do echo "int $n(void) { return 34; }"; done; } >"$cuda/lib/stubs/libcuda_stub.c"
+cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$cuda/lib/stubs/libcuda.so" "$cuda/lib/stubs/libcuda_stub.c"
+
+export CUDA_HOME="$cuda" PATH="$cuda/bin:$PATH"
+export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
+export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
+export LIBRARY_PATH="$cuda/lib:$cuda/lib/stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
+target="$repo/target/cuda"
+features=(--no-default-features --features cuda)
+
+echo "build-cuda: nvcc $(nvcc --version | grep -o 'release [0-9.]*'), sm_$CUDA_COMPUTE_CAP, $(nproc) threads (first build ~10-20 min: candle's kernels)"
+cargo build --release --target-dir "$target" "${features[@]}" --bin tp-train
+tests_json=$(cargo test --release --target-dir "$target" "${features[@]}" --test gpu --no-run --message-format=json)
+gpu_tests=$(echo "$tests_json" | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="gpu" and m.get("executable"): print(m["executable"])' | tail -1)
+if [ "$check" = 1 ]; then
+  cargo clippy --release --target-dir "$target" --features "cuda mpi" --all-targets -- -D warnings
+fi
+
+out="$repo/dist/cuda"
+rm -rf "$out" && mkdir -p "$out/golden" "$out/data"
+strip -o "$out/tp-train" "$target/release/tp-train"
+strip -o "$out/gpu-tests" "$gpu_tests"
+xz -T0 -6 "$out/tp-train" "$out/gpu-tests"
+cp scripts/gpu-check.sh scripts/pytorch_gpt2_bench.py "$out/"
+golden=${TP_GOLDEN_DIR:-$repo/../shared/golden}
+if [ -d "$golden" ]; then cp "$golden"/*.json "$golden"/*.safetensors "$out/golden/"; else echo "build-cuda: no golden cases at $golden; the GPU golden test will fail" >&2; fi
+for d in shakespeare_char names; do
+  [ -d "datasets/$d" ] && cp -r "datasets/$d" "$out/data/"
+done
+echo "build-cuda: $(du -sh "$out" | cut -f1) in dist/cuda ($(ls "$out" | tr '\n' ' '))"

@@ -1,0 +1,134 @@
+//! The NCCL backend: one GPU per rank, collectives in device memory (the CUDA build).
+//!
+//! A group is formed from a unique id that its rank 0 creates and hands to the others
+//! (over MPI: [`super::mpi::MpiComm::nccl`]; a group of one needs nobody). NCCL runs on the
+//! rank's candle stream, so a reduction is ordered after the kernels that produced its
+//! input and before those that read its output, with no extra synchronisation. NCCL does
+//! not promise rank-order sums, but every member receives the same bits (its reductions
+//! end with a broadcast of each reduced chunk), which is what replicated weights need.
+//! NCCL refuses two ranks on one GPU: there the launcher keeps the host-staged MPI path.
+
+use super::comm::Comm;
+use anyhow::{anyhow, bail, Result};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::cudarc::nccl::safe::{Comm as Nccl, Id, NcclType, ReduceOp};
+use candle_core::cuda_backend::CudaDType;
+use candle_core::op::BackpropOp;
+use candle_core::{CudaDevice, CudaStorage, DType, Device, Storage, Tensor};
+use std::sync::Mutex;
+
+/// NCCL's unique id: 128 opaque bytes that name one group.
+pub type NcclId = [std::ffi::c_char; 128];
+
+/// A fresh id for a new group (created by the group's rank 0).
+pub fn new_id() -> Result<NcclId> {
+    Ok(*Id::new()
+        .map_err(|e| anyhow!("NCCL could not create a group id: {e:?}"))?
+        .internal())
+}
+
+pub struct NcclComm {
+    // NCCL communicators are not thread-safe; the rank's thread is the only user, and the
+    // mutex makes the handle shareable as `dyn Comm` (Send + Sync) without trusting that.
+    inner: Mutex<Nccl>,
+    device: CudaDevice,
+    rank: usize,
+    size: usize,
+}
+
+// SAFETY: the raw communicator is only touched under `inner`'s lock.
+unsafe impl Send for NcclComm {}
+unsafe impl Sync for NcclComm {}
+
+impl NcclComm {
+    /// Joins the group named by `id` as member `rank` of `size`, on `device`'s stream.
+    /// Collective: every member must call it.
+    pub fn join(device: &Device, rank: usize, size: usize, id: NcclId) -> Result<Self> {
+        let Device::Cuda(cuda) = device else {
+            bail!("NCCL needs a GPU device, got {device:?}");
+        };
+        let inner = Nccl::from_rank(cuda.cuda_stream(), rank, size, Id::uninit(id))
+            .map_err(|e| anyhow!("NCCL could not form a group of {size} (rank {rank}): {e:?}"))?;
+        Ok(Self {
+            inner: Mutex::new(inner),
+            device: cuda.clone(),
+            rank,
+            size,
+        })
+    }
+
+    /// A group of one on `device` (NCCL's own path, exercised without MPI).
+    pub fn solo(device: &Device) -> Result<Self> {
+        Self::join(device, 0, 1, new_id()?)
+    }
+
+    fn reduce_slice<T>(
+        &self,
+        storage: &CudaStorage,
+        start: usize,
+        end: usize,
+    ) -> Result<CudaStorage>
+    where
+        T: CudaDType + DeviceRepr + NcclType,
+    {
+        let src = storage.as_cuda_slice::<T>()?.slice(start..end);
+        // SAFETY: NCCL writes every element of `dst`.
+        let mut dst = unsafe { self.device.alloc::<T>(end - start)? };
+        let nccl = self
+            .inner
+            .lock()
+            .map_err(|_| anyhow!("NCCL communicator lock poisoned"))?;
+        nccl.all_reduce(&src, &mut dst, &ReduceOp::Sum)
+            .map_err(|e| anyhow!("NCCL all-reduce failed: {e:?}"))?;
+        Ok(CudaStorage::wrap_cuda_slice(dst, self.device.clone()))
+    }
+}
+
+impl Comm for NcclComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Host buffers (the optimiser's norms, the loss) travel through the device.
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
+        let dev = Device::Cuda(self.device.clone());
+        let t = Tensor::from_slice(buf, buf.len(), &dev)?;
+        let sum = self.all_reduce(&t)?.to_vec1::<f32>()?;
+        buf.copy_from_slice(&sum);
+        Ok(())
+    }
+
+    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        let t = t.contiguous()?;
+        let out = {
+            let (storage, layout) = t.storage_and_layout();
+            let Storage::Cuda(cuda) = &*storage else {
+                bail!(
+                    "the NCCL backend reduces GPU tensors, got one on {:?}",
+                    t.device()
+                );
+            };
+            if cuda.device.id() != self.device.id() {
+                bail!("tensor on another GPU stream than this rank's NCCL group");
+            }
+            let (start, end) = layout
+                .contiguous_offsets()
+                .ok_or_else(|| anyhow!("NCCL all-reduce of a non-contiguous tensor"))?;
+            match t.dtype() {
+                DType::F32 => self.reduce_slice::<f32>(cuda, start, end)?,
+                DType::BF16 => self.reduce_slice::<half::bf16>(cuda, start, end)?,
+                d => bail!("the NCCL backend sums f32 and bf16 tensors, got {d:?}"),
+            }
+        };
+        Ok(Tensor::from_storage(
+            Storage::Cuda(out),
+            t.shape().clone(),
+            BackpropOp::none(),
+            false,
+        ))
+    }
+}

@@ -18,6 +18,13 @@ else
 fi
 log=$(mktemp)
 cargo test --release 2>&1 | tee "$log"
+# The lower SIMD levels, forced on this CPU (TP_SIMD caps at what it has): the kernel
+# tests and the equivalence proofs again, on the AVX2 and plain x86-64 code paths.
+for level in avx2 scalar; do
+  echo "test: kernels and equivalence tests at TP_SIMD=$level"
+  TP_SIMD=$level cargo test --release --lib -- ops:: 2>&1 | tee -a "$log"
+  TP_SIMD=$level cargo test --release --test t_equals_gpt2 --test s_and_p_equal_blocks_md --test golden_vectors 2>&1 | tee -a "$log"
+done
 # One closing line over all test binaries.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"

@@ -72,6 +72,27 @@ fn cuda_in_the_cpu_build_and_unknown_devices_are_one_line_errors() {
     assert_user_error(&d, &["--dtype", "f16"], "`dtype`");
 }
 
+/// `TP_SIMD` picks a lower SIMD level for the kernels; a value that is none is refused
+/// before anything runs.
+#[test]
+fn unknown_tp_simd_level_is_a_one_line_error() {
+    let d = scratch("simd");
+    let out = Command::new(env!("CARGO_BIN_EXE_tp-train"))
+        .args(["--quiet", "--out", "run"])
+        .current_dir(&d)
+        .env("TP_SIMD", "neon")
+        .output()
+        .expect("tp-train runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("TP_SIMD=neon") && err.contains("avx2"),
+        "{err}"
+    );
+    assert!(!d.join("run").exists());
+}
+
 #[test]
 fn pattern_and_n_layer_mismatch_names_both_numbers() {
     let d = scratch("nlayer");

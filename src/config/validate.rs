@@ -66,6 +66,9 @@ impl RunConfig {
         if let Err(e) = self.parallel.device.check_built() {
             user_bail!("{e}");
         }
+        if let Err(e) = crate::ops::simd::from_env() {
+            user_bail!("{e}");
+        }
         finite_at_least("link_gbps", self.parallel.link_gbps, 0.0)?;
         finite_at_least("link_latency_us", self.parallel.link_latency_us, 0.0)?;
         if !(self.eval.sample_temperature > 0.0 && self.eval.sample_temperature.is_finite()) {

@@ -12,7 +12,9 @@ pub mod cuda;
 pub mod fastmath;
 pub mod fused;
 pub mod gemm;
+pub mod peak;
 pub mod profile;
+pub mod simd;
 
 pub use crate::device::Kernels;
 use candle_core::{DType, Result, Tensor, D};

@@ -54,6 +54,14 @@ pub struct BenchResult {
     pub matmul_gflops_per_core: f64,
     /// Best single-thread rate of a 512^3 matmul on this machine with the same kernels.
     pub matmul_ceiling_gflops_per_core: f64,
+    /// The machine: one core's measured f32 FMA peak at the SIMD level the kernels ran at,
+    /// that level, and the CPU model (absent in older results).
+    #[serde(default)]
+    pub fma_peak_gflops_per_core: f64,
+    #[serde(default)]
+    pub simd_level: String,
+    #[serde(default)]
+    pub cpu_model: String,
     /// Peak resident memory of the process in the measured steps (max, first, last):
     /// first == last means no growth across steps. 0 where /proc is unavailable.
     pub peak_rss_mb: f64,
@@ -186,6 +194,9 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
             0.0
         },
         matmul_ceiling_gflops_per_core: matmul_ceiling_gflops(),
+        fma_peak_gflops_per_core: crate::ops::peak::fma_peak_gflops(crate::ops::simd::level()),
+        simd_level: crate::ops::simd::level().label().into(),
+        cpu_model: crate::ops::peak::cpu_model(),
         peak_rss_mb: peaks.iter().copied().fold(0.0, f64::max),
         first_step_peak_rss_mb: peaks.first().copied().unwrap_or(0.0),
         last_step_peak_rss_mb: peaks.last().copied().unwrap_or(0.0),
@@ -277,6 +288,14 @@ impl BenchResult {
             self.matmul_gflops_per_core,
             self.matmul_ceiling_gflops_per_core,
             100.0 * self.gflops_per_core / self.matmul_ceiling_gflops_per_core
+        );
+        t += &format!(
+            "  {} at {}: FMA peak {:.1} GFLOP/s/core measured; the matmul ceiling is {:.0}% of it, the whole step {:.0}%\n",
+            self.cpu_model,
+            self.simd_level,
+            self.fma_peak_gflops_per_core,
+            100.0 * self.matmul_ceiling_gflops_per_core / self.fma_peak_gflops_per_core,
+            100.0 * self.gflops_per_core / self.fma_peak_gflops_per_core
         );
         t += &format!(
             "  peak RSS {:.0} MB (first measured step {:.0} MB, last {:.0} MB)",

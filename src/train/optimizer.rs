@@ -10,6 +10,7 @@
 use super::grads::GradBuffer;
 use crate::device::Kernels;
 use crate::ops::profile::{timed, OpKind};
+use crate::ops::simd::simd_kernel;
 use crate::tp::ParamRegistry;
 use anyhow::{bail, Result};
 use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, Tensor};
@@ -65,20 +66,45 @@ impl InplaceOp1 for Update<'_> {
         let (b1, b2, lr, eps, c1, c2) = (self.b1, self.b2, self.lr, self.eps, self.c1, self.c2);
         let shrink = 1.0 - lr * self.decay;
         let flops = 14.0 * p.len() as f64;
+        let k = AdamWConsts {
+            b1,
+            b2,
+            lr,
+            eps,
+            c1,
+            c2,
+            shrink,
+        };
         timed(OpKind::AdamW, flops, || {
-            for (((p, &g), m), v) in p
-                .iter_mut()
-                .zip(self.grad)
-                .zip(m.iter_mut())
-                .zip(v.iter_mut())
-            {
-                *m = b1 * *m + (1.0 - b1) * g;
-                *v = b2 * *v + (1.0 - b2) * g * g;
-                *p = *p * shrink - lr * (*m * c1) / ((*v * c2).sqrt() + eps);
-            }
+            adamw_pass(p, self.grad, &mut m, &mut v, k)
         });
         Ok(())
     }
+}
+
+/// The scalars of one AdamW step.
+#[derive(Clone, Copy)]
+struct AdamWConsts {
+    b1: f32,
+    b2: f32,
+    lr: f32,
+    eps: f32,
+    c1: f32,
+    c2: f32,
+    /// `1 - lr * weight_decay`.
+    shrink: f32,
+}
+
+simd_kernel! {
+/// One pass of AdamW over a parameter, its gradient and both moments.
+fn adamw_pass(p: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32], k: AdamWConsts) {
+    let AdamWConsts { b1, b2, lr, eps, c1, c2, shrink } = k;
+    for (((p, &g), m), v) in p.iter_mut().zip(grad).zip(m.iter_mut()).zip(v.iter_mut()) {
+        *m = b1 * *m + (1.0 - b1) * g;
+        *v = b2 * *v + (1.0 - b2) * g * g;
+        *p = *p * shrink - lr * (*m * c1) / ((*v * c2).sqrt() + eps);
+    }
+}
 }
 
 /// Runs `f` on the contiguous f32 data of a CPU tensor, mutably, in place.

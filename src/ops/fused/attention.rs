@@ -98,14 +98,13 @@ struct Scratch {
 /// Runs `f(sequence, out_rows)` for each sequence of `out` (rows of `width` values, `t` a
 /// sequence): in parallel over sequences when candle runs more than one thread.
 fn per_sequence(out: &mut [f32], t: usize, width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let run = |(i, o): (usize, &mut [f32])| f(i, o);
     if crate::ops::gemm::threads() <= 1 {
-        out.chunks_exact_mut(t * width)
-            .enumerate()
-            .for_each(|(i, o)| f(i, o));
+        out.chunks_exact_mut(t * width).enumerate().for_each(run);
     } else {
         out.par_chunks_exact_mut(t * width)
             .enumerate()
-            .for_each(|(i, o)| f(i, o));
+            .for_each(run);
     }
 }
 

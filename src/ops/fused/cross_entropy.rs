@@ -4,15 +4,42 @@
 use super::storage::{slice_of, with_f32};
 use crate::ops::fastmath;
 use crate::ops::profile::{timed, OpKind};
+use crate::ops::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 
 struct CrossEntropy;
 
 /// Row max and log-sum-exp of the row shifted by it.
+#[inline(always)]
 fn log_softmax_row(row: &[f32]) -> (f32, f32) {
     let max = fastmath::max(row);
     let sum: f32 = row.iter().map(|&v| fastmath::exp(v - max)).sum();
     (max, sum.ln())
+}
+
+simd_kernel! {
+/// Sum over rows of `-log softmax(row)[target]`.
+fn loss_sum(x: &[f32], targets: &[u32], v: usize) -> f64 {
+    let mut total = 0f64;
+    for (row, &tg) in x.chunks_exact(v).zip(targets) {
+        let (max, lse) = log_softmax_row(row);
+        total += (lse - (row[tg as usize] - max)) as f64;
+    }
+    total
+}
+}
+
+simd_kernel! {
+/// `dx = (softmax(row) - onehot(target)) * scale`, row by row.
+fn loss_grad(x: &[f32], targets: &[u32], v: usize, scale: f32, dx: &mut [f32]) {
+    for ((row, d), &tg) in x.chunks_exact(v).zip(dx.chunks_exact_mut(v)).zip(targets) {
+        let (max, lse) = log_softmax_row(row);
+        for (d, &r) in d.iter_mut().zip(row) {
+            *d = fastmath::exp(r - max - lse) * scale;
+        }
+        d[tg as usize] -= scale;
+    }
+}
 }
 
 impl CustomOp2 for CrossEntropy {
@@ -34,14 +61,7 @@ impl CustomOp2 for CrossEntropy {
         let &[_, v] = l1.dims() else {
             candle_core::bail!("cross-entropy: logits must be (N, V), got {:?}", l1.dims());
         };
-        let total = timed(OpKind::CrossEntropy, 0.0, || {
-            let mut total = 0f64;
-            for (row, &tg) in x.chunks_exact(v).zip(t) {
-                let (max, lse) = log_softmax_row(row);
-                total += (lse - (row[tg as usize] - max)) as f64;
-            }
-            total
-        });
+        let total = timed(OpKind::CrossEntropy, 0.0, || loss_sum(x, t, v));
         Ok((
             CpuStorage::F32(vec![(total / t.len() as f64) as f32]),
             Shape::from(()),
@@ -61,13 +81,7 @@ impl CustomOp2 for CrossEntropy {
         let dx = with_f32(x, |x| {
             timed(OpKind::CrossEntropy, 0.0, || {
                 let mut dx = vec![0f32; x.len()];
-                for ((row, d), &tg) in x.chunks_exact(v).zip(dx.chunks_exact_mut(v)).zip(&targets) {
-                    let (max, lse) = log_softmax_row(row);
-                    for (d, &r) in d.iter_mut().zip(row) {
-                        *d = fastmath::exp(r - max - lse) * scale;
-                    }
-                    d[tg as usize] -= scale;
-                }
+                loss_grad(x, &targets, v, scale, &mut dx);
                 dx
             })
         })?;

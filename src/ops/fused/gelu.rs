@@ -3,6 +3,7 @@
 use super::storage::{map_blocks, slice_of, with_f32};
 use crate::ops::fastmath;
 use crate::ops::profile::{timed, OpKind};
+use crate::ops::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 struct Gelu {
@@ -37,6 +38,29 @@ fn gelu_tanh_grad(x: f32) -> f32 {
     0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
 }
 
+simd_kernel! {
+/// `y = gelu(x)` on a block.
+fn forward_block(x: &[f32], y: &mut [f32], tanh: bool) {
+    if tanh {
+        y.iter_mut().zip(x).for_each(|(y, &v)| *y = gelu_tanh(v));
+    } else {
+        y.iter_mut().zip(x).for_each(|(y, &v)| *y = gelu_erf(v));
+    }
+}
+}
+
+simd_kernel! {
+/// `dx = g * gelu'(x)` on a block.
+fn backward_block(x: &[f32], g: &[f32], dx: &mut [f32], tanh: bool) {
+    let it = dx.iter_mut().zip(x).zip(g);
+    if tanh {
+        it.for_each(|((d, &v), &g)| *d = g * gelu_tanh_grad(v));
+    } else {
+        it.for_each(|((d, &v), &g)| *d = g * gelu_erf_grad(v));
+    }
+}
+}
+
 impl CustomOp1 for Gelu {
     fn name(&self) -> &'static str {
         "fused-gelu"
@@ -45,13 +69,7 @@ impl CustomOp1 for Gelu {
         let x = slice_of(s, l)?;
         let y = timed(OpKind::GeluFwd, 0.0, || {
             let tanh = self.tanh;
-            map_blocks(x, |_, x, y| {
-                if tanh {
-                    y.iter_mut().zip(x).for_each(|(y, &v)| *y = gelu_tanh(v));
-                } else {
-                    y.iter_mut().zip(x).for_each(|(y, &v)| *y = gelu_erf(v));
-                }
-            })
+            map_blocks(x, |_, x, y| forward_block(x, y, tanh))
         });
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
@@ -61,13 +79,7 @@ impl CustomOp1 for Gelu {
             with_f32(grad, |g| {
                 timed(OpKind::GeluBwd, 0.0, || {
                     map_blocks(x, |at, xb, dx| {
-                        let gb = &g[at..at + xb.len()];
-                        let it = dx.iter_mut().zip(xb).zip(gb);
-                        if tanh {
-                            it.for_each(|((d, &v), &g)| *d = g * gelu_tanh_grad(v));
-                        } else {
-                            it.for_each(|((d, &v), &g)| *d = g * gelu_erf_grad(v));
-                        }
+                        backward_block(xb, &g[at..at + xb.len()], dx, tanh)
                     })
                 })
             })

@@ -4,6 +4,7 @@
 use super::storage::{for_row_blocks, slice_of, with_f32};
 use crate::ops::fastmath;
 use crate::ops::profile::{timed, OpKind};
+use crate::ops::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -32,6 +33,7 @@ fn row_stats(row: &[f32], eps: f32) -> (f32, f32) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
+simd_kernel! {
 /// `dx` of a block of rows; adds the rows' contribution to `dw`.
 fn backward_rows(x: &[f32], dy: &[f32], w: &[f32], eps: f32, dx: &mut [f32], dw: &mut [f32]) {
     let c = w.len();
@@ -55,6 +57,20 @@ fn backward_rows(x: &[f32], dy: &[f32], w: &[f32], eps: f32, dx: &mut [f32], dw:
         }
     }
 }
+}
+
+simd_kernel! {
+/// Normalised rows of `x` (a block of whole rows) into `out`.
+fn forward_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let c = w.len();
+    for (row, o) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)) {
+        let (mean, rstd) = row_stats(row, eps);
+        for ((o, &v), &g) in o.iter_mut().zip(row).zip(w) {
+            *o = (v - mean) * rstd * g;
+        }
+    }
+}
+}
 
 impl CustomOp2 for LayerNorm {
     fn name(&self) -> &'static str {
@@ -72,13 +88,7 @@ impl CustomOp2 for LayerNorm {
         let out = timed(OpKind::LayernormFwd, 0.0, || {
             let mut out = vec![0f32; x.len()];
             for_row_blocks(&mut out, c, |first, o| {
-                let xb = &x[first * c..first * c + o.len()];
-                for (row, o) in xb.chunks_exact(c).zip(o.chunks_exact_mut(c)) {
-                    let (mean, rstd) = row_stats(row, self.eps);
-                    for ((o, &v), &g) in o.iter_mut().zip(row).zip(w) {
-                        *o = (v - mean) * rstd * g;
-                    }
-                }
+                forward_rows(&x[first * c..first * c + o.len()], w, self.eps, o)
             });
             out
         });

@@ -4,12 +4,13 @@
 
 use super::storage::{for_row_blocks, slice_of, with_f32};
 use crate::ops::fastmath;
+use crate::ops::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 struct CausalSoftmax;
 
+simd_kernel! {
 /// Row `i` of scores becomes the softmax of `row[..=i] * scale` (scale > 0), zeros after.
-#[inline(always)]
 pub(super) fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
     let (live, masked) = row.split_at_mut(i + 1);
     let max = fastmath::max(live) * scale;
@@ -19,14 +20,16 @@ pub(super) fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
     live.iter_mut().for_each(|v| *v *= inv);
     masked.iter_mut().for_each(|v| *v = 0.0);
 }
+}
 
+simd_kernel! {
 /// `dx = y * (dy - <y, dy>) * scale` on one row (zeros where y is).
-#[inline(always)]
 pub(super) fn softmax_grad_row(y: &[f32], dy: &[f32], scale: f32, dx: &mut [f32]) {
     let dot = fastmath::dot(y, dy);
     for ((d, &y), &g) in dx.iter_mut().zip(y).zip(dy) {
         *d = y * (g - dot) * scale;
     }
+}
 }
 
 impl CustomOp1 for CausalSoftmax {

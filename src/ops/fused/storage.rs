@@ -31,13 +31,18 @@ pub(super) fn slice_of<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
 pub(super) fn for_row_blocks(out: &mut [f32], row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     let threads = crate::ops::gemm::threads();
     let rows = out.len() / row.max(1);
-    if threads <= 1 || rows < 2 {
-        return f(0, out);
+    let serial = threads <= 1 || rows < 2;
+    let per = if serial {
+        rows.max(1)
+    } else {
+        rows.div_ceil(threads * 4)
+    };
+    let run = |(i, block): (usize, &mut [f32])| f(i * per, block);
+    if serial {
+        out.chunks_mut(per * row.max(1)).enumerate().for_each(run);
+    } else {
+        out.par_chunks_mut(per * row).enumerate().for_each(run);
     }
-    let per = rows.div_ceil(threads * 4);
-    out.par_chunks_mut(per * row)
-        .enumerate()
-        .for_each(|(i, block)| f(i * per, block));
 }
 
 /// A new vector from `f(offset, x_block, out_block)` over matching blocks of `x` starting

@@ -48,7 +48,8 @@ text = text.replace("grad.to_device(sum_grad.device())", "grad.to_device(arg.dev
 assert "sum_grad.device()" not in text
 accumulate = '''
     /// Adds `grad` to the gradient of `tensor`; the first contribution is stored as it is
-    /// (made contiguous if it is a view) instead of being added to a zero-filled tensor.
+    /// (made contiguous if it is a view: backward kernels such as matmul expect
+    /// contiguous gradients) instead of being added to a zero-filled tensor.
     fn accumulate(&mut self, tensor: &Tensor, grad: Tensor) -> Result<()> {
         match self.0.entry(tensor.id()) {
             Entry::Occupied(mut e) => {

@@ -108,7 +108,7 @@ impl Gpt {
         let x = x.to_dtype(self.cfg.dtype.dtype())?;
         let h = self.lnf.forward(&self.stack.forward(&x, fwd)?)?;
         let k = self.cfg.kernels;
-        let logits = ops::linear(k, &h.reshape((b * t, c))?, &self.wte.t()?, None)?; // (B*T, V)
+        let logits = ops::linear_t(k, &h.reshape((b * t, c))?, &self.wte, None)?; // (B*T, V)
         Ok(logits
             .to_dtype(DType::F32)?
             .reshape((b, t, self.cfg.vocab_size))?)

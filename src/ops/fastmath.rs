@@ -69,6 +69,21 @@ pub fn sum(x: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
 }
 
+/// `sum(e^(x - shift))` in 16 lanes: the exponentials and the sum vectorise together (a
+/// serial `map(exp).sum()` keeps the adds in order and runs one value at a time).
+#[inline(always)]
+pub fn sum_exp(x: &[f32], shift: f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] += exp(c[i] - shift);
+        }
+    }
+    acc.iter().sum::<f32>() + rest.iter().map(|&v| exp(v - shift)).sum::<f32>()
+}
+
 /// Dot product of two equal-length slices in 16 lanes.
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {

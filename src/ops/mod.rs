@@ -153,6 +153,15 @@ pub fn linear(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<
     fused::linear(x, w, b)
 }
 
+/// `x (.., in) @ w^T + b` for a weight stored `(out, in)` (the tied head's `wte`): its
+/// gradient comes back `(out, in)` with no transpose in the graph.
+pub fn linear_t(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    if !fused_for(k, x) {
+        return linear_composed(x, &w.t()?, b);
+    }
+    fused::linear_t(x, w, b)
+}
+
 /// candle's matmul and broadcast add: the reference for the fused linear.
 pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let (n_in, n_out) = w.dims2()?;

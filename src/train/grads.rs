@@ -5,6 +5,7 @@
 //! Name order is the same on every rank, so the flattened buckets line up element for
 //! element (candle's `VarMap` is a HashMap and would not).
 
+use crate::ops::simd::simd_kernel;
 use crate::tp::{CommKind, CountedComm, ParamKind, ParamRegistry, Site};
 use anyhow::Result;
 use candle_core::backprop::GradStore;
@@ -19,9 +20,31 @@ pub struct GradBuffer {
     kinds: Vec<ParamKind>,
 }
 
-/// Adds the squares of `t` to `acc` in f64, element after element. On the CPU it reads
-/// in place, so the norm is the exact sequential f64 sum over all elements in registry
-/// order; elsewhere it sums on the device.
+simd_kernel! {
+/// The sum of squares of `x` in f64 over eight interleaved accumulators, added up in a
+/// fixed order: vectorisable, and the same bits at every SIMD level.
+fn squares_f64(x: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            let v = c[i] as f64;
+            acc[i] += v * v;
+        }
+    }
+    let mut s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for &v in rest {
+        s += (v as f64) * (v as f64);
+    }
+    s
+}
+}
+
+/// Adds the squares of `t` to `acc` in f64. On the CPU it reads in place, in fixed blocks
+/// summed in parallel and added in order: the same bits for any thread count (a large
+/// model's norm is one pass over all its gradients, so it is worth the threads);
+/// elsewhere it sums on the device.
 fn add_squares(t: &Tensor, acc: &mut f64) -> Result<()> {
     if t.device().is_cpu() {
         let t = t.contiguous()?;
@@ -29,8 +52,16 @@ fn add_squares(t: &Tensor, acc: &mut f64) -> Result<()> {
         if let (Storage::Cpu(CpuStorage::F32(d)), Some((a, b))) =
             (&*storage, layout.contiguous_offsets())
         {
-            for &x in &d[a..b] {
-                *acc += (x as f64) * (x as f64);
+            const BLOCK: usize = 1 << 16;
+            let d = &d[a..b];
+            let parts: Vec<f64> = if crate::ops::gemm::threads() > 1 && d.len() > BLOCK {
+                use rayon::prelude::*;
+                d.par_chunks(BLOCK).map(squares_f64).collect()
+            } else {
+                d.chunks(BLOCK).map(squares_f64).collect()
+            };
+            for p in parts {
+                *acc += p;
             }
             return Ok(());
         }
@@ -163,11 +194,29 @@ impl GradBuffer {
         tp.all_reduce_sum(&mut buf, Site::Params, CommKind::Other)?;
         Ok((buf[0] as f64 + replicated).sqrt() as f32)
     }
+}
 
-    pub fn scale(&mut self, c: f32) -> Result<()> {
-        for g in self.grads.iter_mut().flatten() {
-            *g = times(g, c)?;
-        }
-        Ok(())
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The norm's sum of squares: the same bits for one thread or several, and the exact
+    /// f64 sum to rounding.
+    #[test]
+    fn sum_of_squares_is_thread_count_independent_and_exact_to_rounding() {
+        let v: Vec<f32> = (0..300_007)
+            .map(|i| ((i as f32) * 0.001).sin() * 3.0)
+            .collect();
+        let t = Tensor::from_vec(v.clone(), v.len(), &Device::Cpu).unwrap();
+        let run = |threads: usize| {
+            let mut acc = 0f64;
+            crate::ops::gemm::with_threads(threads, || add_squares(&t, &mut acc)).unwrap();
+            acc
+        };
+        let (one, two) = (run(1), run(2));
+        assert_eq!(one.to_bits(), two.to_bits());
+        let exact: f64 = v.iter().map(|&x| (x as f64) * (x as f64)).sum();
+        assert!((one - exact).abs() <= exact * 1e-12, "{one} vs {exact}");
     }
 }

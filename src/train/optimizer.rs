@@ -47,6 +47,8 @@ struct Update<'a> {
     /// 1 / (1 - beta^t)
     c1: f32,
     c2: f32,
+    /// Gradient clipping's factor (1: none), applied as the gradient is read.
+    grad_scale: f32,
 }
 
 impl InplaceOp1 for Update<'_> {
@@ -74,9 +76,22 @@ impl InplaceOp1 for Update<'_> {
             c1,
             c2,
             shrink,
+            grad_scale: self.grad_scale,
         };
+        let (m, v): (&mut [f32], &mut [f32]) = (&mut m, &mut v);
         timed(OpKind::AdamW, flops, || {
-            adamw_pass(p, self.grad, &mut m, &mut v, k)
+            // Element-wise, so any split gives the same bits: large parameters (GPT-2's
+            // 50304-wide embedding) are spread over the rank's threads.
+            const CHUNK: usize = 1 << 15;
+            if crate::ops::gemm::threads() <= 1 || p.len() <= CHUNK {
+                return adamw_pass(p, self.grad, m, v, k);
+            }
+            use rayon::prelude::*;
+            p.par_chunks_mut(CHUNK)
+                .zip(self.grad.par_chunks(CHUNK))
+                .zip(m.par_chunks_mut(CHUNK))
+                .zip(v.par_chunks_mut(CHUNK))
+                .for_each(|(((p, g), m), v)| adamw_pass(p, g, m, v, k));
         });
         Ok(())
     }
@@ -93,13 +108,17 @@ struct AdamWConsts {
     c2: f32,
     /// `1 - lr * weight_decay`.
     shrink: f32,
+    /// Gradient clipping's factor (1: none).
+    grad_scale: f32,
 }
 
 simd_kernel! {
 /// One pass of AdamW over a parameter, its gradient and both moments.
 fn adamw_pass(p: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32], k: AdamWConsts) {
-    let AdamWConsts { b1, b2, lr, eps, c1, c2, shrink } = k;
+    let AdamWConsts { b1, b2, lr, eps, c1, c2, shrink, grad_scale } = k;
     for (((p, &g), m), v) in p.iter_mut().zip(grad).zip(m.iter_mut()).zip(v.iter_mut()) {
+        // The same f32 product a clipped gradient tensor would hold.
+        let g = if grad_scale == 1.0 { g } else { g * grad_scale };
         *m = b1 * *m + (1.0 - b1) * g;
         *v = b2 * *v + (1.0 - b2) * g * g;
         *p = *p * shrink - lr * (*m * c1) / ((*v * c2).sqrt() + eps);
@@ -180,7 +199,16 @@ impl AdamW {
         self.decay[i]
     }
 
-    pub fn step(&mut self, reg: &ParamRegistry, grads: &GradBuffer, lr: f64) -> Result<()> {
+    /// One AdamW step on every parameter with its gradient times `grad_scale` (gradient
+    /// clipping's factor, 1 for none): folded into the update instead of a pass of its own
+    /// over all gradients, with the same f32 products.
+    pub fn step(
+        &mut self,
+        reg: &ParamRegistry,
+        grads: &GradBuffer,
+        lr: f64,
+        grad_scale: f32,
+    ) -> Result<()> {
         if reg.len() != self.m.len() {
             bail!(
                 "optimizer state has {} tensors, model has {}",
@@ -199,10 +227,16 @@ impl AdamW {
             };
             let param = p.var.as_tensor();
             if param.device().is_cpu() && self.kernels.on(param.device()) == Kernels::Fused {
-                self.fused_update(i, param, grads.get(i), lr, decay, c1, c2)?;
+                self.fused_update(i, param, grads.get(i), lr, decay, c1, c2, grad_scale)?;
             } else {
                 let (m, v) = (&self.m[i], &self.v[i]);
-                let (b1, b2, g) = (self.cfg.beta1, self.cfg.beta2, grads.get(i));
+                let g = grads.get(i);
+                let g = &if grad_scale == 1.0 {
+                    g.clone()
+                } else {
+                    g.broadcast_mul(&Tensor::new(grad_scale, g.device())?)?
+                };
+                let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
                 let m = ((m * b1)? + (g * (1.0 - b1))?)?;
                 let v = ((v * b2)? + (g.sqr()? * (1.0 - b2))?)?;
                 let step = ((&m * c1)? / ((&v * c2)?.sqrt()? + self.cfg.eps)?)?;
@@ -226,6 +260,7 @@ impl AdamW {
         decay: f64,
         c1: f64,
         c2: f64,
+        grad_scale: f32,
     ) -> Result<()> {
         let mut status: Result<()> = Ok(());
         with_mut(&self.m[i], |m| {
@@ -242,6 +277,7 @@ impl AdamW {
                         eps: self.cfg.eps as f32,
                         c1: c1 as f32,
                         c2: c2 as f32,
+                        grad_scale,
                     })
                 };
                 status = with_host(grad, op).and_then(|r| Ok(r?));
@@ -282,10 +318,12 @@ mod tests {
                 eps: eps as f32,
                 c1: c1 as f32,
                 c2: c2 as f32,
+                grad_scale: 0.5,
             };
             param.inplace_op1(&op).unwrap();
             for i in 0..37 {
-                let gi = g[i] as f64;
+                // Clipped by one half as the update reads the gradient.
+                let gi = (g[i] * 0.5) as f64;
                 rm[i] = b1 * rm[i] + (1.0 - b1) * gi;
                 rv[i] = b2 * rv[i] + (1.0 - b2) * gi * gi;
                 rp[i] -= lr * wd * rp[i];
@@ -296,5 +334,34 @@ mod tests {
         for (a, b) in got.iter().zip(&rp) {
             assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
         }
+    }
+
+    /// A parameter larger than one chunk is updated over several threads with the bits
+    /// of the one-thread pass.
+    #[test]
+    fn adamw_over_threads_gives_the_bits_of_one_thread() {
+        let n = 100_003;
+        let run = |threads: usize| {
+            let p0: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.013).sin()).collect();
+            let g: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.007).cos()).collect();
+            let param = Tensor::new(p0.as_slice(), &Device::Cpu).unwrap();
+            let (mut m, mut v) = (vec![0.1f32; n], vec![0.2f32; n]);
+            let op = Update {
+                grad: &g,
+                m: RefCell::new(&mut m),
+                v: RefCell::new(&mut v),
+                lr: 1e-3,
+                decay: 0.1,
+                b1: 0.9,
+                b2: 0.99,
+                eps: 1e-8,
+                c1: 10.0,
+                c2: 100.0,
+                grad_scale: 0.75,
+            };
+            crate::ops::gemm::with_threads(threads, || param.inplace_op1(&op).unwrap());
+            (param.to_vec1::<f32>().unwrap(), m, v)
+        };
+        assert_eq!(run(1), run(2));
     }
 }

@@ -251,11 +251,15 @@ impl<'a> Trainer<'a> {
         let norm = self.grads.global_norm(&self.ctx.tp)?;
         self.guard(norm, "the gradient norm")?;
         let clip = self.cfg.optim.grad_clip;
-        if clip > 0.0 && norm as f64 > clip {
-            self.grads.scale((clip / (norm as f64 + 1e-6)) as f32)?;
-        }
+        // Clipping scales the gradients as AdamW reads them (no pass of its own).
+        let grad_scale = if clip > 0.0 && norm as f64 > clip {
+            (clip / (norm as f64 + 1e-6)) as f32
+        } else {
+            1.0
+        };
         let t1 = Instant::now();
-        self.opt.step(self.model.params(), &self.grads, lr)?;
+        self.opt
+            .step(self.model.params(), &self.grads, lr, grad_scale)?;
         self.wait_for_device()?;
         phases.grad_sync = (t1 - t0).as_secs_f64();
         phases.optimizer = t1.elapsed().as_secs_f64();

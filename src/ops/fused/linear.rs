@@ -7,7 +7,22 @@ use crate::ops::gemm::{matmul, threads, Mat, MatMut};
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 
-struct Linear;
+/// `x @ W (+ b)`. With `w_out_in` the weight argument is stored `(out, in)` and used
+/// transposed (the tied head multiplies by `wte^T`): its gradient then comes back in that
+/// same `(out, in)` layout, with no transpose in the graph (whose backward would copy
+/// the vocabulary-sized gradient across).
+#[derive(Clone, Copy)]
+struct Linear {
+    w_out_in: bool,
+}
+
+impl Linear {
+    /// The logical `W (in, out)` over the weight argument's storage.
+    fn weight<'a>(&self, s: &'a CpuStorage, l: &Layout) -> Result<Mat<'a>> {
+        let m = mat_of(s, l)?;
+        Ok(if self.w_out_in { m.t() } else { m })
+    }
+}
 
 /// A 2-D view of a tensor of any strides.
 fn mat_of<'a>(s: &'a CpuStorage, l: &Layout) -> Result<Mat<'a>> {
@@ -45,6 +60,7 @@ fn forward(x: &CpuStorage, lx: &Layout, w: Mat, b: Option<&[f32]>) -> Result<(Cp
 
 /// Gradients of x, W and (when `with_bias`) b.
 fn backward(
+    op: Linear,
     x: &Tensor,
     w: &Tensor,
     grad: &Tensor,
@@ -52,7 +68,12 @@ fn backward(
 ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
     let x = x.contiguous()?;
     let dy = grad.contiguous()?;
-    let (n_in, n_out) = w.dims2()?;
+    let (n_in, n_out) = if op.w_out_in {
+        let (o, i) = w.dims2()?;
+        (i, o)
+    } else {
+        w.dims2()?
+    };
     let rows = x.elem_count() / n_in.max(1);
     let (xs, xl) = x.storage_and_layout();
     let (ws, wl) = w.storage_and_layout();
@@ -65,7 +86,7 @@ fn backward(
     else {
         candle_core::bail!("fused ops run on the CPU only");
     };
-    let (xv, wm, gv) = (slice_of(xs, xl)?, mat_of(ws, wl)?, slice_of(gs, gl)?);
+    let (xv, wm, gv) = (slice_of(xs, xl)?, op.weight(ws, wl)?, slice_of(gs, gl)?);
     let flops = 4.0 * (rows * n_in * n_out) as f64;
     let (dx, dw, db) = timed(OpKind::MatmulBwd, flops, || {
         let g = Mat::rows(gv, rows, n_out);
@@ -77,9 +98,26 @@ fn backward(
             false,
             threads(),
         );
+        // The weight's gradient in the weight argument's own layout.
         let mut dw = vec![0f32; n_in * n_out];
-        let xt = Mat::rows(xv, rows, n_in).t();
-        matmul(MatMut::rows(&mut dw, n_in, n_out), xt, g, false, threads());
+        let x_rows = Mat::rows(xv, rows, n_in);
+        if op.w_out_in {
+            matmul(
+                MatMut::rows(&mut dw, n_out, n_in),
+                g.t(),
+                x_rows,
+                false,
+                threads(),
+            );
+        } else {
+            matmul(
+                MatMut::rows(&mut dw, n_in, n_out),
+                x_rows.t(),
+                g,
+                false,
+                threads(),
+            );
+        }
         let db = with_bias.then(|| {
             let mut db = vec![0f32; n_out];
             for r in gv.chunks_exact(n_out) {
@@ -90,9 +128,14 @@ fn backward(
         (dx, dw, db)
     });
     let dev = x.device();
+    let dw = if op.w_out_in {
+        Tensor::from_vec(dw, (n_out, n_in), dev)?
+    } else {
+        Tensor::from_vec(dw, (n_in, n_out), dev)?
+    };
     Ok((
         Tensor::from_vec(dx, x.shape(), dev)?,
-        Tensor::from_vec(dw, (n_in, n_out), dev)?,
+        dw,
         db.map(|db| Tensor::from_vec(db, n_out, dev)).transpose()?,
     ))
 }
@@ -108,7 +151,7 @@ impl CustomOp2 for Linear {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        forward(s1, l1, mat_of(s2, l2)?, None)
+        forward(s1, l1, self.weight(s2, l2)?, None)
     }
     fn bwd(
         &self,
@@ -117,7 +160,7 @@ impl CustomOp2 for Linear {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, _) = backward(x, w, grad, false)?;
+        let (dx, dw, _) = backward(*self, x, w, grad, false)?;
         Ok((Some(dx), Some(dw)))
     }
 }
@@ -135,7 +178,7 @@ impl CustomOp3 for Linear {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let w = mat_of(s2, l2)?;
+        let w = self.weight(s2, l2)?;
         let b = slice_of(s3, l3)?;
         if b.len() != w.cols {
             candle_core::bail!("linear: bias of {} for {} outputs", b.len(), w.cols);
@@ -150,16 +193,25 @@ impl CustomOp3 for Linear {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, db) = backward(x, w, grad, true)?;
+        let (dx, dw, db) = backward(*self, x, w, grad, true)?;
         Ok((Some(dx), Some(dw), db))
     }
 }
 
 /// `x (.., in) @ w (in, out) + b` -> `(.., out)`.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    apply(x, w, b, Linear { w_out_in: false })
+}
+
+/// `x (.., in) @ w^T + b` for `w (out, in)` -> `(.., out)`.
+pub fn linear_t(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    apply(x, w, b, Linear { w_out_in: true })
+}
+
+fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, op: Linear) -> Result<Tensor> {
     let x = x.contiguous()?;
     match b {
-        Some(b) => x.apply_op3(w, &b.contiguous()?, Linear),
-        None => x.apply_op2(w, Linear),
+        Some(b) => x.apply_op3(w, &b.contiguous()?, op),
+        None => x.apply_op2(w, op),
     }
 }

@@ -15,7 +15,7 @@ pub use attention::causal_attention;
 pub use cross_entropy::cross_entropy;
 pub use gelu::gelu;
 pub use layer_norm::layer_norm;
-pub use linear::linear;
+pub use linear::{linear, linear_t};
 pub use softmax::causal_softmax;
 
 #[cfg(test)]
@@ -169,6 +169,13 @@ mod tests {
             || linear(Kernels::Fused, &x, &wte.t().unwrap(), None).unwrap(),
             || linear_composed(&x, &wte.t().unwrap(), None).unwrap(),
             "linear on a transposed weight",
+        );
+        // The same product with the (V, C) weight itself: gradient in (V, C), with bias.
+        check(
+            &[&x, &wte, &b],
+            || linear_t(Kernels::Fused, &x, &wte, Some(&b)).unwrap(),
+            || linear_composed(&x, &wte.t().unwrap(), Some(&b)).unwrap(),
+            "linear_t on an (out, in) weight",
         );
     }
 

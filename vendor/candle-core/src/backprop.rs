@@ -702,7 +702,8 @@ impl GradStore {
     /// Get the gradient tensor associated with the given tensor, or, if it does not exist,
     /// insert a tensor of zeroes, with the same shape and type as the given tensors and return it
     /// Adds `grad` to the gradient of `tensor`; the first contribution is stored as it is
-    /// (made contiguous if it is a view) instead of being added to a zero-filled tensor.
+    /// (made contiguous if it is a view: backward kernels such as matmul expect
+    /// contiguous gradients) instead of being added to a zero-filled tensor.
     fn accumulate(&mut self, tensor: &Tensor, grad: Tensor) -> Result<()> {
         match self.0.entry(tensor.id()) {
             Entry::Occupied(mut e) => {

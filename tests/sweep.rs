@@ -136,3 +136,87 @@ fn tp_plot_draws_given_runs_and_rejects_a_folder_that_is_not_a_run() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a tp-harness run directory"));
 }
+
+/// `seeds` makes replicates: the summary's group statistics equal the mean, sample
+/// standard deviation and t-interval computed here from the runs' own summaries, and the
+/// paired difference against the baseline likewise; the plots draw them.
+#[test]
+fn a_sweep_with_seeds_reports_replicate_statistics_matching_its_runs() {
+    let d = scratch("sweep-seeds");
+    let o = sweep(
+        &d,
+        "grid: {pattern: [tttt, sppp]}\nseeds: [1, 2, 3]\nbaseline: tttt\n",
+    );
+    assert_ok(&o);
+    let out = d.join("out");
+    let final_val = |pattern: &str, seed: u64| -> f64 {
+        let dir = out.join(format!("pattern={pattern},seed={seed}"));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        s["final_val_loss"].as_f64().unwrap()
+    };
+    let t: Vec<f64> = (1..=3).map(|s| final_val("tttt", s)).collect();
+    let sp: Vec<f64> = (1..=3).map(|s| final_val("sppp", s)).collect();
+    let stats = |v: &[f64]| {
+        let mean = v.iter().sum::<f64>() / 3.0;
+        let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+        (mean, std, 4.303 * std / 3f64.sqrt())
+    };
+    let diffs: Vec<f64> = sp.iter().zip(&t).map(|(a, b)| a - b).collect();
+    let groups = std::fs::read_to_string(out.join("groups.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = groups
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{groups}");
+    let close = |cell: &str, want: f64| {
+        let got: f64 = cell.parse().unwrap();
+        assert!((got - want).abs() <= 6e-5, "{cell} vs {want:.5}\n{groups}");
+    };
+    for (row, vals) in [(&rows[0], &t), (&rows[1], &sp)] {
+        assert_eq!(row[3], "3", "{groups}");
+        let (m, s, c) = stats(vals);
+        close(row[4], m);
+        close(row[5], s);
+        close(row[6], c);
+    }
+    assert_eq!(rows[0][0], "pattern=tttt");
+    assert_eq!(rows[0][7], "", "the baseline has no difference with itself");
+    let (dm, _, dc) = stats(&diffs);
+    close(rows[1][7], dm);
+    close(rows[1][8], dc);
+    let significant = dm.abs() > dc;
+    assert_eq!(rows[1][9], if significant { "yes" } else { "no" });
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        md.contains("## Replicates") && md.contains("paired by seed against `tttt`"),
+        "{md}"
+    );
+    for f in ["loss_curves", "tradeoff"] {
+        assert_png(&out.join(format!("plots/{f}.png")));
+    }
+    let svg = std::fs::read_to_string(out.join("plots/tradeoff.svg")).unwrap();
+    assert!(
+        svg.contains("95% interval") && svg.contains("(n=3)"),
+        "no intervals drawn"
+    );
+}
+
+#[test]
+fn seeds_with_a_seed_grid_key_or_an_unknown_baseline_are_refused_up_front() {
+    let d = scratch("sweep-seeds-bad");
+    let o = sweep(&d, "grid: {pattern: [tttt], seed: [1, 2]}\nseeds: [3]\n");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("both seeds and a seed grid key"));
+    let o = sweep(&d, "grid: {pattern: [tttt]}\nbaseline: pppp\n");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("baseline `pppp`"));
+    assert!(!d.join("out").exists());
+}

@@ -3,7 +3,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::exit_code;
-use tp_harness::plot::{label_runs, plot_runs, RunCurves};
+use tp_harness::plot::{label_runs, merge_replicates, plot_runs, RunCurves};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,11 +23,13 @@ struct Args {
 fn main() {
     let a = Args::parse();
     let run = || -> anyhow::Result<Vec<PathBuf>> {
-        let mut runs = a
+        let runs = a
             .runs
             .iter()
             .map(|d| RunCurves::load(d))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // Runs that differ only in the seed become one curve with a band.
+        let mut runs = merge_replicates(runs);
         label_runs(&mut runs);
         let out = a.out.clone().unwrap_or_else(|| {
             a.runs[0]

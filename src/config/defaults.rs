@@ -2,7 +2,7 @@
 //! experiment used; one row per preset), and the whole default config of a preset.
 
 use super::run_config::{
-    CheckpointConfig, EvalConfig, ModelPart, OptimConfig, ParallelConfig, RunConfig,
+    CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
 };
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::error::user;
@@ -152,6 +152,7 @@ impl RunConfig {
                 sample_tokens: 300,
                 sample_temperature: 0.8,
                 sample_top_k: 200,
+                final_eval: FinalEval::Full,
             },
             checkpoints: CheckpointConfig {
                 checkpoint_interval: 500,

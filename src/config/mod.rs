@@ -13,5 +13,5 @@ pub mod validate;
 pub use defaults::{recipe, Recipe, RECIPES};
 pub use overrides::{parse_assignment, read_config_file, resolve, resolve_resume, Origin};
 pub use run_config::{
-    CheckpointConfig, EvalConfig, ModelPart, OptimConfig, ParallelConfig, RunConfig,
+    CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
 };

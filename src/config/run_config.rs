@@ -83,6 +83,18 @@ pub struct EvalConfig {
     pub sample_tokens: usize,
     pub sample_temperature: f64,
     pub sample_top_k: usize,
+    /// How a run's final validation loss is measured: `full` (every token of the split,
+    /// deterministic; written as eval.json) or `sampled` (the last `eval_iters` batches).
+    pub final_eval: FinalEval,
+}
+
+/// See [`EvalConfig::final_eval`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinalEval {
+    #[default]
+    Full,
+    Sampled,
 }
 
 /// Every `checkpoint_interval` steps (0: only at the end) and at the end; the newest

@@ -1,11 +1,14 @@
 //! Loss plots of runs (`tp-plot`): train and val loss against step, one line per run,
 //! and the trade-off of final val loss against forward all-reduces per step. Each as PNG
-//! and SVG.
+//! and SVG. Runs whose configs differ only in the seed are replicates: they are drawn as
+//! one mean curve with a band of one standard deviation, and one point with the 95%
+//! interval of the mean as an error bar ([`merge_replicates`]).
 
 mod font;
 
 use crate::error::UserError;
-use crate::run_dir::{read_comm, read_config, read_log};
+use crate::run_dir::{read_comm, read_config, read_log, read_summary};
+use crate::util::stats::Replicates;
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -25,6 +28,18 @@ pub struct RunCurves {
     pub val: Vec<(f64, f64)>,
     /// TP forward all-reduces per optimiser step (from comm.json).
     pub forward_allreduces_per_step: Option<f64>,
+    /// The final validation loss: summary.json's (the whole split with `final_eval:
+    /// full`), else the last evaluation's.
+    pub final_val: Option<f64>,
+    /// The config without its seed: equal for replicates.
+    pub group_key: String,
+    /// Runs merged into this one (1: a single run).
+    pub n: usize,
+    /// Mean +- one standard deviation over the replicates at each step of `train`/`val`.
+    pub train_band: Vec<(f64, f64, f64)>,
+    pub val_band: Vec<(f64, f64, f64)>,
+    /// Half-width of the 95% interval of `final_val` over the replicates.
+    pub final_ci95: Option<f64>,
 }
 
 impl RunCurves {
@@ -42,7 +57,21 @@ impl RunCurves {
         }
         let forward_allreduces_per_step =
             read_comm(dir)?.and_then(|c| c.per_step.get("tp-forward").map(|s| s.calls));
+        let final_val = read_summary(dir)?
+            .and_then(|s| s.final_val_loss.map(f64::from))
+            .or_else(|| val.last().map(|p| p.1));
+        let group_key = {
+            let mut c = cfg.clone();
+            c.optim.seed = 0;
+            c.to_yaml()?
+        };
         Ok(Self {
+            final_val,
+            group_key,
+            n: 1,
+            train_band: Vec::new(),
+            val_band: Vec::new(),
+            final_ci95: None,
             dir: dir.to_path_buf(),
             label: cfg.model.pattern.clone(),
             pattern: cfg.model.pattern,
@@ -55,8 +84,65 @@ impl RunCurves {
     }
 }
 
+/// (step, value) points of a curve.
+type Curve = Vec<(f64, f64)>;
+/// (step, low, high) of a band around a curve.
+type Band = Vec<(f64, f64, f64)>;
+
+/// Mean and band of replicate curves at the steps all of them logged.
+fn mean_band(curves: &[&Curve]) -> (Curve, Band) {
+    let len = curves.iter().map(|c| c.len()).min().unwrap_or(0);
+    let (mut mean, mut band) = (Vec::new(), Vec::new());
+    for i in 0..len {
+        let step = curves[0][i].0;
+        if curves.iter().any(|c| c[i].0 != step) {
+            break;
+        }
+        let v: Vec<f64> = curves.iter().map(|c| c[i].1).collect();
+        if let Some(r) = Replicates::of(&v) {
+            mean.push((step, r.mean));
+            band.push((step, r.mean - r.std, r.mean + r.std));
+        }
+    }
+    (mean, band)
+}
+
+/// Merges runs whose configs differ only in the seed into one curve each (mean, a band
+/// of one standard deviation, the final loss's 95% interval), keeping first-seen order.
+pub fn merge_replicates(runs: Vec<RunCurves>) -> Vec<RunCurves> {
+    let mut keys: Vec<String> = Vec::new();
+    for r in &runs {
+        if !keys.contains(&r.group_key) {
+            keys.push(r.group_key.clone());
+        }
+    }
+    keys.into_iter()
+        .map(|k| {
+            let members: Vec<&RunCurves> = runs.iter().filter(|r| r.group_key == k).collect();
+            if members.len() == 1 {
+                return members[0].clone();
+            }
+            let (train, train_band) =
+                mean_band(&members.iter().map(|r| &r.train).collect::<Vec<_>>());
+            let (val, val_band) = mean_band(&members.iter().map(|r| &r.val).collect::<Vec<_>>());
+            let finals: Vec<f64> = members.iter().filter_map(|r| r.final_val).collect();
+            let fin = Replicates::of(&finals);
+            RunCurves {
+                train,
+                val,
+                train_band,
+                val_band,
+                n: members.len(),
+                final_val: fin.map(|f| f.mean),
+                final_ci95: fin.map(|f| f.ci95).filter(|c| c.is_finite()),
+                ..members[0].clone()
+            }
+        })
+        .collect()
+}
+
 /// Legend labels: the pattern, plus tp/dp where runs differ in them, plus the directory
-/// name where labels would still collide.
+/// name where labels would still collide, plus the number of replicates merged.
 pub fn label_runs(runs: &mut [RunCurves]) {
     let differs = |f: &dyn Fn(&RunCurves) -> usize| runs.iter().any(|r| f(r) != f(&runs[0]));
     let (tp_differs, dp_differs) = (differs(&|r| r.tp), differs(&|r| r.dp));
@@ -67,6 +153,9 @@ pub fn label_runs(runs: &mut [RunCurves]) {
         }
         if dp_differs {
             l.push_str(&format!(" dp{}", r.dp));
+        }
+        if r.n > 1 {
+            l.push_str(&format!(" (n={})", r.n));
         }
         r.label = l;
     }
@@ -137,7 +226,17 @@ where
             later
         }
     };
-    let (lo, hi) = range(runs.iter().flat_map(&series).map(|p| p.1));
+    let bands = |r: &RunCurves| -> Vec<f64> {
+        let b = if val { &r.val_band } else { &r.train_band };
+        b.iter()
+            .filter(|b| b.0 >= from)
+            .flat_map(|b| [b.1, b.2])
+            .collect()
+    };
+    let (lo, hi) = range(
+        runs.iter()
+            .flat_map(|r| series(r).into_iter().map(|p| p.1).chain(bands(r))),
+    );
     let first = runs
         .iter()
         .flat_map(&series)
@@ -170,6 +269,23 @@ where
     for (i, r) in runs.iter().enumerate() {
         let color = color(i);
         let pts = series(r);
+        let band: Vec<_> = if val { &r.val_band } else { &r.train_band }
+            .iter()
+            .filter(|b| b.0 >= pts.first().map_or(0.0, |p| p.0))
+            .copied()
+            .collect();
+        if !band.is_empty() {
+            // One standard deviation over the seeds, shaded.
+            let outline: Vec<(f64, f64)> = band
+                .iter()
+                .map(|b| (b.0, b.2))
+                .chain(band.iter().rev().map(|b| (b.0, b.1)))
+                .collect();
+            chart.draw_series(std::iter::once(Polygon::new(
+                outline,
+                color.mix(0.18).filled(),
+            )))?;
+        }
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
             .label(r.label.clone())
@@ -216,16 +332,25 @@ where
         .filter_map(|(i, r)| {
             Some((
                 r.forward_allreduces_per_step?,
-                r.val.last()?.1,
+                r.final_val?,
                 r.label.clone(),
                 i,
             ))
         })
         .collect();
+    let ci = |i: usize| runs[i].final_ci95.unwrap_or(0.0);
     let max_x = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.15;
-    let (lo, hi) = range(pts.iter().map(|p| p.1));
+    let (lo, hi) = range(pts.iter().flat_map(|p| [p.1 - ci(p.3), p.1 + ci(p.3)]));
+    let intervals = runs.iter().any(|r| r.final_ci95.is_some());
     let mut chart = ChartBuilder::on(&root)
-        .caption("final validation loss vs communication", ("sans-serif", 26))
+        .caption(
+            if intervals {
+                "final validation loss (mean, 95% interval) vs communication"
+            } else {
+                "final validation loss vs communication"
+            },
+            ("sans-serif", 24),
+        )
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(65)
@@ -255,6 +380,16 @@ where
     }
     for (k, (x, y, label, i)) in pts.iter().enumerate() {
         let color = color(*i);
+        if let Some(c) = runs[*i].final_ci95 {
+            chart.draw_series(std::iter::once(ErrorBar::new_vertical(
+                *x,
+                y - c,
+                *y,
+                y + c,
+                color.stroke_width(2),
+                12,
+            )))?;
+        }
         let dy = -18 + 18 * stacked[k];
         chart.draw_series(std::iter::once(
             EmptyElement::at((*x, *y))

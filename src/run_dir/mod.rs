@@ -6,11 +6,13 @@
 //! RUN/comm.json        CommReport (the communication tally)
 //! RUN/summary.json     RunSummary; written last, so its presence marks a finished run
 //! RUN/sample.txt       the closing sample
+//! RUN/eval.json        EvalReport: the whole validation split's loss (eval-train.json:
+//!                      the training split's, from tp-eval --split train)
 //! RUN/checkpoints/     step-N/{model,optimizer.m,optimizer.v}.safetensors + meta.json
 //! RUN/.lock            held by the process that writes the run
 //! ```
 //!
-//! tp-train, tp-sweep, tp-plot, tp-sample and tp-export read and write through these
+//! tp-train, tp-sweep, tp-plot, tp-sample, tp-eval and tp-export read and write through these
 //! types only. A [`RunDir`] owns its directory while it lives (an advisory lock the OS
 //! releases when the process dies): a second writer stops with one line.
 
@@ -22,7 +24,7 @@ pub mod records;
 pub use checkpoint::{latest, Checkpoint, CheckpointMeta, CHECKPOINTS};
 pub use lock::DirLock;
 pub use log::{read_log, LogLine, LogWriter};
-pub use records::{CommReport, LayerComm, PerStep, RunSummary};
+pub use records::{CommReport, EvalReport, LayerComm, PerStep, RunSummary};
 
 use crate::config::RunConfig;
 use crate::error::user;
@@ -35,6 +37,15 @@ pub const CONFIG_FILE: &str = "config.yaml";
 pub const COMM_FILE: &str = "comm.json";
 pub const SUMMARY_FILE: &str = "summary.json";
 pub const SAMPLE_FILE: &str = "sample.txt";
+
+/// `eval.json` for the validation split, `eval-<split>.json` for another.
+pub fn eval_file(split: &str) -> String {
+    if split == "val" {
+        "eval.json".into()
+    } else {
+        format!("eval-{split}.json")
+    }
+}
 
 /// `runs/<timestamp>-<pattern>`, the pattern made safe for a file name.
 pub fn default_run_path(pattern: &str) -> PathBuf {
@@ -121,6 +132,28 @@ impl RunDir {
     pub fn log_writer(&self) -> Result<LogWriter> {
         LogWriter::append(&self.path)
     }
+
+    pub fn write_eval(&self, report: &EvalReport) -> Result<()> {
+        self.write(
+            &eval_file(&report.split),
+            serde_json::to_string_pretty(report)?.as_bytes(),
+        )
+    }
+}
+
+/// Writes `report` into a finished run's directory from outside its writer (tp-eval):
+/// refused while another process owns the run.
+pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<()> {
+    DirLock::check_free(dir)?;
+    write_atomic(
+        &dir.join(eval_file(&report.split)),
+        serde_json::to_string_pretty(report)?.as_bytes(),
+    )
+}
+
+/// A run's `eval.json` (or `eval-<split>.json`), if it has one.
+pub fn read_eval(dir: &Path, split: &str) -> Result<Option<EvalReport>> {
+    read_json(&dir.join(eval_file(split)))
 }
 
 /// A run's config and a checkpoint of it that holds exactly its model: `explicit` if

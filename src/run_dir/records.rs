@@ -133,6 +133,23 @@ impl CommReport {
     }
 }
 
+/// A model's loss over a whole split (`eval.json`, `eval-train.json`): written by
+/// `tp-eval` and at the end of a run with `final_eval: full`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    /// Mean cross-entropy over every prediction of the split.
+    pub loss: f64,
+    /// Predictions averaged: the split's tokens minus one.
+    pub tokens: usize,
+    /// `val` or `train`.
+    pub split: String,
+    /// Tensor-parallel ranks the model ran on.
+    pub tp: usize,
+    /// The checkpoint evaluated (its directory) and its step.
+    pub checkpoint: String,
+    pub step: usize,
+}
+
 /// The headline numbers of a finished run (`summary.json`), what sweeps tabulate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
@@ -146,7 +163,12 @@ pub struct RunSummary {
     /// TP forward all-reduces per forward pass, divided by the layers.
     pub allreduces_per_layer: f64,
     pub final_train_loss: Option<f32>,
+    /// The whole validation split's loss when the run ended with `final_eval: full`
+    /// (then `final_val_tokens` says over how many predictions), else the last sampled
+    /// evaluation's.
     pub final_val_loss: Option<f32>,
+    #[serde(default)]
+    pub final_val_tokens: Option<usize>,
     pub best_val_loss: Option<f32>,
     /// Median of the logged steps' tokens/s.
     pub tokens_per_s: Option<f64>,

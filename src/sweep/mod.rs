@@ -7,25 +7,33 @@ pub mod summary;
 pub use runner::{run_sweep, PointResult, Status};
 pub use spec::{Launcher, Point, Sweep};
 
-use crate::plot::{label_runs, plot_runs, RunCurves};
+use crate::plot::{label_runs, merge_replicates, plot_runs, RunCurves};
 use crate::util::write_atomic;
 use anyhow::Result;
 use std::path::Path;
 
-/// Runs the sweep into `out`, then writes `summary.csv`, `summary.md` and `plots/`.
+/// Runs the sweep into `out`, then writes `summary.csv`, `summary.md` (with replicate
+/// statistics and `groups.csv` when points repeat over seeds) and `plots/`.
 /// Returns the results; failed runs are reported, not fatal.
 pub fn sweep_and_report(sweep: &Sweep, out: &Path) -> Result<Vec<PointResult>> {
     let results = run_sweep(sweep, out)?;
     write_atomic(&out.join("summary.csv"), summary::csv(&results).as_bytes())?;
-    write_atomic(
-        &out.join("summary.md"),
-        summary::markdown(&sweep.name, &results).as_bytes(),
-    )?;
-    let mut runs = results
+    let groups = summary::groups(&results, sweep.baseline.as_deref());
+    let mut md = summary::markdown(&sweep.name, &results);
+    if groups.iter().any(|g| g.val.n > 1) {
+        write_atomic(
+            &out.join("groups.csv"),
+            summary::groups_csv(&groups).as_bytes(),
+        )?;
+        md += &summary::groups_markdown(&groups, sweep.baseline.as_deref());
+    }
+    write_atomic(&out.join("summary.md"), md.as_bytes())?;
+    let runs = results
         .iter()
         .filter(|r| r.summary.is_some())
         .map(|r| RunCurves::load(&r.dir))
         .collect::<Result<Vec<_>>>()?;
+    let mut runs = merge_replicates(runs);
     if !runs.is_empty() {
         label_runs(&mut runs);
         plot_runs(&runs, &out.join("plots"))?;

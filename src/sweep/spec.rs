@@ -7,7 +7,12 @@
 //! base: {preset: mini, max_iters: 2000, tp: 2}
 //! grid: {pattern: [tttt, tstt, sppp]}
 //! launcher: threads                   # or {mpirun: 4}
+//! seeds: [1, 2, 3]                    # replicates: every point once per seed
+//! baseline: tttt                      # paired differences against this pattern
 //! ```
+//!
+//! Points that differ only in `seed` (from `seeds`, or `seed` in the grid) are
+//! replicates: the summary gives their mean, standard deviation and 95% interval.
 
 use crate::config::{resolve, Origin, RunConfig};
 use crate::error::{user, UserError};
@@ -57,6 +62,9 @@ struct SweepFile {
     grid: Mapping,
     #[serde(default = "threads")]
     launcher: Launcher,
+    #[serde(default)]
+    seeds: Vec<u64>,
+    baseline: Option<String>,
 }
 
 fn threads() -> Launcher {
@@ -68,6 +76,8 @@ fn threads() -> Launcher {
 pub struct Point {
     /// `key=value,...` over the grid keys, safe as a directory name.
     pub name: String,
+    /// The point's name without its seed: replicates share it.
+    pub group: String,
     pub cfg: RunConfig,
 }
 
@@ -76,6 +86,8 @@ pub struct Sweep {
     pub name: String,
     pub launcher: Launcher,
     pub points: Vec<Point>,
+    /// The pattern every other group is compared with, seed by seed.
+    pub baseline: Option<String>,
 }
 
 fn key_of(k: &Value, file: &Path) -> Result<String> {
@@ -137,6 +149,19 @@ impl Sweep {
             }
             axes.push((key_of(k, file)?, values));
         }
+        // Seeds vary fastest: a point's replicates sit together.
+        if !spec.seeds.is_empty() {
+            if spec.grid.contains_key("seed") {
+                user_bail!(
+                    "{} gives both seeds and a seed grid key: keep one",
+                    file.display()
+                );
+            }
+            axes.push((
+                "seed".into(),
+                spec.seeds.iter().map(|&s| Value::from(s)).collect(),
+            ));
+        }
         if axes.is_empty() {
             user_bail!(
                 "the grid of {} is empty: give at least one key with a list of values, e.g. grid: {{pattern: [tttt, sppp]}}",
@@ -148,13 +173,18 @@ impl Sweep {
         for mut idx in 0..total {
             let mut overrides = base.clone();
             let mut parts = Vec::new();
+            let mut group = Vec::new();
             for (k, values) in axes.iter().rev() {
                 let v = &values[idx % values.len()];
                 idx /= values.len();
                 overrides.push((k.clone(), v.clone(), origin("grid")));
                 parts.push(format!("{k}={}", scalar_text(v)));
+                if k != "seed" {
+                    group.push(format!("{k}={}", scalar_text(v)));
+                }
             }
             parts.reverse();
+            group.reverse();
             let cfg = resolve(&overrides).map_err(|e| {
                 anyhow::Error::new(UserError(format!("sweep point {}: {e:#}", parts.join(","))))
             })?;
@@ -169,6 +199,7 @@ impl Sweep {
             }
             points.push(Point {
                 name: safe(&parts.join(",")),
+                group: safe(&group.join(",")),
                 cfg,
             });
         }
@@ -178,10 +209,19 @@ impl Sweep {
         if names.len() != points.len() {
             user_bail!("the grid of {} repeats a point", file.display());
         }
+        if let Some(b) = &spec.baseline {
+            if !points.iter().any(|p| &p.cfg.model.pattern == b) {
+                user_bail!(
+                    "baseline `{b}` of {} is not a pattern of the sweep: name one of its patterns",
+                    file.display()
+                );
+            }
+        }
         Ok(Self {
             name: safe(&name),
             launcher: spec.launcher,
             points,
+            baseline: spec.baseline,
         })
     }
 }

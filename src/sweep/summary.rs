@@ -1,6 +1,7 @@
 //! `summary.csv` and `summary.md` of a sweep: one row per point.
 
 use super::runner::{PointResult, Status};
+use crate::util::stats::{paired_differences, Replicates};
 use std::fmt::Write;
 
 const COLUMNS: [&str; 13] = [
@@ -69,6 +70,155 @@ pub fn markdown(name: &str, results: &[PointResult]) -> String {
     let _ = writeln!(out, "|{}", "---|".repeat(COLUMNS.len()));
     for r in results {
         let _ = writeln!(out, "| {} |", row(r).join(" | "));
+    }
+    out
+}
+
+/// One group of replicates (points equal but for the seed).
+#[derive(Debug, Clone)]
+pub struct GroupRow {
+    pub group: String,
+    pub pattern: String,
+    pub forward_allreduces_per_step: Option<f64>,
+    /// Final validation loss over the group's finished runs.
+    pub val: Replicates,
+    /// Paired difference against the baseline pattern's group of the same other keys,
+    /// over shared seeds (`None` for the baseline itself or without one).
+    pub vs_baseline: Option<Replicates>,
+}
+
+/// `(seed, final val loss)` of a group's finished runs.
+fn seeded_losses<'a>(results: impl Iterator<Item = &'a PointResult>) -> Vec<(u64, f64)> {
+    results
+        .filter_map(|r| {
+            let l = r.summary.as_ref()?.final_val_loss?;
+            Some((r.point.cfg.optim.seed, l as f64))
+        })
+        .collect()
+}
+
+/// The replicate groups of a sweep, in the order they first appear.
+pub fn groups(results: &[PointResult], baseline: Option<&str>) -> Vec<GroupRow> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in results {
+        if !names.contains(&r.point.group.as_str()) {
+            names.push(&r.point.group);
+        }
+    }
+    // The group key with the pattern taken out: groups that differ only in pattern are
+    // compared with each other.
+    let without_pattern = |r: &PointResult| {
+        r.point
+            .group
+            .split(',')
+            .filter(|kv| !kv.starts_with("pattern="))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    names
+        .into_iter()
+        .filter_map(|g| {
+            let members: Vec<&PointResult> =
+                results.iter().filter(|r| r.point.group == g).collect();
+            let first = members[0];
+            let losses = seeded_losses(members.iter().copied());
+            let val = Replicates::of(&losses.iter().map(|&(_, l)| l).collect::<Vec<_>>())?;
+            let pattern = first.point.cfg.model.pattern.clone();
+            let vs_baseline = baseline.filter(|b| *b != pattern).and_then(|b| {
+                let rest = without_pattern(first);
+                let base = seeded_losses(
+                    results
+                        .iter()
+                        .filter(|r| r.point.cfg.model.pattern == b && without_pattern(r) == rest),
+                );
+                Replicates::of(&paired_differences(&losses, &base))
+            });
+            Some(GroupRow {
+                group: g.to_string(),
+                pattern,
+                forward_allreduces_per_step: members
+                    .iter()
+                    .find_map(|r| r.summary.as_ref().map(|s| s.forward_allreduces_per_step)),
+                val,
+                vs_baseline,
+            })
+        })
+        .collect()
+}
+
+const GROUP_COLUMNS: [&str; 10] = [
+    "group",
+    "pattern",
+    "forward_allreduces_per_step",
+    "n",
+    "val_loss_mean",
+    "val_loss_std",
+    "val_loss_ci95",
+    "diff_vs_baseline_mean",
+    "diff_vs_baseline_ci95",
+    "significant",
+];
+
+fn group_row(g: &GroupRow) -> Vec<String> {
+    let f = |v: f64, d: usize| {
+        if v.is_finite() {
+            format!("{v:.d$}")
+        } else {
+            String::new()
+        }
+    };
+    let d = g.vs_baseline.as_ref();
+    vec![
+        g.group.clone(),
+        g.pattern.clone(),
+        g.forward_allreduces_per_step
+            .map_or(String::new(), |v| format!("{v:.0}")),
+        g.val.n.to_string(),
+        f(g.val.mean, 4),
+        f(g.val.std, 4),
+        f(g.val.ci95, 4),
+        d.map_or(String::new(), |d| f(d.mean, 4)),
+        d.map_or(String::new(), |d| f(d.ci95, 4)),
+        d.map_or(String::new(), |d| {
+            if d.excludes_zero() { "yes" } else { "no" }.to_string()
+        }),
+    ]
+}
+
+/// `groups.csv`: one row per replicate group.
+pub fn groups_csv(rows: &[GroupRow]) -> String {
+    let mut out = GROUP_COLUMNS.join(",") + "\n";
+    for g in rows {
+        let cells: Vec<String> = group_row(g)
+            .into_iter()
+            .map(|c| {
+                if c.contains(',') {
+                    format!("\"{c}\"")
+                } else {
+                    c
+                }
+            })
+            .collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// The replicate table of `summary.md`, with how to read it.
+pub fn groups_markdown(rows: &[GroupRow], baseline: Option<&str>) -> String {
+    let mut out = String::from("\n## Replicates\n\n");
+    let _ = writeln!(
+        out,
+        "Final validation loss over the seeds of each point: mean, sample standard deviation, n and the half-width of the 95% interval of the mean (Student's t).{}\n",
+        baseline.map_or(String::new(), |b| format!(
+            " Differences are paired by seed against `{b}` with the same other keys; `significant` means their 95% interval excludes zero."
+        ))
+    );
+    let _ = writeln!(out, "| {} |", GROUP_COLUMNS.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(GROUP_COLUMNS.len()));
+    for g in rows {
+        let _ = writeln!(out, "| {} |", group_row(g).join(" | "));
     }
     out
 }

@@ -93,6 +93,7 @@ pub fn bench_config(cfg: &RunConfig, warmup: usize, steps: usize) -> RunConfig {
     cfg.optim.max_iters = warmup + steps;
     cfg.eval.eval_interval = 0;
     cfg.eval.sample_tokens = 0;
+    cfg.eval.final_eval = crate::config::FinalEval::Sampled;
     cfg
 }
 

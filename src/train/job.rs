@@ -8,7 +8,7 @@ use super::report::{comm_report, run_summary};
 use crate::config::RunConfig;
 use crate::data::{data_root, prepare, prepare_text, Dataset, TEXT};
 use crate::error::user;
-use crate::run_dir::{self, default_run_path, Checkpoint, CommReport, RunDir};
+use crate::run_dir::{self, default_run_path, Checkpoint, CommReport, EvalReport, RunDir};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -168,6 +168,17 @@ pub fn finish(
     let report = comm_report(cfg, &cfg.layout()?, outcome);
     dir.write_comm(&report)?;
     dir.write_sample(&outcome.sample)?;
+    if let Some(full) = outcome.final_eval {
+        let ck = run_dir::latest(&dir.path)?;
+        dir.write_eval(&EvalReport {
+            loss: full.loss,
+            tokens: full.tokens,
+            split: "val".into(),
+            tp: cfg.parallel.tp,
+            checkpoint: ck.map(|p| p.display().to_string()).unwrap_or_default(),
+            step: cfg.optim.max_iters,
+        })?;
+    }
     let summary = run_summary(cfg, &report, outcome, started.elapsed().as_secs_f64());
     dir.write_summary(&summary)?;
     println!("{}", report.table());
@@ -181,6 +192,12 @@ pub fn finish(
             last.eval_train_loss.unwrap_or(f32::NAN),
             last.val_loss.unwrap_or(f32::NAN),
             outcome.best_val_loss.unwrap_or(f32::NAN)
+        );
+    }
+    if let Some(full) = outcome.final_eval {
+        println!(
+            "val loss over the whole split: {:.4} ({} predictions; eval.json)",
+            full.loss, full.tokens
         );
     }
     println!(

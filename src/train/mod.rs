@@ -8,7 +8,9 @@
 pub mod bench;
 pub mod console;
 pub mod context;
+pub mod eval_run;
 pub mod faults;
+pub mod full_eval;
 pub mod generate;
 pub mod grads;
 pub mod job;

@@ -4,10 +4,14 @@
 //! backend; only rank 0 has a reporter and a run directory.
 
 use super::context::RankContext;
+use super::full_eval::split_loss;
 use super::job::Job;
 use super::record::{RankOutcome, Reporter};
 use super::trainer::Trainer;
+use crate::config::FinalEval;
+use crate::data::Split;
 use crate::run_dir::LogLine;
+use crate::tp::Phase;
 use anyhow::Result;
 use std::collections::HashMap;
 use std::path::Path;
@@ -83,6 +87,21 @@ pub fn run_rank(
         steps.push(rec);
     }
 
+    // The final model over the whole validation split (every TP rank takes part; each
+    // DP replica computes the same value).
+    let final_eval = if cfg.eval.final_eval == FinalEval::Full {
+        ctx.tally.set_phase(Phase::Eval);
+        let l = split_loss(
+            trainer.model(),
+            job.data.split(Split::Val),
+            cfg.model.arch.block_size,
+            cfg.optim.batch_size,
+        )?;
+        ctx.tally.set_phase(Phase::Train);
+        Some(l)
+    } else {
+        None
+    };
     let sample = if job.opts.skip_sample || cfg.eval.sample_tokens == 0 {
         String::new()
     } else {
@@ -120,5 +139,6 @@ pub fn run_rank(
         params,
         logical_params,
         best_val_loss: trainer.best_val_loss(),
+        final_eval,
     })
 }

@@ -59,6 +59,8 @@ pub struct RankOutcome {
     pub params: Vec<(String, Vec<f32>)>,
     pub logical_params: usize,
     pub best_val_loss: Option<f32>,
+    /// The whole validation split's loss at the end (`final_eval: full`).
+    pub final_eval: Option<crate::train::full_eval::SplitLoss>,
 }
 
 impl RankOutcome {

@@ -112,7 +112,11 @@ pub fn run_summary(
         forward_allreduces_per_step: report.per_step.get("tp-forward").map_or(0.0, |s| s.calls),
         allreduces_per_layer: report.tp_forward_allreduces / cfg.model.arch.n_layer.max(1) as f64,
         final_train_loss: last_eval.and_then(|l| l.eval_train_loss),
-        final_val_loss: last_eval.and_then(|l| l.val_loss),
+        final_val_loss: match o.final_eval {
+            Some(full) => Some(full.loss as f32),
+            None => last_eval.and_then(|l| l.val_loss),
+        },
+        final_val_tokens: o.final_eval.map(|f| f.tokens),
         best_val_loss: o.best_val_loss,
         tokens_per_s: tps.get(tps.len() / 2).copied(),
         wall_seconds,

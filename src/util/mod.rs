@@ -3,6 +3,7 @@
 
 pub mod fs;
 pub mod hash;
+pub mod stats;
 
 pub use fs::{fsync_dir, write_atomic};
 pub use hash::fnv1a;

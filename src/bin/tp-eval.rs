@@ -1,0 +1,60 @@
+//! `tp-eval RUN_DIR`: a checkpoint's mean cross-entropy over a whole split, at any tp.
+
+use clap::Parser;
+use std::path::PathBuf;
+use tp_harness::data::Split;
+use tp_harness::error::exit_code;
+use tp_harness::run_dir::write_eval_into;
+use tp_harness::train::eval_run::eval_run;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tp-eval",
+    version,
+    about = "Loss of a tp-harness checkpoint over a whole split (every token, deterministic); writes eval.json"
+)]
+struct Args {
+    /// A run directory (its latest checkpoint unless --checkpoint).
+    run_dir: PathBuf,
+    /// The split to evaluate.
+    #[arg(long, value_enum, default_value_t = SplitArg::Val)]
+    split: SplitArg,
+    /// Tensor-parallel ranks (threads) to shard the model over (default: the run's tp).
+    /// `s` and `p` blocks compute a different function at another tp (blocks.md).
+    #[arg(long)]
+    tp: Option<usize>,
+    /// A specific checkpoint directory instead of the latest.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SplitArg {
+    Val,
+    Train,
+}
+
+fn main() {
+    tp_harness::alloc::keep_freed_memory();
+    let a = Args::parse();
+    let split = match a.split {
+        SplitArg::Val => Split::Val,
+        SplitArg::Train => Split::Train,
+    };
+    let run = || -> anyhow::Result<()> {
+        let r = eval_run(&a.run_dir, a.checkpoint.as_deref(), split, a.tp)?;
+        println!(
+            "{} loss {:.6} over {} predictions (checkpoint {}, step {}, tp {})",
+            r.split, r.loss, r.tokens, r.checkpoint, r.step, r.tp
+        );
+        write_eval_into(&a.run_dir, &r)?;
+        Ok(())
+    };
+    if let Err(e) = run() {
+        eprintln!("tp-eval: error: {}", format!("{e:#}").replace('\n', " "));
+        std::process::exit(exit_code(&e));
+    }
+}

@@ -137,6 +137,66 @@ fn tp_plot_draws_given_runs_and_rejects_a_folder_that_is_not_a_run() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a tp-harness run directory"));
 }
 
+/// Loss against modelled wall-clock: one set of time plots per link, named after it;
+/// `--x time` without a link and an unknown link are one-line errors.
+#[test]
+fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
+    let d = scratch("plot-time");
+    assert_ok(&sweep(
+        &d,
+        "grid: {pattern: [tttt, pppp]}
+",
+    ));
+    let runs = ["out/pattern=tttt", "out/pattern=pppp"];
+    let mut args = runs.to_vec();
+    args.extend([
+        "--out", "pics", "--x", "time", "--link", "10gbe", "--link", "100:2",
+    ]);
+    assert_ok(&bin("tp-plot", &d, &args, &[]));
+    for f in [
+        "loss_vs_time_10_gbe",
+        "tradeoff_time_10_gbe",
+        "loss_vs_time_100_gb_s_2_us",
+    ] {
+        assert_png(&d.join(format!("pics/{f}.png")));
+        assert_svg(&d.join(format!("pics/{f}.svg")));
+    }
+    let svg = std::fs::read_to_string(d.join("pics/tradeoff_time_10_gbe.svg")).unwrap();
+    assert!(svg.contains("modelled ms per step on 10 GbE"));
+    // A run that emulated a link is shown next to the model's prediction for it, and
+    // its summary records step, communication and compute time per step.
+    let e = scratch("plot-time-emulated");
+    assert_ok(&sweep(&e, "grid: {pattern: [tttt], link_gbps: [10]}\n"));
+    let run = "out/pattern=tttt,link_gbps=10";
+    let o = bin("tp-plot", &e, &[run, "--out", "pics"], &[]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("measured on its emulated link") && out.contains("modelled"),
+        "{out}"
+    );
+    let s = tp_harness::run_dir::read_summary(&e.join(run))
+        .unwrap()
+        .unwrap();
+    let (step, comm, compute) = (
+        s.step_ms.unwrap(),
+        s.comm_ms_per_step.unwrap(),
+        s.compute_ms_per_step.unwrap(),
+    );
+    assert!(comm > 0.0 && (step - comm - compute).abs() < 1e-9, "{s:?}");
+    assert!(s.comm_bytes_per_step.unwrap() > 0.0);
+    for (bad, needle) in [
+        (vec!["out/pattern=tttt", "--x", "time"], "--x time needs"),
+        (vec!["out/pattern=tttt", "--link", "5g"], "link `5g`"),
+    ] {
+        let o = bin("tp-plot", &d, &bad, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{err}");
+    }
+}
+
 /// `seeds` makes replicates: the summary's group statistics equal the mean, sample
 /// standard deviation and t-interval computed here from the runs' own summaries, and the
 /// paired difference against the baseline likewise; the plots draw them.

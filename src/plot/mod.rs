@@ -5,6 +5,7 @@
 //! interval of the mean as an error bar ([`merge_replicates`]).
 
 mod font;
+pub mod timing;
 
 use crate::error::UserError;
 use crate::run_dir::{read_comm, read_config, read_log, read_summary};
@@ -40,6 +41,8 @@ pub struct RunCurves {
     pub val_band: Vec<(f64, f64, f64)>,
     /// Half-width of the 95% interval of `final_val` over the replicates.
     pub final_ci95: Option<f64>,
+    /// Step time and collectives per step, for modelled time on a link.
+    pub timing: Option<timing::StepTiming>,
 }
 
 impl RunCurves {
@@ -55,8 +58,16 @@ impl RunCurves {
                 val.push((step, l as f64));
             }
         }
-        let forward_allreduces_per_step =
-            read_comm(dir)?.and_then(|c| c.per_step.get("tp-forward").map(|s| s.calls));
+        let comm = read_comm(dir)?;
+        let forward_allreduces_per_step = comm
+            .as_ref()
+            .and_then(|c| c.per_step.get("tp-forward").map(|s| s.calls));
+        let mut step_ms: Vec<f64> = read_log(dir)?.iter().filter_map(|l| l.ms).collect();
+        step_ms.sort_by(f64::total_cmp);
+        let timing = comm
+            .as_ref()
+            .zip(step_ms.get(step_ms.len() / 2))
+            .map(|(c, &ms)| timing::StepTiming::new(ms, c));
         let final_val = read_summary(dir)?
             .and_then(|s| s.final_val_loss.map(f64::from))
             .or_else(|| val.last().map(|p| p.1));
@@ -72,6 +83,7 @@ impl RunCurves {
             train_band: Vec::new(),
             val_band: Vec::new(),
             final_ci95: None,
+            timing,
             dir: dir.to_path_buf(),
             label: cfg.model.pattern.clone(),
             pattern: cfg.model.pattern,
@@ -135,6 +147,16 @@ pub fn merge_replicates(runs: Vec<RunCurves>) -> Vec<RunCurves> {
                 n: members.len(),
                 final_val: fin.map(|f| f.mean),
                 final_ci95: fin.map(|f| f.ci95).filter(|c| c.is_finite()),
+                // The replicates' mean step time with the first one's collectives (the
+                // same for every seed).
+                timing: members[0].timing.clone().map(|mut t| {
+                    let ms: Vec<f64> = members
+                        .iter()
+                        .filter_map(|r| r.timing.as_ref().map(|t| t.step_ms))
+                        .collect();
+                    t.step_ms = ms.iter().sum::<f64>() / ms.len() as f64;
+                    t
+                }),
                 ..members[0].clone()
             }
         })
@@ -185,6 +207,19 @@ fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
 
 type PlotResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
+/// Draws `<name>.png` and `<name>.svg` into `out` with `$draw` (a closure calling a
+/// drawing function, instantiated once per backend); evaluates to the two paths.
+macro_rules! both_formats {
+    ($out:expr, $name:expr, $size:expr, $draw:expr) => {{
+        let err = |e: Box<dyn std::error::Error>| anyhow::anyhow!("plotting failed: {e}");
+        let png = $out.join(format!("{}.png", $name));
+        let svg = $out.join(format!("{}.svg", $name));
+        ($draw)(BitMapBackend::new(&png, $size).into_drawing_area()).map_err(err)?;
+        ($draw)(SVGBackend::new(&svg, $size).into_drawing_area()).map_err(err)?;
+        vec![png, svg]
+    }};
+}
+
 /// Ten well-separated colours (matplotlib's tab10), then plotters' palette.
 fn color(i: usize) -> RGBAColor {
     const TAB10: [(u8, u8, u8); 10] = [
@@ -205,16 +240,32 @@ fn color(i: usize) -> RGBAColor {
     }
 }
 
+/// What a curve plot's x axis is: steps, or modelled time on a link.
+struct XAxis<'a> {
+    /// In the title: "steps", "minutes".
+    unit: &'a str,
+    /// Under the axis.
+    desc: &'a str,
+}
+
+const STEPS: XAxis<'static> = XAxis {
+    unit: "steps",
+    desc: "step",
+};
+
 fn draw_curves<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     runs: &[RunCurves],
     val: bool,
+    x: &XAxis,
 ) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
     let all = |r: &RunCurves| if val { r.val.clone() } else { r.train.clone() };
-    let max_step = runs.iter().flat_map(&all).map(|p| p.0).fold(1.0, f64::max);
+    let max_step = runs.iter().flat_map(&all).map(|p| p.0).fold(0.0, f64::max);
+    // Steps or minutes: whatever the data spans (an empty plot gets a unit axis).
+    let max_step = if max_step > 0.0 { max_step } else { 1.0 };
     // The first tenth of a run (losses falling from ~ln(vocab)) would squash the rest of
     // the curves together, so it is left out, and the title says so.
     let from = 0.1 * max_step;
@@ -242,13 +293,15 @@ where
         .flat_map(&series)
         .map(|p| p.0)
         .fold(f64::INFINITY, f64::min);
+    let digits = if max_step < 100.0 { 1 } else { 0 };
     let title = format!(
-        "{} (steps {:.0}-{:.0})",
+        "{} ({} {:.digits$}-{:.digits$})",
         if val {
             "validation loss"
         } else {
             "training loss"
         },
+        x.unit,
         first,
         max_step
     );
@@ -260,9 +313,9 @@ where
         .build_cartesian_2d(first.min(max_step)..max_step, lo..hi)?;
     chart
         .configure_mesh()
-        .x_desc("step")
+        .x_desc(x.desc)
         .y_desc("loss")
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_label_formatter(&|v| format!("{v:.digits$}"))
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
         .draw()?;
@@ -309,19 +362,31 @@ where
 fn draw_loss_curves<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     runs: &[RunCurves],
+    x: &XAxis,
 ) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
     let (left, right) = root.split_horizontally(root.dim_in_pixel().0 / 2);
-    draw_curves(&left, runs, false)?;
-    draw_curves(&right, runs, true)?;
+    draw_curves(&left, runs, false, x)?;
+    draw_curves(&right, runs, true, x)?;
     root.present()?;
     Ok(())
 }
 
-fn draw_tradeoff<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, runs: &[RunCurves]) -> PlotResult
+/// The trade-off plot's x: each run's value, what it is, and the plot's subject.
+struct TradeoffX<'a> {
+    values: Vec<Option<f64>>,
+    desc: &'a str,
+    against: &'a str,
+}
+
+fn draw_tradeoff<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    runs: &[RunCurves],
+    x: &TradeoffX,
+) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
@@ -329,25 +394,22 @@ where
     let pts: Vec<(f64, f64, String, usize)> = runs
         .iter()
         .enumerate()
-        .filter_map(|(i, r)| {
-            Some((
-                r.forward_allreduces_per_step?,
-                r.final_val?,
-                r.label.clone(),
-                i,
-            ))
-        })
+        .filter_map(|(i, r)| Some((x.values[i]?, r.final_val?, r.label.clone(), i)))
         .collect();
     let ci = |i: usize| runs[i].final_ci95.unwrap_or(0.0);
-    let max_x = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.15;
+    let max_x = pts.iter().map(|p| p.0).fold(0.0, f64::max) * 1.15;
+    let max_x = if max_x > 0.0 { max_x } else { 1.0 };
     let (lo, hi) = range(pts.iter().flat_map(|p| [p.1 - ci(p.3), p.1 + ci(p.3)]));
     let intervals = runs.iter().any(|r| r.final_ci95.is_some());
     let mut chart = ChartBuilder::on(&root)
         .caption(
             if intervals {
-                "final validation loss (mean, 95% interval) vs communication"
+                format!(
+                    "final validation loss (mean, 95% interval) vs {}",
+                    x.against
+                )
             } else {
-                "final validation loss vs communication"
+                format!("final validation loss vs {}", x.against)
             },
             ("sans-serif", 24),
         )
@@ -357,9 +419,9 @@ where
         .build_cartesian_2d(0f64..max_x, lo..hi)?;
     chart
         .configure_mesh()
-        .x_desc("TP forward all-reduces per step")
+        .x_desc(x.desc)
         .y_desc("final val loss")
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
         .draw()?;
@@ -413,20 +475,81 @@ pub fn plot_runs(runs: &[RunCurves], out: &Path) -> Result<Vec<PathBuf>> {
     font::ensure_font()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut files = Vec::new();
-    let err = |e: Box<dyn std::error::Error>| anyhow::anyhow!("plotting failed: {e}");
-    let curves = (1600, 650);
-    let trade = (900, 650);
-    let p = out.join("loss_curves.png");
-    draw_loss_curves(BitMapBackend::new(&p, curves).into_drawing_area(), runs).map_err(err)?;
-    files.push(p);
-    let p = out.join("loss_curves.svg");
-    draw_loss_curves(SVGBackend::new(&p, curves).into_drawing_area(), runs).map_err(err)?;
-    files.push(p);
-    let p = out.join("tradeoff.png");
-    draw_tradeoff(BitMapBackend::new(&p, trade).into_drawing_area(), runs).map_err(err)?;
-    files.push(p);
-    let p = out.join("tradeoff.svg");
-    draw_tradeoff(SVGBackend::new(&p, trade).into_drawing_area(), runs).map_err(err)?;
-    files.push(p);
+    let comm = TradeoffX {
+        values: runs.iter().map(|r| r.forward_allreduces_per_step).collect(),
+        desc: "TP forward all-reduces per step",
+        against: "communication",
+    };
+    files.extend(both_formats!(out, "loss_curves", (1600, 650), |a| {
+        draw_loss_curves(a, runs, &STEPS)
+    }));
+    files.extend(both_formats!(out, "tradeoff", (900, 650), |a| {
+        draw_tradeoff(a, runs, &comm)
+    }));
+    Ok(files)
+}
+
+/// Loss against modelled wall-clock on `link` (`loss_vs_time_<link>`) and final loss
+/// against modelled time per step (`tradeoff_time_<link>`): each run's measured compute
+/// plus its collectives on the link ([`timing::StepTiming`]). Runs without timing data
+/// (no logged step times or comm.json) are left out.
+pub fn plot_on_link(
+    runs: &[RunCurves],
+    out: &Path,
+    label: &str,
+    link: &crate::tp::LinkModel,
+) -> Result<Vec<PathBuf>> {
+    font::ensure_font()?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let timed: Vec<RunCurves> = runs
+        .iter()
+        .filter_map(|r| {
+            let s = r.timing.as_ref()?.step_seconds_on(link);
+            let minutes = |x: f64| x * s / 60.0;
+            Some(RunCurves {
+                train: r.train.iter().map(|&(x, y)| (minutes(x), y)).collect(),
+                val: r.val.iter().map(|&(x, y)| (minutes(x), y)).collect(),
+                train_band: r
+                    .train_band
+                    .iter()
+                    .map(|&(x, a, b)| (minutes(x), a, b))
+                    .collect(),
+                val_band: r
+                    .val_band
+                    .iter()
+                    .map(|&(x, a, b)| (minutes(x), a, b))
+                    .collect(),
+                ..r.clone()
+            })
+        })
+        .collect();
+    if timed.is_empty() {
+        return Err(anyhow::Error::new(UserError(
+            "none of the runs has step times and comm.json to model a link from".into(),
+        )));
+    }
+    let slug = timing::slug(label);
+    let desc = format!("modelled minutes on {label}");
+    let axis = XAxis {
+        unit: "minutes",
+        desc: &desc,
+    };
+    let mut files = both_formats!(out, format!("loss_vs_time_{slug}"), (1600, 650), |a| {
+        draw_loss_curves(a, &timed, &axis)
+    });
+    let per_step = TradeoffX {
+        values: timed
+            .iter()
+            .map(|r| r.timing.as_ref().map(|t| 1e3 * t.step_seconds_on(link)))
+            .collect(),
+        desc: &format!("modelled ms per step on {label}"),
+        against: "step time",
+    };
+    files.extend(both_formats!(
+        out,
+        format!("tradeoff_time_{slug}"),
+        (900, 650),
+        |a| { draw_tradeoff(a, &timed, &per_step) }
+    ));
     Ok(files)
 }

@@ -172,6 +172,17 @@ pub struct RunSummary {
     pub best_val_loss: Option<f32>,
     /// Median of the logged steps' tokens/s.
     pub tokens_per_s: Option<f64>,
+    /// Median wall-clock ms of this invocation's steps, the communication time measured
+    /// per step (emulated link delays and barrier waits included), their difference (the
+    /// compute a link model adds collectives to), and the bytes all-reduced per step.
+    #[serde(default)]
+    pub step_ms: Option<f64>,
+    #[serde(default)]
+    pub comm_ms_per_step: Option<f64>,
+    #[serde(default)]
+    pub compute_ms_per_step: Option<f64>,
+    #[serde(default)]
+    pub comm_bytes_per_step: Option<f64>,
     /// Wall-clock seconds of the invocation that finished the run.
     pub wall_seconds: f64,
 }

@@ -101,6 +101,10 @@ pub fn run_summary(
     wall_seconds: f64,
 ) -> RunSummary {
     let last_eval = o.log.iter().rev().find(|l| l.val_loss.is_some());
+    let mut ms: Vec<f64> = o.steps.iter().map(|s| s.ms).collect();
+    ms.sort_by(f64::total_cmp);
+    let step_ms = ms.get(ms.len() / 2).copied();
+    let comm_ms: f64 = report.per_step.values().map(|p| p.seconds).sum::<f64>() * 1e3;
     let mut tps: Vec<f64> = o.log.iter().filter_map(|l| l.tokens_per_s).collect();
     tps.sort_by(|a, b| a.total_cmp(b));
     RunSummary {
@@ -119,6 +123,10 @@ pub fn run_summary(
         final_val_tokens: o.final_eval.map(|f| f.tokens),
         best_val_loss: o.best_val_loss,
         tokens_per_s: tps.get(tps.len() / 2).copied(),
+        step_ms,
+        comm_ms_per_step: step_ms.map(|_| comm_ms),
+        compute_ms_per_step: step_ms.map(|s| (s - comm_ms).max(0.0)),
+        comm_bytes_per_step: step_ms.map(|_| report.per_step.values().map(|p| p.bytes).sum()),
         wall_seconds,
     }
 }

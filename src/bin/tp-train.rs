@@ -52,6 +52,10 @@ struct Args {
     /// log); --set may raise max_iters, --tp/--dp may change.
     #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["out", "bench"])]
     resume: Option<PathBuf>,
+    /// Start this new run from another run's latest weights (same model and data; the
+    /// pattern may differ), with fresh optimiser state (same as --set init_from=RUN_DIR).
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "resume")]
+    init_from: Option<PathBuf>,
     /// Measure steady-state step time instead of training a run (tp 1 and 2 unless --tp).
     #[arg(long)]
     bench: bool,
@@ -110,6 +114,9 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     }
     if let Some(d) = &args.dtype {
         overrides.push(flag("dtype", d.clone()));
+    }
+    if let Some(d) = &args.init_from {
+        overrides.push(flag("init_from", d.display().to_string()));
     }
     if let Some(tp) = args.tp {
         overrides.push(("tp".into(), tp.into(), Origin::Flag(format!("--tp {tp}"))));

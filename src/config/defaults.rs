@@ -89,6 +89,7 @@ impl Recipe {
             grad_clip: 1.0,
             dropout: 0.0,
             seed: 1337,
+            init_from: None,
         }
     }
 }

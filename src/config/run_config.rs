@@ -48,6 +48,10 @@ pub struct OptimConfig {
     pub dropout: f64,
     /// Seeds the initial weights, the batch streams and the dropout masks.
     pub seed: u64,
+    /// Start a new run from the latest checkpoint of this run directory instead of a
+    /// seeded init (same model shape and data; the pattern may differ: t -> s keeps every
+    /// parameter, -> p leaves `o.b`/`pr.b` out). Fresh optimiser state and schedule.
+    pub init_from: Option<String>,
 }
 
 /// How the work is split and on what it runs.

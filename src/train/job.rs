@@ -28,6 +28,8 @@ pub struct Job {
     pub data: Dataset,
     /// Continue from this checkpoint instead of a fresh init.
     pub checkpoint: Option<Checkpoint>,
+    /// A new run's initial weights from another run (`init_from`).
+    pub init: Option<InitFrom>,
     pub faults: Faults,
     pub opts: RankOptions,
 }
@@ -39,6 +41,7 @@ impl Job {
             cfg,
             data,
             checkpoint: None,
+            init: None,
             faults: Faults::default(),
             opts,
         }
@@ -72,6 +75,37 @@ pub fn checked_dataset(cfg: &RunConfig) -> Result<Dataset> {
     Ok(data)
 }
 
+/// Another run's weights to start a new run from, and where they came from.
+pub struct InitFrom {
+    pub checkpoint: Checkpoint,
+}
+
+/// Checks that a run of `cfg` can start from the weights of a run of `from`: the same
+/// model and data but for the pattern (and the training keys, which are free).
+fn check_init_compatible(cfg: &RunConfig, from: &RunConfig, dir: &Path) -> Result<()> {
+    let (mut a, mut b) = (cfg.model.clone(), from.model.clone());
+    a.pattern.clear();
+    b.pattern.clear();
+    if a == b {
+        return Ok(());
+    }
+    let as_map = |m: &crate::config::ModelPart| -> Result<serde_yaml_ng::Mapping> {
+        Ok(serde_yaml_ng::from_value(serde_yaml_ng::to_value(m)?)?)
+    };
+    let (ma, mb) = (as_map(&a)?, as_map(&b)?);
+    let key = ma
+        .iter()
+        .find(|(k, v)| mb.get(*k) != Some(*v))
+        .and_then(|(k, _)| k.as_str().map(String::from))
+        .unwrap_or_else(|| "model".into());
+    crate::user_bail!(
+        "init_from {}: its {key} is {} but this run's is {}: only the pattern and the training keys may differ",
+        dir.display(),
+        mb.get(key.as_str()).map_or("unset".into(), |v| serde_yaml_ng::to_string(v).unwrap_or_default().trim().to_string()),
+        ma.get(key.as_str()).map_or("unset".into(), |v| serde_yaml_ng::to_string(v).unwrap_or_default().trim().to_string())
+    )
+}
+
 /// What a run writes into.
 #[derive(Debug, Clone)]
 pub enum Target {
@@ -101,10 +135,34 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
             Some(ck)
         }
     };
+    let init = match (&checkpoint, &cfg.optim.init_from) {
+        (None, Some(from)) => {
+            let dir = Path::new(from);
+            let (from_cfg, ck) = run_dir::load_checkpoint(dir, None, "initialise from")?;
+            check_init_compatible(cfg, &from_cfg, dir)?;
+            // Every parameter the new pattern needs must be there: a one-tp build from
+            // the stored weights says which is not, before anything is written.
+            let mcfg = cfg.model_config(data.vocab_size())?;
+            let stored = crate::tp::StoredParams {
+                tensors: ck.weights.clone(),
+            };
+            crate::model::Gpt::build(&mcfg, &cfg.layout()?, &stored, &crate::tp::CountedComm::solo())
+                .map_err(|e| {
+                    user(format!(
+                        "init_from {}: {e:#}: pattern {} needs it (a p block has no o.b/pr.b: start from a run with those blocks as t or s)",
+                        dir.display(),
+                        cfg.model.pattern
+                    ))
+                })?;
+            Some(InitFrom { checkpoint: ck })
+        }
+        _ => None,
+    };
     Ok(Job {
         cfg: cfg.clone(),
         data,
         checkpoint,
+        init,
         faults,
         opts: RankOptions::default(),
     })

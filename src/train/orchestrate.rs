@@ -26,6 +26,25 @@ pub fn run_rank(
 ) -> Result<RankOutcome> {
     let cfg = &job.cfg;
     let mut trainer = Trainer::new(cfg, &job.data, ctx, &job.faults, job.checkpoint.as_ref())?;
+    if let (None, Some(init)) = (&job.checkpoint, &job.init) {
+        let unused = trainer.load_initial_weights(&init.checkpoint.weights)?;
+        if ctx.mesh.rank == 0 {
+            println!(
+                "initial weights from {} (step {}){}",
+                init.checkpoint.dir.display(),
+                init.checkpoint.meta.step,
+                if unused.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; pattern {} has no use for {}",
+                        cfg.model.pattern,
+                        unused.join(", ")
+                    )
+                }
+            );
+        }
+    }
     let logical_params = trainer.model().params().logical_numel();
     if let Some(r) = reporter.as_deref_mut() {
         r.started(cfg, logical_params);

@@ -196,6 +196,38 @@ impl<'a> Trainer<'a> {
 
     /// One optimiser step: forward and backward over the micro-steps, the TP sum of
     /// partial gradients, the DP average, the norm and clipping, AdamW.
+    /// Replaces the fresh weights with another run's (`init_from`), sliced for this rank;
+    /// returns the stored parameters this model has no use for (a `p` block's biases).
+    pub fn load_initial_weights(
+        &mut self,
+        weights: &HashMap<String, candle_core::Tensor>,
+    ) -> Result<Vec<String>> {
+        let stored = StoredParams {
+            tensors: weights.clone(),
+        };
+        let mcfg = self.model.cfg.clone();
+        let layout = self.model.layout.clone();
+        self.model = Gpt::build_on(&mcfg, &layout, &stored, &self.ctx.tp, &self.ctx.device)
+            .map_err(|e| {
+                crate::error::user(format!(
+                    "init_from: {e:#}: the new pattern needs a parameter the old run does not have (a p block has no o.b/pr.b: start such a pattern from a run with those blocks as t or s)"
+                ))
+            })?;
+        let used: std::collections::HashSet<&str> = self
+            .model
+            .params()
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        let mut unused: Vec<String> = weights
+            .keys()
+            .filter(|k| !used.contains(k.as_str()))
+            .cloned()
+            .collect();
+        unused.sort();
+        Ok(unused)
+    }
+
     /// Waits for the GPU's queued work, so that a phase's time is its own (a GPU runs
     /// asynchronously; reading the loss already waits for the forward). No-op on the CPU.
     fn wait_for_device(&self) -> Result<()> {

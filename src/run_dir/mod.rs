@@ -6,6 +6,7 @@
 //! RUN/comm.json        CommReport (the communication tally)
 //! RUN/summary.json     RunSummary; written last, so its presence marks a finished run
 //! RUN/sample.txt       the closing sample
+//! RUN/scan.json        ScanReport: tp-scan's block-wise sensitivity scan
 //! RUN/eval.json        EvalReport: the whole validation split's loss (eval-train.json:
 //!                      the training split's, from tp-eval --split train)
 //! RUN/checkpoints/     step-N/{model,optimizer.m,optimizer.v}.safetensors + meta.json
@@ -24,7 +25,7 @@ pub mod records;
 pub use checkpoint::{latest, Checkpoint, CheckpointMeta, CHECKPOINTS};
 pub use lock::DirLock;
 pub use log::{read_log, LogLine, LogWriter};
-pub use records::{CommReport, EvalReport, LayerComm, PerStep, RunSummary};
+pub use records::{CommReport, EvalReport, LayerComm, PerStep, RunSummary, ScanReport};
 
 use crate::config::RunConfig;
 use crate::error::user;
@@ -37,6 +38,7 @@ pub const CONFIG_FILE: &str = "config.yaml";
 pub const COMM_FILE: &str = "comm.json";
 pub const SUMMARY_FILE: &str = "summary.json";
 pub const SAMPLE_FILE: &str = "sample.txt";
+pub const SCAN_FILE: &str = "scan.json";
 
 /// `eval.json` for the validation split, `eval-<split>.json` for another.
 pub fn eval_file(split: &str) -> String {
@@ -149,6 +151,21 @@ pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<()> {
         &dir.join(eval_file(&report.split)),
         serde_json::to_string_pretty(report)?.as_bytes(),
     )
+}
+
+/// Writes a scan into a finished run's directory (`scan.json`), refused while another
+/// process owns the run.
+pub fn write_scan_into(dir: &Path, report: &ScanReport) -> Result<()> {
+    DirLock::check_free(dir)?;
+    write_atomic(
+        &dir.join(SCAN_FILE),
+        serde_json::to_string_pretty(report)?.as_bytes(),
+    )
+}
+
+/// A run's `scan.json`, if it was scanned.
+pub fn read_scan(dir: &Path) -> Result<Option<ScanReport>> {
+    read_json(&dir.join(SCAN_FILE))
 }
 
 /// A run's `eval.json` (or `eval-<split>.json`), if it has one.

@@ -133,6 +133,46 @@ impl CommReport {
     }
 }
 
+/// One block of a sensitivity scan (`scan.json`): the pattern with only this block
+/// converted, its full-split val loss, the rise over the unconverted model and the tier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanBlock {
+    pub block: usize,
+    pub pattern: String,
+    pub loss: f64,
+    pub rise: f64,
+    pub tier: String,
+}
+
+/// A pattern the scan evaluated as a whole, with its forward all-reduces per pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanStep {
+    pub pattern: String,
+    pub forward_allreduces: usize,
+    pub loss: f64,
+}
+
+/// The SPD block-wise sensitivity scan of a checkpoint (`tp-scan`, `scan.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanReport {
+    pub checkpoint: String,
+    pub step: usize,
+    pub tp: usize,
+    /// The kind blocks are converted to, `s` or `p`.
+    pub to: String,
+    pub base_pattern: String,
+    pub base_forward_allreduces: usize,
+    pub base_loss: f64,
+    /// Predictions of the validation split each loss averages.
+    pub val_tokens: usize,
+    /// Each t block alone, from the last down.
+    pub blocks: Vec<ScanBlock>,
+    /// The last block, the last two, ... converted.
+    pub cumulative: Vec<ScanStep>,
+    /// Per budget of forward all-reduces: the least sensitive blocks converted.
+    pub recommended: Vec<ScanStep>,
+}
+
 /// A model's loss over a whole split (`eval.json`, `eval-train.json`): written by
 /// `tp-eval` and at the end of a run with `final_eval: full`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

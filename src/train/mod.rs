@@ -24,5 +24,6 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod sample;
+pub mod scan;
 pub mod schedule;
 pub mod trainer;

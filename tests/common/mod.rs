@@ -318,6 +318,7 @@ pub fn command(name: &str, dir: &std::path::Path) -> std::process::Command {
         "tp-sweep" => env!("CARGO_BIN_EXE_tp-sweep"),
         "tp-plot" => env!("CARGO_BIN_EXE_tp-plot"),
         "tp-eval" => env!("CARGO_BIN_EXE_tp-eval"),
+        "tp-scan" => env!("CARGO_BIN_EXE_tp-scan"),
         other => panic!("unknown binary {other}"),
     };
     let mut c = std::process::Command::new(exe);

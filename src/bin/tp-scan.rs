@@ -1,0 +1,68 @@
+//! `tp-scan RUN_DIR`: SPD's block-wise sensitivity scan of a trained checkpoint.
+
+use clap::Parser;
+use std::path::PathBuf;
+use tp_harness::error::exit_code;
+use tp_harness::plot::plot_scan;
+use tp_harness::run_dir::write_scan_into;
+use tp_harness::train::scan::scan_run;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tp-scan",
+    version,
+    about = "Block-wise sync sensitivity of a trained checkpoint (zero-shot, whole val split); writes scan.json and scan.png"
+)]
+struct Args {
+    /// A run directory (its latest checkpoint unless --checkpoint).
+    run_dir: PathBuf,
+    /// What t blocks are converted to.
+    #[arg(long, default_value = "s", value_parser = ["s", "p"])]
+    to: String,
+    /// Tensor-parallel ranks (threads) to evaluate at (default: the run's; at least 2).
+    #[arg(long)]
+    tp: Option<usize>,
+    /// A specific checkpoint directory instead of the latest.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+}
+
+fn main() {
+    tp_harness::alloc::keep_freed_memory();
+    let a = Args::parse();
+    let run = || -> anyhow::Result<()> {
+        let to = a.to.chars().next().unwrap_or('s');
+        let r = scan_run(&a.run_dir, a.checkpoint.as_deref(), to, a.tp)?;
+        println!(
+            "{} at tp {}: val loss {:.4} over {} predictions, {} forward all-reduces per pass",
+            r.base_pattern, r.tp, r.base_loss, r.val_tokens, r.base_forward_allreduces
+        );
+        println!("block  as {}        loss    rise  tier", r.to);
+        for b in &r.blocks {
+            println!(
+                "{:>5}  {:<10} {:.4} {:+.4}  {}",
+                b.block, b.pattern, b.loss, b.rise, b.tier
+            );
+        }
+        println!("budget  recommended  loss");
+        for s in &r.recommended {
+            println!(
+                "{:>6}  {:<11}  {:.4}",
+                s.forward_allreduces, s.pattern, s.loss
+            );
+        }
+        write_scan_into(&a.run_dir, &r)?;
+        for f in plot_scan(&r, &a.run_dir)? {
+            println!("{}", f.display());
+        }
+        println!("scan.json in {}", a.run_dir.display());
+        Ok(())
+    };
+    if let Err(e) = run() {
+        eprintln!("tp-scan: error: {}", format!("{e:#}").replace('\n', " "));
+        std::process::exit(exit_code(&e));
+    }
+}

@@ -1,0 +1,221 @@
+//! `tp-scan`: the block-wise sensitivity scan of SPD (Kim et al., ICML 2025) on a trained
+//! checkpoint, zero-shot. Each `t` block in turn, from the last down, is evaluated as an
+//! `s` (or `p`) block with every other block unchanged — how much the whole validation
+//! split's loss rises is that block's sensitivity — and the blocks are also converted
+//! cumulatively from the last down, as the paper drops syncs. Blocks are tiered by the
+//! relative rise, and for each budget of forward all-reduces per pass the scan
+//! recommends converting the least sensitive blocks (each recommendation evaluated too;
+//! converting to p, also mixes with s for the budgets in between).
+
+use super::full_eval::split_loss;
+use super::job::load_dataset;
+use super::launch::{configure_threads, on_tp_threads};
+use crate::blocks::Layout;
+use crate::data::Split;
+use crate::model::Gpt;
+use crate::run_dir::records::{ScanBlock, ScanReport, ScanStep};
+use crate::tp::StoredParams;
+use anyhow::Result;
+use candle_core::Tensor;
+use std::collections::HashMap;
+
+/// A rise of the loss below this share is `insensitive`, below the next `sensitive`,
+/// else `extremely sensitive` (relative to the unconverted model's loss).
+pub const TIERS: [(f64, &str); 2] = [(0.01, "insensitive"), (0.05, "sensitive")];
+
+fn tier(rise: f64, base: f64) -> &'static str {
+    let r = rise / base;
+    TIERS
+        .iter()
+        .find(|(limit, _)| r < *limit)
+        .map_or("extremely sensitive", |(_, name)| name)
+}
+
+/// Full-split val loss of `weights` under `pattern` on `tp` thread ranks.
+fn loss_of(
+    cfg: &crate::config::RunConfig,
+    data: &crate::data::Dataset,
+    weights: &HashMap<String, Tensor>,
+    pattern: &str,
+    tp: usize,
+) -> Result<f64> {
+    let mut mcfg = cfg.model_config(data.vocab_size())?;
+    mcfg.kernels = cfg.parallel.kernels;
+    let layout = Layout::parse(pattern).map_err(crate::error::user)?;
+    let tokens = data.split(Split::Val);
+    let l = on_tp_threads(tp, |comm| {
+        let source = StoredParams {
+            tensors: weights.clone(),
+        };
+        let model = Gpt::build_on(&mcfg, &layout, &source, &comm, &candle_core::Device::Cpu)?;
+        split_loss(&model, tokens, mcfg.block_size, cfg.optim.batch_size)
+    })?;
+    Ok(l[0].loss)
+}
+
+fn with_block(pattern: &str, i: usize, kind: char) -> String {
+    pattern
+        .chars()
+        .enumerate()
+        .map(|(j, c)| if j == i { kind } else { c })
+        .collect()
+}
+
+/// Runs the scan on a run's latest checkpoint (or `checkpoint`), converting `t` blocks
+/// to `to` (`s` or `p`) at `tp` ranks (default: the run's; at least 2, where s and p
+/// differ from t).
+pub fn scan_run(
+    run_dir: &std::path::Path,
+    checkpoint: Option<&std::path::Path>,
+    to: char,
+    tp: Option<usize>,
+) -> Result<ScanReport> {
+    let (cfg, ck) = crate::run_dir::load_checkpoint(run_dir, checkpoint, "scan")?;
+    let tp = tp.unwrap_or(cfg.parallel.tp);
+    if tp < 2 {
+        crate::user_bail!(
+            "tp-scan at tp {tp}: s and p blocks equal t blocks on one rank, so there is nothing to measure: use --tp 2 or more"
+        );
+    }
+    if to != 's' && to != 'p' {
+        crate::user_bail!("--to {to}: convert blocks to s or p");
+    }
+    let data = load_dataset(&cfg)?;
+    cfg.model_config(data.vocab_size())?
+        .check(tp)
+        .map_err(crate::error::user)?;
+    configure_threads(tp);
+    let base_pattern = cfg.layout()?.expanded();
+    let candidates: Vec<usize> = base_pattern
+        .char_indices()
+        .filter(|&(_, c)| c == 't')
+        .map(|(i, _)| i)
+        .rev()
+        .collect();
+    if candidates.is_empty() {
+        crate::user_bail!(
+            "pattern {base_pattern} has no t block to convert: scan a run with t blocks"
+        );
+    }
+    let eval = |p: &str| loss_of(&cfg, &data, &ck.weights, p, tp);
+    let allreduces = |p: &str| -> Result<usize> {
+        Ok(Layout::parse(p)
+            .map_err(crate::error::user)?
+            .forward_allreduces())
+    };
+    let base = eval(&base_pattern)?;
+    let mut blocks = Vec::new();
+    for &i in &candidates {
+        let pattern = with_block(&base_pattern, i, to);
+        let loss = eval(&pattern)?;
+        blocks.push(ScanBlock {
+            block: i,
+            pattern,
+            loss,
+            rise: loss - base,
+            tier: tier(loss - base, base).into(),
+        });
+    }
+    // As the paper drops syncs: the last block, then the last two, and so on.
+    let mut cumulative = Vec::new();
+    let mut pattern = base_pattern.clone();
+    for &i in &candidates {
+        pattern = with_block(&pattern, i, to);
+        cumulative.push(ScanStep {
+            forward_allreduces: allreduces(&pattern)?,
+            loss: eval(&pattern)?,
+            pattern: pattern.clone(),
+        });
+    }
+    // For each budget: convert the least sensitive blocks until the pattern fits.
+    let mut order: Vec<&ScanBlock> = blocks.iter().collect();
+    order.sort_by(|a, b| a.rise.total_cmp(&b.rise));
+    let mut recommended: Vec<ScanStep> = Vec::new();
+    let mut pattern = base_pattern.clone();
+    for b in order {
+        pattern = with_block(&pattern, b.block, to);
+        let n = allreduces(&pattern)?;
+        if recommended
+            .last()
+            .is_some_and(|r| r.forward_allreduces <= n)
+        {
+            continue;
+        }
+        recommended.push(ScanStep {
+            forward_allreduces: n,
+            loss: eval(&pattern)?,
+            pattern: pattern.clone(),
+        });
+    }
+    // Converting to p, budgets between the p-only ones come from s: the k least sensitive
+    // blocks as p and the other t blocks as s (tttt -> sppp for 2 all-reduces), kept
+    // where they reach a budget the p-only list does not, or reach one at a lower loss.
+    if to == 'p' {
+        let mut by_rise: Vec<&ScanBlock> = blocks.iter().collect();
+        by_rise.sort_by(|a, b| a.rise.total_cmp(&b.rise));
+        for k in 1..by_rise.len() {
+            let mut p: Vec<char> = base_pattern.chars().collect();
+            for (rank, b) in by_rise.iter().enumerate() {
+                p[b.block] = if rank < k { 'p' } else { 's' };
+            }
+            let pattern: String = p.into_iter().collect();
+            let n = allreduces(&pattern)?;
+            let known = recommended.iter().position(|r| r.forward_allreduces == n);
+            let loss = eval(&pattern)?;
+            match known {
+                Some(at) if recommended[at].loss <= loss => {}
+                Some(at) => {
+                    recommended[at] = ScanStep {
+                        pattern,
+                        forward_allreduces: n,
+                        loss,
+                    }
+                }
+                None => recommended.push(ScanStep {
+                    pattern,
+                    forward_allreduces: n,
+                    loss,
+                }),
+            }
+        }
+    }
+    // Most all-reduces first; a recommendation no better than one with fewer all-reduces
+    // is dropped (it would never be the pattern to pick).
+    recommended.sort_by_key(|r| std::cmp::Reverse(r.forward_allreduces));
+    let mut best_below = f64::INFINITY;
+    for r in recommended.iter_mut().rev() {
+        if r.loss >= best_below {
+            r.forward_allreduces = usize::MAX;
+        } else {
+            best_below = r.loss;
+        }
+    }
+    recommended.retain(|r| r.forward_allreduces != usize::MAX);
+    Ok(ScanReport {
+        checkpoint: ck.dir.display().to_string(),
+        step: ck.meta.step,
+        tp,
+        to: to.to_string(),
+        base_pattern: base_pattern.clone(),
+        base_forward_allreduces: allreduces(&base_pattern)?,
+        base_loss: base,
+        val_tokens: data.split(Split::Val).len().saturating_sub(1),
+        blocks,
+        cumulative,
+        recommended,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_split_at_one_and_five_percent_and_blocks_are_replaced_by_index() {
+        assert_eq!(tier(0.009, 1.0), "insensitive");
+        assert_eq!(tier(0.03, 1.0), "sensitive");
+        assert_eq!(tier(0.06, 1.0), "extremely sensitive");
+        assert_eq!(with_block("tttt", 3, 's'), "ttts");
+        assert_eq!(with_block("tstt", 0, 'p'), "pstt");
+    }
+}

@@ -44,10 +44,11 @@ fn row(r: &PointResult) -> Vec<String> {
     ]
 }
 
-pub fn csv(results: &[PointResult]) -> String {
-    let mut out = COLUMNS.join(",") + "\n";
-    for r in results {
-        let cells: Vec<String> = row(r)
+/// A CSV table: the header, then one line per row, cells with commas quoted.
+fn csv_table(header: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+    let mut out = header.join(",") + "\n";
+    for cells in rows {
+        let cells: Vec<String> = cells
             .into_iter()
             .map(|c| {
                 if c.contains(',') {
@@ -61,6 +62,10 @@ pub fn csv(results: &[PointResult]) -> String {
         out.push('\n');
     }
     out
+}
+
+pub fn csv(results: &[PointResult]) -> String {
+    csv_table(&COLUMNS, results.iter().map(row))
 }
 
 pub fn markdown(name: &str, results: &[PointResult]) -> String {
@@ -187,22 +192,7 @@ fn group_row(g: &GroupRow) -> Vec<String> {
 
 /// `groups.csv`: one row per replicate group.
 pub fn groups_csv(rows: &[GroupRow]) -> String {
-    let mut out = GROUP_COLUMNS.join(",") + "\n";
-    for g in rows {
-        let cells: Vec<String> = group_row(g)
-            .into_iter()
-            .map(|c| {
-                if c.contains(',') {
-                    format!("\"{c}\"")
-                } else {
-                    c
-                }
-            })
-            .collect();
-        out.push_str(&cells.join(","));
-        out.push('\n');
-    }
-    out
+    csv_table(&GROUP_COLUMNS, rows.iter().map(group_row))
 }
 
 /// The replicate table of `summary.md`, with how to read it.

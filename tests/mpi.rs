@@ -188,6 +188,34 @@ fn mpirun_n2_tp2_and_n4_tp2_dp2_match_the_threads_backend() {
     }
 }
 
+/// The vocab-parallel table under mpirun (its max all-reduce is MPI's own) trains as in
+/// threads: same losses, same sample, same embedding/head counts.
+#[test]
+fn mpirun_vocab_parallel_matches_the_threads_backend() {
+    let d = scratch("vocab-parallel");
+    let vp = ["--tp", "2", "--set", "vocab_parallel=true", "--out"];
+    ok(&mpirun(&d, 2, &[&SMALL[..], &vp, &["mpi"]].concat(), &[]));
+    ok(&threads(&d, &[&SMALL[..], &vp, &["threads"]].concat()));
+    assert_losses_close(&d.join("mpi"), &d.join("threads"), 1e-6);
+    let (cm, ct) = (comm(&d.join("mpi")), comm(&d.join("threads")));
+    assert_same_counts(&cm, &ct);
+    assert_eq!(cm["outside_layers"].as_array().unwrap().len(), 2);
+    for (a, b) in cm["outside_layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(ct["outside_layers"].as_array().unwrap())
+    {
+        for k in ["site", "forward_allreduces", "backward_allreduces", "bytes"] {
+            assert_eq!(a[k], b[k], "{k}");
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(d.join("mpi").join("sample.txt")).unwrap(),
+        std::fs::read_to_string(d.join("threads").join("sample.txt")).unwrap()
+    );
+}
+
 #[test]
 fn mpirun_tp2_dp2_equals_tp2_dp1_with_the_same_global_batch() {
     let d = scratch("dp");

@@ -145,6 +145,7 @@ impl RunConfig {
                 device: DeviceKind::Cpu,
                 dtype: ComputeDtype::F32,
                 tf32: false,
+                vocab_parallel: false,
             },
             eval: EvalConfig {
                 eval_interval: 250,

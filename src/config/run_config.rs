@@ -72,6 +72,10 @@ pub struct ParallelConfig {
     pub dtype: ComputeDtype,
     /// TF32 matmuls for f32 passes on GPUs (faster, less exact; off by default).
     pub tf32: bool,
+    /// Shard the tied embedding/head by vocabulary over the TP group (Megatron's
+    /// vocab-parallel embedding and cross-entropy). The same function and the same
+    /// logical checkpoint either way: it can change on resume.
+    pub vocab_parallel: bool,
 }
 
 /// Evaluation, logging and the closing sample.
@@ -187,6 +191,7 @@ impl RunConfig {
         }
         m.kernels = self.parallel.kernels;
         m.dtype = self.parallel.dtype;
+        m.vocab_parallel = self.parallel.vocab_parallel;
         Ok(m)
     }
 

@@ -80,8 +80,13 @@ impl RunConfig {
         if self.eval.eval_interval > 0 && self.eval.eval_iters == 0 {
             user_bail!("eval_iters must be at least 1 when eval_interval is set (or set eval_interval to 0)");
         }
+        // Before the data is read an unset vocabulary is a placeholder of 1: how it splits
+        // over the group is checked once it is known.
         self.model_config(1)
-            .and_then(|m| m.check(self.parallel.tp))
+            .and_then(|mut m| {
+                m.vocab_parallel &= self.model.arch.vocab_size != 0;
+                m.check(self.parallel.tp)
+            })
             .map_err(user)?;
         Ok(())
     }

@@ -30,6 +30,10 @@ pub struct ModelConfig {
     /// same function is computed, not part of the model.
     #[serde(skip)]
     pub dtype: ComputeDtype,
+    /// Whether the tied embedding/head is split by vocabulary over the TP group: like
+    /// `kernels`, a choice of how the same function is computed (checkpoints stay logical).
+    #[serde(skip)]
+    pub vocab_parallel: bool,
 }
 
 fn vocab_to_yaml<S: Serializer>(v: &usize, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -140,6 +144,7 @@ impl Preset {
             norm_eps: 1e-5,
             kernels: Kernels::Fused,
             dtype: ComputeDtype::F32,
+            vocab_parallel: false,
         }
     }
 }
@@ -186,6 +191,9 @@ impl ModelConfig {
         }
         if self.vocab_size == 0 {
             bail!("vocab_size is not resolved: give the dataset's vocabulary size");
+        }
+        if self.vocab_parallel {
+            crate::tp::VocabShard::new(self.vocab_size, tp - 1, tp)?;
         }
         if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) {
             bail!("norm_eps {} must be a positive number", self.norm_eps);

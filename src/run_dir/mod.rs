@@ -25,7 +25,7 @@ pub mod records;
 pub use checkpoint::{latest, Checkpoint, CheckpointMeta, CHECKPOINTS};
 pub use lock::DirLock;
 pub use log::{read_log, LogLine, LogWriter};
-pub use records::{CommReport, EvalReport, LayerComm, PerStep, RunSummary, ScanReport};
+pub use records::{CommReport, EvalReport, LayerComm, PerStep, RunSummary, ScanReport, SiteComm};
 
 use crate::config::RunConfig;
 use crate::error::user;

@@ -23,6 +23,21 @@ pub struct LayerComm {
     pub seconds: f64,
 }
 
+/// The collectives of a site outside the layers: the vocabulary-parallel `embedding`
+/// lookup and `head` (logits and cross-entropy).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteComm {
+    pub site: String,
+    /// All-reduces per forward pass.
+    pub forward_allreduces: f64,
+    /// All-reduces per backward pass.
+    pub backward_allreduces: f64,
+    /// Bytes all-reduced per optimiser step (forward + backward).
+    pub bytes: f64,
+    /// Seconds in these collectives per optimiser step.
+    pub seconds: f64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PerStep {
     pub calls: f64,
@@ -44,11 +59,16 @@ pub struct CommReport {
     pub backward_passes: usize,
     /// blocks.md's `2 t + s + p-runs`.
     pub formula_forward_allreduces: usize,
-    /// Measured TP all-reduces per forward pass (0 at tp 1: nothing is communicated).
+    /// Measured TP all-reduces per forward pass issued by the blocks, what the formula
+    /// counts (0 at tp 1: nothing is communicated).
     pub tp_forward_allreduces: f64,
-    /// Measured TP all-reduces per backward pass.
+    /// Measured TP all-reduces per backward pass issued by the blocks.
     pub tp_backward_allreduces: f64,
     pub layers: Vec<LayerComm>,
+    /// Sites outside the layers that communicate (`vocab_parallel`: embedding, head);
+    /// empty otherwise.
+    #[serde(default)]
+    pub outside_layers: Vec<SiteComm>,
     /// Per optimiser step, by kind (tp-forward, tp-backward, tp-param-grad, dp-grad, other).
     pub per_step: BTreeMap<String, PerStep>,
     /// Whole run, by kind.
@@ -97,6 +117,17 @@ impl CommReport {
                 l.backward_allreduces,
                 l.bytes / 1024.0,
                 l.seconds * 1e3
+            );
+        }
+        for o in &self.outside_layers {
+            let _ = writeln!(
+                s,
+                "  {:<11} {:>8} {:>8} {:>12.1} {:>10.3}",
+                o.site,
+                o.forward_allreduces,
+                o.backward_allreduces,
+                o.bytes / 1024.0,
+                o.seconds * 1e3
             );
         }
         let _ = writeln!(

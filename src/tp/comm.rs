@@ -1,6 +1,7 @@
 //! The collectives: the interface every backend implements.
 //!
-//! Only what the harness needs: a sum all-reduce. Callers hand it tensors
+//! Only what the harness needs: a sum all-reduce, and a max all-reduce (the parallel
+//! cross-entropy's row maxima) that every backend gets from the sum. Callers hand it tensors
 //! ([`Comm::all_reduce`]), so a backend for a GPU can reduce device memory where it lies;
 //! the CPU backends (threads, MPI) implement the host-buffer sum and stage tensors through
 //! it. Backends must sum in rank order so that every member of a group ends with
@@ -22,6 +23,23 @@ pub trait Comm: Send + Sync {
     /// through host memory with [`Comm::all_reduce_sum`]; a device backend overrides it.
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
         stage_through_host(t, |buf| self.all_reduce_sum(buf))
+    }
+    /// The element-wise maximum of `t` over the group, identical on every member. The
+    /// default builds it from [`Comm::all_reduce`]: each member places `t` in its own row
+    /// of a `(size, len)` zero tensor, the group's sum of those is every member's tensor
+    /// (exact: each element has one non-zero term), and each member takes the maximum over
+    /// the rows. It moves `size` times the bytes of a native max; the rows are small (one
+    /// value per token), and a backend with a native max overrides it.
+    fn all_reduce_max(&self, t: &Tensor) -> Result<Tensor> {
+        let n = self.size();
+        if n == 1 {
+            return Ok(t.clone());
+        }
+        let flat = t.flatten_all()?.unsqueeze(0)?;
+        let len = flat.dim(1)?;
+        let placed = Tensor::zeros((n, len), t.dtype(), t.device())?
+            .slice_assign(&[self.rank()..self.rank() + 1, 0..len], &flat)?;
+        Ok(self.all_reduce(&placed)?.max(0)?.reshape(t.shape())?)
     }
 }
 

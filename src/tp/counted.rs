@@ -96,6 +96,15 @@ impl CountedComm {
         self.counted(bytes, site, kind, || self.comm.all_reduce(t))
     }
 
+    /// Element-wise maximum of a tensor over the group, on its device.
+    pub fn all_reduce_max(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {
+        if self.comm.size() == 1 {
+            return Ok(t.clone());
+        }
+        let bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        self.counted(bytes, site, kind, || self.comm.all_reduce_max(t))
+    }
+
     /// Mean of a tensor over the group (each element divided by the group size, exactly
     /// as the host-buffer mean).
     pub fn all_reduce_mean(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {

@@ -10,6 +10,7 @@
 use super::comm::Comm;
 use super::mesh::Mesh;
 use anyhow::{bail, Result};
+use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::*;
@@ -80,6 +81,21 @@ impl Comm for MpiComm {
         let mut out = PartitionMut::new(buf, &counts[..], &displs[..]);
         self.comm.0.all_gather_varcount_into(&sum[..], &mut out);
         Ok(())
+    }
+
+    /// `MPI_Allreduce` with `MPI_MAX`: a maximum does not depend on the order it is taken
+    /// in, so every rank gets the same bits, as the threads backend's.
+    fn all_reduce_max(&self, t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+        if self.size() == 1 {
+            return Ok(t.clone());
+        }
+        super::comm::stage_through_host(t, |buf| {
+            let send = buf.to_vec();
+            self.comm
+                .0
+                .all_reduce_into(&send[..], buf, SystemOperation::max());
+            Ok(())
+        })
     }
 }
 

@@ -96,6 +96,11 @@ impl ParamRegistry {
             .collect()
     }
 
+    /// Number of parameters this rank holds (its shards, and every replicated tensor).
+    pub fn local_numel(&self) -> usize {
+        self.iter().map(|p| p.var.elem_count()).sum()
+    }
+
     /// Number of logical parameters (every tensor counted once, at full size).
     pub fn logical_numel(&self) -> usize {
         self.iter()

@@ -12,6 +12,17 @@ pub enum Shard {
     Columns { groups: usize },
     /// The first dimension (rows of an (in, out) weight) is split over ranks.
     Rows,
+    /// The first dimension split as if padded to a multiple of `N`: rank r owns rows
+    /// `[r*ceil(R/N), (r+1)*ceil(R/N))` of the padded tensor, cut at `R`. The padding
+    /// rows are never stored (the last rank's shard is shorter), so a vocabulary of any
+    /// size splits over any group whose ranks each get at least one row.
+    PaddedRows,
+}
+
+/// The rows `[start, end)` rank `r` of `n` owns under [`Shard::PaddedRows`] of `rows` rows.
+pub fn padded_rows_range(rows: usize, r: usize, n: usize) -> std::ops::Range<usize> {
+    let per = rows.div_ceil(n);
+    (r * per).min(rows)..((r + 1) * per).min(rows)
 }
 
 impl Shard {
@@ -26,6 +37,16 @@ impl Shard {
                     bail!("{rows} rows do not split over {n} ranks");
                 }
                 Ok(full.narrow(0, r * rows / n, rows / n)?.contiguous()?)
+            }
+            Shard::PaddedRows => {
+                let range = padded_rows_range(full.dim(0)?, r, n);
+                if range.is_empty() {
+                    bail!(
+                        "{} rows leave rank {r} of {n} none: use fewer ranks",
+                        full.dim(0)?
+                    );
+                }
+                Ok(full.narrow(0, range.start, range.len())?.contiguous()?)
             }
             Shard::Columns { groups } => {
                 let last = full.rank() - 1;
@@ -65,6 +86,10 @@ impl Shard {
                 let rows = local.dim(0)?;
                 Ok(zeros.slice_assign(&full_ranges(0, r * rows..(r + 1) * rows), local)?)
             }
+            Shard::PaddedRows => {
+                let range = padded_rows_range(full_shape[0], r, n);
+                Ok(zeros.slice_assign(&full_ranges(0, range), local)?)
+            }
             Shard::Columns { groups } => {
                 let last = full_shape.len() - 1;
                 let part = full_shape[last] / groups;
@@ -84,7 +109,7 @@ impl Shard {
     pub fn gather(&self, shards: &[Tensor]) -> Result<Tensor> {
         let n = shards.len();
         match *self {
-            Shard::Rows => Ok(Tensor::cat(shards, 0)?),
+            Shard::Rows | Shard::PaddedRows => Ok(Tensor::cat(shards, 0)?),
             Shard::Columns { groups } => {
                 let last = shards[0].rank() - 1;
                 let local = shards[0].dim(last)?;
@@ -133,7 +158,12 @@ mod tests {
             .unwrap()
             .reshape((4, 12))
             .unwrap();
-        for spec in [Shard::Rows, Shard::Columns { groups: 3 }, Shard::COLUMNS] {
+        for spec in [
+            Shard::Rows,
+            Shard::PaddedRows,
+            Shard::Columns { groups: 3 },
+            Shard::COLUMNS,
+        ] {
             let mut sum = Tensor::zeros((4, 12), candle_core::DType::F32, &Device::Cpu).unwrap();
             for r in 0..2 {
                 let local = spec.slice(&full, r, 2).unwrap();
@@ -162,5 +192,37 @@ mod tests {
             back.to_vec2::<f32>().unwrap(),
             full.to_vec2::<f32>().unwrap()
         );
+    }
+
+    /// 10 rows over 4 ranks: padded to 12, 3 rows each, the last rank's cut to 1; the
+    /// shards still place and gather back to the whole.
+    #[test]
+    fn padded_row_shards_split_an_indivisible_count_and_gather_back() {
+        let full = Tensor::arange(0f32, 20., &Device::Cpu)
+            .unwrap()
+            .reshape((10, 2))
+            .unwrap();
+        let shards: Vec<_> = (0..4)
+            .map(|r| Shard::PaddedRows.slice(&full, r, 4).unwrap())
+            .collect();
+        let rows: Vec<usize> = shards.iter().map(|s| s.dim(0).unwrap()).collect();
+        assert_eq!(rows, vec![3, 3, 3, 1]);
+        assert_eq!(shards[3].to_vec2::<f32>().unwrap(), vec![vec![18., 19.]]);
+        let back = Shard::PaddedRows.gather(&shards).unwrap();
+        assert_eq!(
+            back.to_vec2::<f32>().unwrap(),
+            full.to_vec2::<f32>().unwrap()
+        );
+        let mut sum = Tensor::zeros((10, 2), candle_core::DType::F32, &Device::Cpu).unwrap();
+        for (r, s) in shards.iter().enumerate() {
+            sum = (sum + Shard::PaddedRows.embed(s, r, 4, &[10, 2]).unwrap()).unwrap();
+        }
+        assert_eq!(
+            sum.to_vec2::<f32>().unwrap(),
+            full.to_vec2::<f32>().unwrap()
+        );
+        // 3 rows over 4 ranks leave the last one nothing: an error, not an empty shard.
+        let small = full.narrow(0, 0, 3).unwrap();
+        assert!(Shard::PaddedRows.slice(&small, 3, 4).is_err());
     }
 }

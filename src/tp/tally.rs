@@ -46,7 +46,11 @@ impl CommKind {
 /// Where a collective was issued: a transformer layer, or outside the layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Site {
+    /// The vocabulary-parallel embedding lookup.
+    Embedding,
     Layer(usize),
+    /// The vocabulary-parallel head and its cross-entropy.
+    Head,
     Params,
     Misc,
 }

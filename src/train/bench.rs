@@ -23,6 +23,14 @@ pub struct BenchResult {
     pub dtype: String,
     pub tp: usize,
     pub dp: usize,
+    /// The embedding/head split by vocabulary over the TP group (absent in older results).
+    #[serde(default)]
+    pub vocab_parallel: bool,
+    /// Parameters one TP rank holds, and their f32 bytes in MiB (0 in older results).
+    #[serde(default)]
+    pub params_per_rank: usize,
+    #[serde(default)]
+    pub param_mib_per_rank: f64,
     pub math_threads_per_rank: usize,
     /// Emulated link (0: none).
     pub link_gbps: f64,
@@ -172,6 +180,9 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         dtype: cfg.parallel.dtype.label().to_string(),
         tp: cfg.parallel.tp,
         dp: cfg.parallel.dp,
+        vocab_parallel: cfg.parallel.vocab_parallel,
+        params_per_rank: o.local_params,
+        param_mib_per_rank: (o.local_params * 4) as f64 / (1 << 20) as f64,
         math_threads_per_rank: threads,
         link_gbps: cfg.parallel.link_gbps,
         link_latency_us: cfg.parallel.link_latency_us,
@@ -299,15 +310,24 @@ impl BenchResult {
             100.0 * self.gflops_per_core / self.fma_peak_gflops_per_core
         );
         t += &format!(
-            "  peak RSS {:.0} MB (first measured step {:.0} MB, last {:.0} MB)",
-            self.peak_rss_mb, self.first_step_peak_rss_mb, self.last_step_peak_rss_mb
+            "  {} parameters per TP rank ({:.1} MiB of f32 weights{}); peak RSS {:.0} MB (first measured step {:.0} MB, last {:.0} MB)",
+            self.params_per_rank,
+            self.param_mib_per_rank,
+            if self.vocab_parallel {
+                ", embedding vocab-parallel"
+            } else {
+                ""
+            },
+            self.peak_rss_mb,
+            self.first_step_peak_rss_mb,
+            self.last_step_peak_rss_mb
         );
         t
     }
 
     pub fn line(&self) -> String {
         format!(
-            "{} {} tp {} dp {} on {} {} ({} thread(s)/rank, {} kernels): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
+            "{} {} tp {} dp {} on {} {} ({} thread(s)/rank, {} kernels{}): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
             self.preset,
             self.pattern,
             self.tp,
@@ -316,6 +336,11 @@ impl BenchResult {
             self.dtype,
             self.math_threads_per_rank,
             self.kernels,
+            if self.vocab_parallel {
+                ", vocab-parallel"
+            } else {
+                ""
+            },
             self.ms_per_step,
             self.tokens_per_s,
             self.forward_ms,

@@ -1,7 +1,7 @@
 //! Rank 0's reporter: the JSONL log (through the run directory's writer), a progress bar
 //! and evaluation lines on stdout.
 
-use super::record::{Reporter, StepRecord};
+use super::record::{ParamCounts, Reporter, StepRecord};
 use crate::config::RunConfig;
 use crate::run_dir::{LogLine, LogWriter, RunDir};
 use anyhow::Result;
@@ -42,10 +42,16 @@ impl ConsoleReporter {
 }
 
 impl Reporter for ConsoleReporter {
-    fn started(&mut self, cfg: &RunConfig, logical_params: usize) {
+    fn started(&mut self, cfg: &RunConfig, params: ParamCounts) {
         self.say(format!(
-            "model: {} parameters, pattern {}, tp {} x dp {}, global batch {} x {} tokens",
-            logical_params,
+            "model: {} parameters ({} on each TP rank{}), pattern {}, tp {} x dp {}, global batch {} x {} tokens",
+            params.logical,
+            params.local,
+            if cfg.parallel.vocab_parallel {
+                ", vocab-parallel"
+            } else {
+                ""
+            },
             cfg.model.pattern,
             cfg.parallel.tp,
             cfg.parallel.dp,

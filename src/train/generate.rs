@@ -2,7 +2,6 @@
 //! (same seed, and logits that are bit-identical across the TP group), so a sharded model
 //! can generate with all ranks taking part in its collectives.
 
-use crate::blocks::Fwd;
 use crate::model::Gpt;
 use crate::ops;
 use anyhow::{bail, Result};
@@ -39,9 +38,9 @@ pub fn generate(model: &Gpt, prompt: &[u32], opts: &SampleOptions) -> Result<Vec
     for _ in 0..opts.tokens {
         let window = &ids[ids.len().saturating_sub(bs)..];
         let x = Tensor::from_vec(window.to_vec(), (1, window.len()), model.device())?;
-        let logits = model.forward(&x, &Fwd::eval())?.detach(); // (1, T, V)
-        let mut last = logits
-            .narrow(1, window.len() - 1, 1)?
+        let mut last = model
+            .next_token_logits(&x)?
+            .detach()
             .flatten_all()?
             .to_vec1::<f32>()?;
         if let Some(k) = opts.top_k.filter(|&k| k > 0 && k < last.len()) {

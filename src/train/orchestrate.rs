@@ -6,7 +6,7 @@
 use super::context::RankContext;
 use super::full_eval::split_loss;
 use super::job::Job;
-use super::record::{RankOutcome, Reporter};
+use super::record::{ParamCounts, RankOutcome, Reporter};
 use super::trainer::Trainer;
 use crate::config::FinalEval;
 use crate::data::Split;
@@ -45,9 +45,12 @@ pub fn run_rank(
             );
         }
     }
-    let logical_params = trainer.model().params().logical_numel();
+    let counts = ParamCounts {
+        logical: trainer.model().params().logical_numel(),
+        local: trainer.model().params().local_numel(),
+    };
     if let Some(r) = reporter.as_deref_mut() {
-        r.started(cfg, logical_params);
+        r.started(cfg, counts);
     }
     let (max_iters, start) = (cfg.optim.max_iters, trainer.steps_done());
     let (eval_interval, log_interval) = (cfg.eval.eval_interval, cfg.eval.log_interval);
@@ -156,7 +159,8 @@ pub fn run_rank(
         tally: ctx.tally.snapshot(),
         sample,
         params,
-        logical_params,
+        logical_params: counts.logical,
+        local_params: counts.local,
         best_val_loss: trainer.best_val_loss(),
         final_eval,
     })

@@ -46,6 +46,13 @@ pub struct EvalRecord {
     pub val_loss: f32,
 }
 
+/// The model's size: logical, and what one rank holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamCounts {
+    pub logical: usize,
+    pub local: usize,
+}
+
 /// What one rank's run produced.
 pub struct RankOutcome {
     pub rank: usize,
@@ -58,6 +65,8 @@ pub struct RankOutcome {
     /// This rank's parameters after training, by name (only when asked for).
     pub params: Vec<(String, Vec<f32>)>,
     pub logical_params: usize,
+    /// Parameters this rank holds (shards and replicated tensors).
+    pub local_params: usize,
     pub best_val_loss: Option<f32>,
     /// The whole validation split's loss at the end (`final_eval: full`).
     pub final_eval: Option<crate::train::full_eval::SplitLoss>,
@@ -72,7 +81,7 @@ impl RankOutcome {
 
 /// Rank 0's outlet for progress and logs; other ranks have none.
 pub trait Reporter {
-    fn started(&mut self, _cfg: &RunConfig, _logical_params: usize) {}
+    fn started(&mut self, _cfg: &RunConfig, _params: ParamCounts) {}
     fn logged(&mut self, _line: &LogLine) -> Result<()> {
         Ok(())
     }

@@ -6,7 +6,7 @@
 use super::record::RankOutcome;
 use crate::blocks::Layout;
 use crate::config::RunConfig;
-use crate::run_dir::{CommReport, LayerComm, PerStep, RunSummary};
+use crate::run_dir::{CommReport, LayerComm, PerStep, RunSummary, SiteComm};
 use crate::tp::{CommKind, Site, NAMED_LINKS};
 use std::collections::BTreeMap;
 
@@ -43,7 +43,30 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
                 seconds: per_f(f.seconds + b.seconds, steps),
             }
         })
+        .collect::<Vec<_>>();
+    let outside_layers = [(Site::Embedding, "embedding"), (Site::Head, "head")]
+        .into_iter()
+        .filter_map(|(site, name)| {
+            let f = t.at(site, CommKind::TpForward);
+            let b = t.at(site, CommKind::TpBackward);
+            (f.calls + b.calls > 0).then(|| SiteComm {
+                site: name.to_string(),
+                forward_allreduces: per(f.calls, passes),
+                backward_allreduces: per(b.calls, passes),
+                bytes: per(f.bytes + b.bytes, steps),
+                seconds: per_f(f.seconds + b.seconds, steps),
+            })
+        })
         .collect();
+    let in_layers = |kind| {
+        layers
+            .iter()
+            .map(|l: &LayerComm| match kind {
+                CommKind::TpForward => l.forward_allreduces,
+                _ => l.backward_allreduces,
+            })
+            .sum::<f64>()
+    };
     let mut per_step = BTreeMap::new();
     let mut totals = BTreeMap::new();
     for kind in CommKind::ALL {
@@ -82,9 +105,10 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
         forward_passes: passes,
         backward_passes: passes,
         formula_forward_allreduces: layout.forward_allreduces(),
-        tp_forward_allreduces: per(t.total(CommKind::TpForward).calls, passes),
-        tp_backward_allreduces: per(t.total(CommKind::TpBackward).calls, passes),
+        tp_forward_allreduces: in_layers(CommKind::TpForward),
+        tp_backward_allreduces: in_layers(CommKind::TpBackward),
         layers,
+        outside_layers,
         per_step,
         totals,
         eval,

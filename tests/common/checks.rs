@@ -19,6 +19,8 @@ pub struct On {
     pub loss_tol: f64,
     /// Largest relative gradient difference (per tensor, L2) accepted.
     pub grad_tol: f64,
+    /// The tied embedding/head split by vocabulary over the TP group.
+    pub vocab_parallel: bool,
 }
 
 impl On {
@@ -30,15 +32,29 @@ impl On {
             dtype: ComputeDtype::F32,
             loss_tol: 1e-5,
             grad_tol: 1e-4,
+            vocab_parallel: false,
+        }
+    }
+
+    /// The same with the embedding/head vocabulary-parallel.
+    pub fn vocab_parallel(self) -> Self {
+        Self {
+            vocab_parallel: true,
+            ..self
         }
     }
 
     pub fn label(&self) -> String {
         format!(
-            "{} {} {} kernels",
+            "{} {} {} kernels{}",
             if self.device.is_cpu() { "cpu" } else { "cuda" },
             self.dtype.label(),
-            self.kernels.label()
+            self.kernels.label(),
+            if self.vocab_parallel {
+                ", vocab-parallel"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -71,6 +87,7 @@ pub fn check_against_dense(pattern: &str, tp: usize, bias: bool, on: &On) {
     let mut cfg = small_config(Layout::parse(pattern).unwrap().n_layer(), bias);
     cfg.kernels = on.kernels;
     cfg.dtype = on.dtype;
+    cfg.vocab_parallel = on.vocab_parallel;
     let source = RandomWeights { seed: 7 };
     let (idx, tgt) = batch(3, 3, 16, cfg.vocab_size);
     let ours = tp_logical_on(&cfg, pattern, tp, &source, &idx, &tgt, &on.device);
@@ -93,6 +110,7 @@ pub fn check_against_literal(pattern: &str, tp: usize, bias: bool, on: &On) {
     let mut cfg = small_config(Layout::parse(pattern).unwrap().n_layer(), bias);
     cfg.kernels = on.kernels;
     cfg.dtype = on.dtype;
+    cfg.vocab_parallel = on.vocab_parallel;
     let source = RandomWeights { seed: 11 };
     let (idx, tgt) = batch(5, 3, 16, cfg.vocab_size);
     let ours = tp_logical_on(&cfg, pattern, tp, &source, &idx, &tgt, &on.device);
@@ -179,6 +197,7 @@ pub fn check_golden_cases(ons: &[On]) -> usize {
             norm_eps: case.layernorm_eps,
             kernels: Kernels::Fused,
             dtype: ComputeDtype::F32,
+            vocab_parallel: false,
         };
         let mut params = HashMap::new();
         let mut ref_grads = HashMap::new();
@@ -196,6 +215,7 @@ pub fn check_golden_cases(ons: &[On]) -> usize {
             let cfg = ModelConfig {
                 kernels: on.kernels,
                 dtype: on.dtype,
+                vocab_parallel: on.vocab_parallel,
                 ..base.clone()
             };
             let ours = tp_logical_on(

@@ -78,6 +78,7 @@ pub fn small_config(n_layer: usize, bias: bool) -> ModelConfig {
         norm_eps: 1e-5,
         kernels: tp_harness::device::Kernels::Fused,
         dtype: tp_harness::device::ComputeDtype::F32,
+        vocab_parallel: false,
     }
 }
 

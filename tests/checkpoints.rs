@@ -256,13 +256,6 @@ fn a_planted_nan_stops_the_run_naming_the_step_and_the_previous_checkpoint_loads
         .all(|x| x.is_finite())));
 }
 
-fn one_clear_error(o: &std::process::Output, needle: &str) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains(needle), "expected `{needle}` in {err}");
-}
-
 #[test]
 fn truncated_mismatched_and_wrong_pattern_checkpoints_are_one_clear_error_and_nothing_is_overwritten(
 ) {

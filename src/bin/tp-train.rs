@@ -128,6 +128,9 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         let (k, v) = parse_assignment(s)?;
         overrides.push((k, v, Origin::Flag(format!("--set {s}"))));
     }
+    if args.resume.is_none() {
+        overrides = tp_harness::run_dir::inherit_init_from(overrides)?;
+    }
     let backend = match args.backend {
         Some(BackendArg::Threads) => Backend::Threads,
         Some(BackendArg::Mpi) => Backend::Mpi,

@@ -1,4 +1,4 @@
-//! Export to Hugging Face's GPT-2 layout (`transformers.GPT2LMHeadModel`).
+//! Hugging Face's GPT-2 layout (`transformers.GPT2LMHeadModel`), out and in.
 //!
 //! Our names map one to one: `wte` -> `transformer.wte.weight`, `h.i.qkv.w` ->
 //! `transformer.h.i.attn.c_attn.weight`, and so on. Both store linear weights (in, out)
@@ -6,10 +6,16 @@
 //! is tied to `wte` and, as `save_pretrained` does, not stored. GPT-2 always has biases:
 //! a model trained without them gets zero biases, which compute the same function. Only
 //! `t`-only models with LayerNorm export: `s` and `p` blocks are not GPT-2 blocks.
+//!
+//! Import reads `config.json` and `model.safetensors` (or the shards a
+//! `model.safetensors.index.json` lists) as `save_pretrained` writes them, and also the
+//! hub's original GPT-2 files, whose names lack the `transformer.` prefix and which carry
+//! the attention-mask buffers `attn.bias`/`attn.masked_bias` (not parameters: skipped).
 
 use super::config::ModelConfig;
 use crate::blocks::params::layer_prefix;
 use crate::blocks::{BlockKind, Layout};
+use crate::data::tokenizer::GPT2_EOT;
 use crate::ops::{Activation, NormKind};
 use crate::user_bail;
 use anyhow::{Context, Result};
@@ -94,6 +100,7 @@ pub fn to_hf(
         Activation::Gelu => "gelu",
         Activation::Relu => "relu",
     };
+    let eot = (cfg.vocab_size > GPT2_EOT as usize).then_some(GPT2_EOT);
     let config = serde_json::json!({
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -112,8 +119,10 @@ pub fn to_hf(
         "initializer_range": 0.02,
         "scale_attn_weights": true,
         "tie_word_embeddings": true,
-        "bos_token_id": 50256,
-        "eos_token_id": 50256,
+        // GPT-2's <|endoftext|> only exists in a vocabulary that has it: a char-level model
+        // has no such token, and an id past its vocabulary makes transformers complain.
+        "bos_token_id": eot,
+        "eos_token_id": eot,
         "torch_dtype": "float32"
     });
     Ok((out, config))
@@ -134,4 +143,221 @@ pub fn write_hf(
         serde_json::to_string_pretty(config)?,
     )?;
     Ok(())
+}
+
+/// The keys of a transformers `GPT2Config` that fix the model (the rest, dropout rates
+/// and the like, do not change the function).
+#[derive(Debug, Clone, serde::Deserialize)]
+struct HfConfig {
+    model_type: Option<String>,
+    vocab_size: usize,
+    n_positions: usize,
+    n_embd: usize,
+    n_layer: usize,
+    n_head: usize,
+    n_inner: Option<usize>,
+    #[serde(default = "gelu_new")]
+    activation_function: String,
+    #[serde(default = "default_eps")]
+    layer_norm_epsilon: f64,
+    #[serde(default = "yes")]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    scale_attn_by_inverse_layer_idx: bool,
+    #[serde(default = "yes")]
+    scale_attn_weights: bool,
+}
+
+fn gelu_new() -> String {
+    "gelu_new".into()
+}
+fn default_eps() -> f64 {
+    1e-5
+}
+fn yes() -> bool {
+    true
+}
+
+/// The model a transformers GPT-2 `config.json` describes, or one line saying which of
+/// its settings this harness does not compute.
+fn model_of(c: &HfConfig) -> Result<ModelConfig> {
+    if let Some(t) = c.model_type.as_deref().filter(|t| *t != "gpt2") {
+        user_bail!("config.json has model_type `{t}`: only GPT-2 (`gpt2`) imports");
+    }
+    if c.n_inner.is_some_and(|n| n != 4 * c.n_embd) {
+        user_bail!(
+            "config.json has n_inner {} but this harness's MLP is 4 x n_embd = {}",
+            c.n_inner.unwrap_or(0),
+            4 * c.n_embd
+        );
+    }
+    if !c.tie_word_embeddings {
+        user_bail!("config.json unties the LM head from wte; the harness's head is tied");
+    }
+    if c.scale_attn_by_inverse_layer_idx || !c.scale_attn_weights {
+        user_bail!("config.json changes the attention scaling (scale_attn_by_inverse_layer_idx / scale_attn_weights); only GPT-2's 1/sqrt(head size) imports");
+    }
+    let activation = match c.activation_function.as_str() {
+        "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+        "gelu" => Activation::Gelu,
+        "relu" => Activation::Relu,
+        other => user_bail!(
+            "config.json has activation_function `{other}`: the harness has gelu_new, gelu and relu"
+        ),
+    };
+    Ok(ModelConfig {
+        vocab_size: c.vocab_size,
+        block_size: c.n_positions,
+        n_layer: c.n_layer,
+        n_head: c.n_head,
+        n_embd: c.n_embd,
+        bias: true,
+        norm: NormKind::Layernorm,
+        activation,
+        norm_eps: c.layer_norm_epsilon,
+        ..ModelConfig::default()
+    })
+}
+
+/// The logical shape of each of our parameters in a GPT-2 of `cfg`'s size.
+fn expected_shape(ours: &str, cfg: &ModelConfig) -> Vec<usize> {
+    let c = cfg.n_embd;
+    let leaf = ours.rsplit_once('.').map_or(ours, |(_, l)| l);
+    let module = ours
+        .strip_suffix(&format!(".{leaf}"))
+        .and_then(|m| m.rsplit('.').next())
+        .unwrap_or("");
+    match (ours, module, leaf) {
+        ("wte", _, _) => vec![cfg.vocab_size, c],
+        ("wpe", _, _) => vec![cfg.block_size, c],
+        (_, "qkv", "w") => vec![c, 3 * c],
+        (_, "qkv", "b") => vec![3 * c],
+        (_, "fc", "w") => vec![c, 4 * c],
+        (_, "fc", "b") => vec![4 * c],
+        (_, "pr", "w") => vec![4 * c, c],
+        (_, "o", "w") => vec![c, c],
+        _ => vec![c],
+    }
+}
+
+/// Reads the safetensors of a transformers folder: `model.safetensors`, or every shard
+/// `model.safetensors.index.json` names.
+fn read_hf_tensors(dir: &std::path::Path) -> Result<HashMap<String, Tensor>> {
+    let dev = candle_core::Device::Cpu;
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return candle_core::safetensors::load(&single, &dev).map_err(|e| {
+            crate::error::user(format!(
+                "{} is not a readable safetensors file: {e}",
+                single.display()
+            ))
+        });
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index)?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| crate::error::user(format!("{} is not JSON: {e}", index.display())))?;
+        let mut files: Vec<String> = v["weight_map"]
+            .as_object()
+            .map(|m| {
+                m.values()
+                    .filter_map(|f| f.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files.dedup();
+        let mut out = HashMap::new();
+        for f in files {
+            let path = dir.join(&f);
+            let part = candle_core::safetensors::load(&path, &dev).map_err(|e| {
+                crate::error::user(format!(
+                    "{} is not a readable safetensors file: {e}",
+                    path.display()
+                ))
+            })?;
+            out.extend(part);
+        }
+        return Ok(out);
+    }
+    user_bail!(
+        "{} has no model.safetensors: save the model with transformers' save_pretrained(DIR) (safetensors is its default) or download the hub's model.safetensors",
+        dir.display()
+    )
+}
+
+/// A transformers GPT-2 folder (`config.json` + safetensors) as our model and its logical
+/// weights in f32, every name and shape checked against the config.
+pub fn from_hf(dir: &std::path::Path) -> Result<(ModelConfig, HashMap<String, Tensor>)> {
+    let cfg_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|_| {
+        crate::error::user(format!(
+            "{} has no config.json: give the folder transformers' save_pretrained wrote",
+            dir.display()
+        ))
+    })?;
+    let hf: HfConfig = serde_json::from_str(&text).map_err(|e| {
+        crate::error::user(format!("{} is not a GPT-2 config: {e}", cfg_path.display()))
+    })?;
+    let cfg = model_of(&hf)?;
+    let mut stored = read_hf_tensors(dir)?;
+    // The hub's original files name tensors without the `transformer.` prefix.
+    if !stored.contains_key("transformer.wte.weight") && stored.contains_key("wte.weight") {
+        stored = stored
+            .into_iter()
+            .map(|(k, v)| {
+                if k.starts_with("lm_head.") {
+                    (k, v)
+                } else {
+                    (format!("transformer.{k}"), v)
+                }
+            })
+            .collect();
+    }
+    let mut weights = HashMap::new();
+    for (ours, theirs) in name_map(cfg.n_layer) {
+        let t = stored.remove(&theirs).ok_or_else(|| {
+            crate::error::user(format!(
+                "{} lacks `{theirs}`, which a {}-layer GPT-2 has",
+                dir.display(),
+                cfg.n_layer
+            ))
+        })?;
+        let want = expected_shape(&ours, &cfg);
+        if t.dims() != want.as_slice() {
+            user_bail!(
+                "`{theirs}` has shape {:?} but config.json's sizes give {:?}",
+                t.dims(),
+                want
+            );
+        }
+        weights.insert(ours, t.to_dtype(DType::F32)?);
+    }
+    if let Some(head) = stored.remove("lm_head.weight") {
+        let same = head.dims() == weights["wte"].dims()
+            && (head.to_dtype(DType::F32)? - &weights["wte"])?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f32>()?
+                == 0.0;
+        if !same {
+            user_bail!(
+                "lm_head.weight differs from wte: the harness's head is tied to the embedding"
+            );
+        }
+    }
+    let mut left: Vec<String> = stored
+        .into_keys()
+        .filter(|k| !(k.ends_with(".attn.bias") || k.ends_with(".attn.masked_bias")))
+        .collect();
+    if !left.is_empty() {
+        left.sort();
+        user_bail!(
+            "{} has tensors a GPT-2 of config.json's size does not: {}",
+            dir.display(),
+            left.join(", ")
+        );
+    }
+    Ok((cfg, weights))
 }

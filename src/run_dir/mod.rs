@@ -195,6 +195,36 @@ pub fn load_checkpoint(
     Ok((cfg, ck))
 }
 
+/// `overrides` with, in front of them, the model keys (shape, pattern, data) of the run
+/// an `init_from` override names: a run started from another takes that run's model
+/// unless a later override says otherwise. `n_layer` is left to follow the pattern, so a
+/// pattern of another depth is reported as such. Without `init_from`, unchanged.
+pub fn inherit_init_from(
+    overrides: Vec<(String, serde_yaml_ng::Value, crate::config::Origin)>,
+) -> Result<Vec<(String, serde_yaml_ng::Value, crate::config::Origin)>> {
+    let from = overrides
+        .iter()
+        .rev()
+        .find(|(k, _, _)| k == "init_from")
+        .and_then(|(_, v, _)| v.as_str().map(PathBuf::from));
+    let Some(dir) = from else {
+        return Ok(overrides);
+    };
+    let src = read_config(&dir).map_err(|e| user(format!("init_from: {e:#}")))?;
+    let serde_yaml_ng::Value::Mapping(model) = serde_yaml_ng::to_value(&src.model)? else {
+        return Ok(overrides);
+    };
+    let origin = crate::config::Origin::File(dir.join(CONFIG_FILE).display().to_string());
+    let mut out: Vec<_> = model
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v)))
+        .filter(|(k, _)| k != "n_layer")
+        .map(|(k, v)| (k, v, origin.clone()))
+        .collect();
+    out.extend(overrides);
+    Ok(out)
+}
+
 /// A run's resolved `config.yaml`.
 pub fn read_config(dir: &Path) -> Result<RunConfig> {
     let path = dir.join(CONFIG_FILE);

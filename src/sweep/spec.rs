@@ -185,9 +185,11 @@ impl Sweep {
             }
             parts.reverse();
             group.reverse();
-            let cfg = resolve(&overrides).map_err(|e| {
-                anyhow::Error::new(UserError(format!("sweep point {}: {e:#}", parts.join(","))))
-            })?;
+            let cfg = crate::run_dir::inherit_init_from(overrides.clone())
+                .and_then(|o| resolve(&o))
+                .map_err(|e| {
+                    anyhow::Error::new(UserError(format!("sweep point {}: {e:#}", parts.join(","))))
+                })?;
             if let Launcher::Mpirun(n) = spec.launcher {
                 if n == 0 || n % cfg.parallel.tp != 0 {
                     user_bail!(

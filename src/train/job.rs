@@ -84,8 +84,15 @@ pub struct InitFrom {
 /// model and data but for the pattern (and the training keys, which are free).
 fn check_init_compatible(cfg: &RunConfig, from: &RunConfig, dir: &Path) -> Result<()> {
     let (mut a, mut b) = (cfg.model.clone(), from.model.clone());
-    a.pattern.clear();
-    b.pattern.clear();
+    // The preset only supplies defaults; two GPT-2 BPE corpora share one tokenizer, so
+    // a model pretrained on one fine-tunes on another.
+    for m in [&mut a, &mut b] {
+        m.pattern.clear();
+        m.preset.clear();
+        if m.dataset == TEXT {
+            m.text_path = None;
+        }
+    }
     if a == b {
         return Ok(());
     }
@@ -99,7 +106,7 @@ fn check_init_compatible(cfg: &RunConfig, from: &RunConfig, dir: &Path) -> Resul
         .and_then(|(k, _)| k.as_str().map(String::from))
         .unwrap_or_else(|| "model".into());
     crate::user_bail!(
-        "init_from {}: its {key} is {} but this run's is {}: only the pattern and the training keys may differ",
+        "init_from {}: its {key} is {} but this run's is {}: only the pattern, the training keys and a text dataset's text_path may differ",
         dir.display(),
         mb.get(key.as_str()).map_or("unset".into(), |v| serde_yaml_ng::to_string(v).unwrap_or_default().trim().to_string()),
         ma.get(key.as_str()).map_or("unset".into(), |v| serde_yaml_ng::to_string(v).unwrap_or_default().trim().to_string())

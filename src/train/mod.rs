@@ -13,6 +13,7 @@ pub mod faults;
 pub mod full_eval;
 pub mod generate;
 pub mod grads;
+pub mod import;
 pub mod job;
 pub mod launch;
 #[cfg(feature = "mpi")]

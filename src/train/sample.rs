@@ -3,6 +3,7 @@
 use super::generate::{generate, warn_if_other_function, SampleOptions};
 use super::job::load_dataset;
 use super::launch::{configure_threads, on_tp_threads};
+use crate::data::{Tokenizer, TEXT};
 use crate::model::Gpt;
 use crate::tp::StoredParams;
 use anyhow::Result;
@@ -17,9 +18,13 @@ pub fn sample_run(
     opts: &SampleOptions,
 ) -> Result<String> {
     let (cfg, ck) = crate::run_dir::load_checkpoint(run_dir, checkpoint, "sample from")?;
-    let data = load_dataset(&cfg)?;
-    let tok = data.tokenizer();
-    let mcfg = cfg.model_config(data.vocab_size())?;
+    // GPT-2's BPE needs no corpus: an imported model samples before any text is named.
+    let tok = if cfg.model.dataset == TEXT {
+        Tokenizer::Gpt2Bpe
+    } else {
+        load_dataset(&cfg)?.tokenizer().clone()
+    };
+    let mcfg = cfg.model_config(tok.vocab_size())?;
     let tp = tp.unwrap_or(ck.meta.config.parallel.tp);
     mcfg.check(tp).map_err(crate::error::user)?;
     let layout = cfg.layout()?;

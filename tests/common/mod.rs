@@ -320,6 +320,7 @@ pub fn command(name: &str, dir: &std::path::Path) -> std::process::Command {
         "tp-plot" => env!("CARGO_BIN_EXE_tp-plot"),
         "tp-eval" => env!("CARGO_BIN_EXE_tp-eval"),
         "tp-scan" => env!("CARGO_BIN_EXE_tp-scan"),
+        "tp-import" => env!("CARGO_BIN_EXE_tp-import"),
         other => panic!("unknown binary {other}"),
     };
     let mut c = std::process::Command::new(exe);
@@ -355,6 +356,14 @@ pub fn scratch(name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// A user error: exit code 2 and one line on stderr that contains `needle`.
+pub fn one_clear_error(o: &std::process::Output, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "expected `{needle}` in {err}");
 }
 
 pub fn assert_ok(o: &std::process::Output) {

@@ -1,0 +1,126 @@
+//! `tp-import --format hf DIR --out RUN`: a transformers GPT-2 folder as a run directory
+//! whose step-0 checkpoint loads at any tp, fine-tunes with `tp-train --init-from RUN`
+//! (under any pattern) and is read by tp-eval, tp-sample, tp-scan and tp-export.
+//!
+//! The run's data defaults to `text` (GPT-2's BPE tokenizer, what every published GPT-2
+//! was trained with); `text_path` names the corpus to evaluate or fine-tune on and may be
+//! given later. The vocabulary is kept exactly (50257 for the published models): padding
+//! rows would take probability mass the original never gives; `vocab_parallel` splits it
+//! as if padded.
+
+use super::job::checked_dataset;
+use crate::config::RunConfig;
+use crate::data::{GPT2_VOCAB, TEXT};
+use crate::model::hf::from_hf;
+use crate::model::Gpt;
+use crate::run_dir::checkpoint::{self, CheckpointState, CheckpointTensors, ParamInfo};
+use crate::run_dir::RunDir;
+use crate::tp::{CountedComm, StoredParams};
+use crate::user_bail;
+use anyhow::Result;
+use candle_core::Tensor;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Where the imported run's data and tokenizer come from.
+#[derive(Debug, Clone, Default)]
+pub struct ImportData {
+    /// A dataset name (default `text`: GPT-2's BPE).
+    pub dataset: Option<String>,
+    /// For `text`: the corpus (a UTF-8 file or folder).
+    pub text_path: Option<String>,
+}
+
+/// What an import wrote.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub run: PathBuf,
+    pub checkpoint: PathBuf,
+    pub config: RunConfig,
+    pub params: usize,
+}
+
+/// The run configuration of an imported model: the `gpt2` preset's training keys, the
+/// model's own shape, a `t` block per layer.
+fn run_config(model: crate::model::ModelConfig, data: &ImportData) -> Result<RunConfig> {
+    let mut cfg = RunConfig::for_preset("gpt2")?;
+    cfg.model.pattern = if model.n_layer == 1 {
+        "t".into()
+    } else {
+        format!("{}xt", model.n_layer)
+    };
+    cfg.model.dataset = data.dataset.clone().unwrap_or_else(|| TEXT.into());
+    cfg.model.text_path = data.text_path.clone();
+    cfg.model.arch = model;
+    if cfg.model.dataset == TEXT && cfg.model.arch.vocab_size < GPT2_VOCAB {
+        user_bail!(
+            "the model has {} tokens, fewer than GPT-2's BPE ({GPT2_VOCAB}): give --dataset with the tokenizer it was trained with (e.g. shakespeare_char)",
+            cfg.model.arch.vocab_size
+        );
+    }
+    cfg.validate()?;
+    if cfg.model.dataset != TEXT || cfg.model.text_path.is_some() {
+        // The data is named now: check it fits the model before anything is written.
+        checked_dataset(&cfg)?;
+    }
+    Ok(cfg)
+}
+
+/// Imports the transformers GPT-2 folder `src` into a new run directory `out`.
+pub fn import_hf(src: &Path, out: &Path, data: &ImportData) -> Result<Imported> {
+    let (model, weights) = from_hf(src)?;
+    let cfg = run_config(model, data)?;
+    let layout = cfg.layout()?;
+    // Built once at tp 1: every parameter the model needs is there with its shape, and
+    // the checkpoint lists them as a trained run's does.
+    let built = Gpt::build(
+        &cfg.model.arch,
+        &layout,
+        &StoredParams {
+            tensors: weights.clone(),
+        },
+        &CountedComm::solo(),
+    )?;
+    let params: Vec<ParamInfo> = built
+        .params()
+        .iter()
+        .map(|p| ParamInfo {
+            name: p.name.clone(),
+            shape: p.full_shape.clone(),
+            kind: p.kind.label().to_string(),
+        })
+        .collect();
+    let n_params = built.params().logical_numel();
+    drop(built);
+    // A fresh AdamW: zero moments at step 0.
+    let zeros = |w: &HashMap<String, Tensor>| -> Result<HashMap<String, Tensor>> {
+        w.iter()
+            .map(|(k, t)| Ok((k.clone(), t.zeros_like()?)))
+            .collect()
+    };
+    let (m, v) = (zeros(&weights)?, zeros(&weights)?);
+    let dir = RunDir::create(out)?;
+    dir.write_config(&cfg)?;
+    let ck = checkpoint::write(
+        &dir.path,
+        CheckpointState {
+            step: 0,
+            config: &cfg,
+            adam_steps: 0,
+            best_val_loss: None,
+            pause_mid_write: None,
+        },
+        CheckpointTensors {
+            weights,
+            m,
+            v,
+            params,
+        },
+    )?;
+    Ok(Imported {
+        run: out.to_path_buf(),
+        checkpoint: ck,
+        config: cfg,
+        params: n_params,
+    })
+}

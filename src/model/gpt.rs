@@ -176,7 +176,7 @@ impl Gpt {
         let logits = self.head(&self.hidden(x, fwd)?)?;
         let targets = targets.flatten_all()?;
         match &self.vocab {
-            Some(shard) => shard.cross_entropy(&logits, &targets, &self.tp),
+            Some(shard) => shard.cross_entropy(self.cfg.kernels, &logits, &targets, &self.tp),
             None => Ok(ops::cross_entropy(self.cfg.kernels, &logits, &targets)?),
         }
     }

@@ -253,6 +253,44 @@ pub fn cross_entropy_composed(logits: &Tensor, targets: &Tensor) -> Result<Tenso
     picked.mean_all()?.neg()
 }
 
+/// `(N, 1)`: the maximum of each row of `x (N, V)`, without gradient (a softmax shift).
+pub fn row_max(k: Kernels, x: &Tensor) -> Result<Tensor> {
+    let x = x.detach().to_dtype(DType::F32)?;
+    if !fused_for(k, &x) {
+        return x.max_keepdim(D::Minus1);
+    }
+    fused::row_max(&x)
+}
+
+/// The local statistics of a cross-entropy whose logits are split by columns over ranks
+/// (the vocabulary-parallel loss): for `x (N, V_r)` and `shift (N, 1)` (the rows' maxima
+/// over every rank; no gradient), `(N, 2)` holding each row's sum of `exp(x - shift)` and
+/// its target's `x - shift` where `target[i]` (a column of `x`) is given, else 0.
+pub fn shard_softmax_stats(
+    k: Kernels,
+    x: &Tensor,
+    shift: &Tensor,
+    target: &[Option<u32>],
+) -> Result<Tensor> {
+    let x = x.to_dtype(DType::F32)?;
+    let shift = shift.detach();
+    if fused_for(k, &x) {
+        return fused::shard_softmax_stats(&x, &shift, target.to_vec());
+    }
+    let n = target.len();
+    let columns: Vec<u32> = target.iter().map(|t| t.unwrap_or(0)).collect();
+    let owned: Vec<f32> = target
+        .iter()
+        .map(|t| f32::from(u8::from(t.is_some())))
+        .collect();
+    let columns = Tensor::from_vec(columns, (n, 1), x.device())?;
+    let owned = Tensor::from_vec(owned, (n, 1), x.device())?;
+    let shifted = x.broadcast_sub(&shift)?;
+    let sum_exp = shifted.exp()?.sum_keepdim(1)?;
+    let picked = shifted.gather(&columns, 1)?.broadcast_mul(&owned)?;
+    Tensor::cat(&[&sum_exp, &picked], 1)
+}
+
 /// Inverted dropout with a mask drawn from `key`: every rank that passes the same key
 /// drops the same elements, which keeps replicated activations identical across a TP
 /// group.

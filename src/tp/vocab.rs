@@ -21,7 +21,7 @@ use super::shard::padded_rows_range;
 use super::tally::{CommKind, Site};
 use crate::ops::{self, Kernels};
 use anyhow::{bail, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use std::ops::Range;
 
 /// One rank's rows of a vocabulary-parallel table.
@@ -46,36 +46,35 @@ impl VocabShard {
         Ok(Self { rows, vocab })
     }
 
-    /// The ids of `ids` relative to this shard (0 where another rank owns them) and a
-    /// `(R, 1)` mask that is 1 where this rank owns them, on `device`.
-    fn localise(&self, ids: &Tensor, device: &Device) -> Result<(Tensor, Tensor)> {
+    /// Each id of `ids` as a row of this shard, `None` where another rank owns it.
+    fn owned(&self, ids: &Tensor) -> Result<Vec<Option<u32>>> {
         let ids = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1::<u32>()?;
-        let mut local = Vec::with_capacity(ids.len());
-        let mut mask = Vec::with_capacity(ids.len());
-        for &id in &ids {
-            let id = id as usize;
-            if id >= self.vocab {
-                bail!("token id {id} is outside the vocabulary of {}", self.vocab);
-            }
-            let mine = self.rows.contains(&id);
-            local.push(if mine {
-                (id - self.rows.start) as u32
-            } else {
-                0
-            });
-            mask.push(if mine { 1f32 } else { 0f32 });
-        }
-        let n = ids.len();
-        Ok((
-            Tensor::from_vec(local, n, device)?,
-            Tensor::from_vec(mask, (n, 1), device)?,
-        ))
+        ids.iter()
+            .map(|&id| {
+                let id = id as usize;
+                if id >= self.vocab {
+                    bail!("token id {id} is outside the vocabulary of {}", self.vocab);
+                }
+                Ok(self
+                    .rows
+                    .contains(&id)
+                    .then_some((id - self.rows.start) as u32))
+            })
+            .collect()
     }
 
     /// Rows of the table for `ids` (any shape): `(ids.elem_count(), C)`, summed over the
     /// group so every rank holds every row. `table` is this rank's `(rows, C)` shard.
     pub fn embed(&self, table: &Tensor, ids: &Tensor, tp: &CountedComm) -> Result<Tensor> {
-        let (local, mask) = self.localise(ids, table.device())?;
+        let owned = self.owned(ids)?;
+        let n = owned.len();
+        let local: Vec<u32> = owned.iter().map(|o| o.unwrap_or(0)).collect();
+        let mask: Vec<f32> = owned
+            .iter()
+            .map(|o| f32::from(u8::from(o.is_some())))
+            .collect();
+        let local = Tensor::from_vec(local, n, table.device())?;
+        let mask = Tensor::from_vec(mask, (n, 1), table.device())?;
         let rows = table
             .index_select(&local, 0)?
             .broadcast_mul(&mask.to_dtype(table.dtype())?)?;
@@ -111,27 +110,18 @@ impl VocabShard {
     /// (`local (R, rows)`), against `targets (R)`, without gathering the logits.
     pub fn cross_entropy(
         &self,
+        k: Kernels,
         local: &Tensor,
         targets: &Tensor,
         tp: &CountedComm,
     ) -> Result<Tensor> {
-        let local = local.to_dtype(DType::F32)?;
         let r = local.dim(0)?;
         if targets.elem_count() != r {
             bail!("{} targets for {r} rows of logits", targets.elem_count());
         }
-        let max = tp.all_reduce_max(
-            &local.max_keepdim(1)?.detach(),
-            Site::Head,
-            CommKind::TpForward,
-        )?;
-        let shifted = local.broadcast_sub(&max)?;
-        let sum_exp = shifted.exp()?.sum_keepdim(1)?;
-        let (t_local, t_mine) = self.localise(targets, local.device())?;
-        let target = shifted
-            .gather(&t_local.unsqueeze(1)?, 1)?
-            .broadcast_mul(&t_mine)?;
-        let both = reduce_from_tp(&Tensor::cat(&[&sum_exp, &target], 1)?, tp, Site::Head)?;
+        let max = tp.all_reduce_max(&ops::row_max(k, local)?, Site::Head, CommKind::TpForward)?;
+        let stats = ops::shard_softmax_stats(k, local, &max, &self.owned(targets)?)?;
+        let both = reduce_from_tp(&stats, tp, Site::Head)?;
         let per_row = (both.narrow(1, 0, 1)?.log()? - both.narrow(1, 1, 1)?)?;
         Ok(per_row.mean_all()?)
     }
@@ -141,7 +131,7 @@ impl VocabShard {
 mod tests {
     use super::*;
     use crate::tp::{Comm, Tally, ThreadWorld};
-    use candle_core::Var;
+    use candle_core::{Device, Var};
     use std::sync::Arc;
 
     fn on_ranks<R: Send>(n: usize, f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
@@ -174,6 +164,12 @@ mod tests {
     /// its gradient equal the gathered cross-entropy's.
     #[test]
     fn parallel_cross_entropy_equals_the_whole_one_in_value_and_gradient() {
+        for k in [Kernels::Fused, Kernels::Portable] {
+            parallel_cross_entropy_on(k);
+        }
+    }
+
+    fn parallel_cross_entropy_on(k: Kernels) {
         let (r, v) = (5, 7);
         let full = logits(r, v);
         let targets = Tensor::new(&[0u32, 6, 3, 2, 6], &Device::Cpu).unwrap();
@@ -192,7 +188,7 @@ mod tests {
                 Var::from_tensor(&full.narrow(1, shard.rows.start, shard.rows.len()).unwrap())
                     .unwrap();
             let loss = shard
-                .cross_entropy(mine.as_tensor(), &targets, &tp)
+                .cross_entropy(k, mine.as_tensor(), &targets, &tp)
                 .unwrap();
             let g = loss
                 .backward()

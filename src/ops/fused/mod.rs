@@ -8,6 +8,7 @@ mod cross_entropy;
 mod gelu;
 mod layer_norm;
 mod linear;
+mod shard_loss;
 mod softmax;
 mod storage;
 
@@ -16,6 +17,7 @@ pub use cross_entropy::cross_entropy;
 pub use gelu::gelu;
 pub use layer_norm::layer_norm;
 pub use linear::{linear, linear_t};
+pub use shard_loss::{row_max, shard_softmax_stats};
 pub use softmax::causal_softmax;
 
 #[cfg(test)]
@@ -136,6 +138,32 @@ mod tests {
             || cross_entropy(Kernels::Fused, &logits, &t).unwrap(),
             || cross_entropy_composed(&logits, &t).unwrap(),
             "cross entropy",
+        );
+    }
+
+    #[test]
+    fn fused_shard_softmax_stats_match_the_composed_ones_in_values_and_gradients() {
+        let logits = rand_var(&[12, 11], 8, 3.0);
+        let target: Vec<Option<u32>> = (0..12u32)
+            .map(|i| (i % 3 != 0).then_some((i * 5) % 11))
+            .collect();
+        // A shift that is not the local maximum, as the group's maximum usually is not.
+        let shift = (row_max(Kernels::Portable, logits.as_tensor()).unwrap() + 0.7).unwrap();
+        assert_eq!(
+            row_max(Kernels::Fused, logits.as_tensor())
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap(),
+            row_max(Kernels::Portable, logits.as_tensor())
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
+        );
+        check(
+            &[&logits],
+            || shard_softmax_stats(Kernels::Fused, &logits, &shift, &target).unwrap(),
+            || shard_softmax_stats(Kernels::Portable, &logits, &shift, &target).unwrap(),
+            "shard softmax statistics",
         );
     }
 

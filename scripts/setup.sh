@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Sets up tp-harness on a Debian/Ubuntu machine: system packages (a C toolchain, OpenMPI
-# and libclang for the MPI backend's bindings), the release build, and the datasets
-# (copied from ../shared/datasets when present, else downloaded). DejaVu fonts label plots.
+# and libclang for the MPI backend's bindings, iproute2 for scripts/netns-cluster.sh),
+# the release build, and the datasets (copied from ../shared/datasets when present, else
+# downloaded). DejaVu fonts label plots.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential pkg-config curl ca-certificates libclang-dev libopenmpi-dev openmpi-bin fonts-dejavu-core)
+packages=(build-essential pkg-config curl ca-certificates libclang-dev libopenmpi-dev openmpi-bin fonts-dejavu-core iproute2 util-linux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -69,6 +69,9 @@ pub struct CommReport {
     /// empty otherwise.
     #[serde(default)]
     pub outside_layers: Vec<SiteComm>,
+    /// Each rank's host (host name and network namespace), in rank order.
+    #[serde(default)]
+    pub hosts: Vec<String>,
     /// Per optimiser step, by kind (tp-forward, tp-backward, tp-param-grad, dp-grad, other).
     pub per_step: BTreeMap<String, PerStep>,
     /// Whole run, by kind.
@@ -144,6 +147,22 @@ impl CommReport {
                 v.bytes / 1024.0,
                 v.seconds * 1e3,
                 v.modelled_seconds * 1e3
+            );
+        }
+        let mut distinct: Vec<&String> = self.hosts.iter().collect();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() > 1 {
+            let per_rank: Vec<String> = self
+                .hosts
+                .iter()
+                .map(|h| (distinct.iter().position(|d| *d == h).unwrap_or(0) + 1).to_string())
+                .collect();
+            let _ = writeln!(
+                s,
+                "  {} hosts; host of each rank: {}",
+                distinct.len(),
+                per_rank.join(" ")
             );
         }
         if let Some(l) = &self.emulated_link {

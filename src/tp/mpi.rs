@@ -214,6 +214,25 @@ impl MpiWorld {
         })
     }
 
+    /// Every rank's [`crate::util::host::label`], in rank order, on every rank (an
+    /// all-gather of fixed-size byte records; collective).
+    pub fn hosts(&self) -> Vec<String> {
+        const LEN: usize = 160;
+        let mut mine = [0u8; LEN];
+        let label = crate::util::host::label();
+        let bytes = label.as_bytes();
+        let n = bytes.len().min(LEN);
+        mine[..n].copy_from_slice(&bytes[..n]);
+        let mut all = vec![0u8; LEN * self.size()];
+        self.world.all_gather_into(&mine[..], &mut all[..]);
+        all.chunks(LEN)
+            .map(|c| {
+                let end = c.iter().position(|&b| b == 0).unwrap_or(LEN);
+                String::from_utf8_lossy(&c[..end]).into_owned()
+            })
+            .collect()
+    }
+
     /// A communicator over all ranks (for agreement before groups exist).
     pub fn world_comm(&self) -> MpiComm {
         MpiComm {

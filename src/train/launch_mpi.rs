@@ -165,7 +165,7 @@ pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<MpiRu
         )
     }))
     .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
-    let outcome = match trained {
+    let mut outcome = match trained {
         Ok(o) => o,
         Err(e) => {
             let code = if is_user_error(&e) { 2 } else { 1 };
@@ -176,6 +176,8 @@ pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<MpiRu
             mpi.abort(code);
         }
     };
+    // Collective: every rank reaches it (a failed rank aborted the job above).
+    outcome.hosts = mpi.hosts();
     let report = match &dir {
         Some(d) => finish(cfg, d, &outcome, started)?,
         None => comm_report(cfg, &cfg.layout()?, &outcome),

@@ -163,5 +163,6 @@ pub fn run_rank(
         local_params: counts.local,
         best_val_loss: trainer.best_val_loss(),
         final_eval,
+        hosts: Vec::new(),
     })
 }

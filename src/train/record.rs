@@ -70,6 +70,9 @@ pub struct RankOutcome {
     pub best_val_loss: Option<f32>,
     /// The whole validation split's loss at the end (`final_eval: full`).
     pub final_eval: Option<crate::train::full_eval::SplitLoss>,
+    /// Every rank's host ([`crate::util::host::label`]) in rank order, filled in by the
+    /// launcher (empty until then).
+    pub hosts: Vec<String>,
 }
 
 impl RankOutcome {

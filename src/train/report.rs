@@ -109,6 +109,7 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
         tp_backward_allreduces: in_layers(CommKind::TpBackward),
         layers,
         outside_layers,
+        hosts: o.hosts.clone(),
         per_step,
         totals,
         eval,

@@ -3,6 +3,7 @@
 
 pub mod fs;
 pub mod hash;
+pub mod host;
 pub mod stats;
 
 pub use fs::{fsync_dir, write_atomic};

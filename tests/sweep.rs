@@ -280,3 +280,69 @@ fn seeds_with_a_seed_grid_key_or_an_unknown_baseline_are_refused_up_front() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("baseline `pppp`"));
     assert!(!d.join("out").exists());
 }
+
+/// `tp-plot --link-calibration`: runs listed in runs.csv (here the "link" runs emulate
+/// a 1 Gbit/s link in-process; scripts/link-calibration.sh makes real ones) become the
+/// measured-vs-modelled table and figure, and with training runs given, their val curves
+/// in wall-clock time on each link with the minutes to a common loss.
+#[test]
+fn tp_plot_sets_link_runs_against_the_model_and_draws_curves_in_link_time() {
+    let d = scratch("plot-calibration");
+    assert_ok(&sweep(&d, "grid: {pattern: [tttt, pppp]}\n"));
+    let cal = d.join("cal");
+    std::fs::create_dir_all(&cal).unwrap();
+    let mut csv = String::from("kind,rate,pattern,run\n");
+    for p in ["tttt", "pppp"] {
+        let run = format!("link-{p}");
+        let args = [
+            "--quiet",
+            "--pattern",
+            p,
+            "--set",
+            "n_embd=32",
+            "--set",
+            "max_iters=6",
+            "--set",
+            "eval_interval=0",
+            "--set",
+            "sample_tokens=0",
+            "--set",
+            "link_gbps=1",
+            "--set",
+            "link_latency_us=50",
+            "--out",
+            &run,
+        ];
+        assert_ok(&bin("tp-train", &cal, &args, &[]));
+        csv += &format!("threads,,{p},../out/pattern={p}\nlink,1gbit,{p},{run}\n");
+    }
+    std::fs::write(cal.join("runs.csv"), csv).unwrap();
+    let o = bin(
+        "tp-plot",
+        &d,
+        &[
+            "--link-calibration",
+            "cal",
+            "out/pattern=tttt",
+            "out/pattern=pppp",
+        ],
+        &[],
+    );
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("| tttt | 1gbit |") && out.contains("| pppp | 1gbit |"),
+        "{out}"
+    );
+    assert!(out.contains("min to"), "{out}");
+    for f in ["calibration", "real_links"] {
+        assert_png(&cal.join(format!("{f}.png")));
+        assert_svg(&cal.join(format!("{f}.svg")));
+    }
+    let csv = std::fs::read_to_string(cal.join("calibration.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    let o = bin("tp-plot", &d, &["--link-calibration", "out"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("scripts/link-calibration.sh"), "{err}");
+}

@@ -1,10 +1,13 @@
 //! `tp-plot RUN_DIR... [--out DIR] [--x time --link 10gbe ...]`: loss curves and the
 //! loss/communication trade-off, and loss against modelled time on given links.
+//! `tp-plot --link-calibration DIR`: measured step times on shaped links against the
+//! link model.
 
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::exit_code;
 use tp_harness::error::UserError;
+use tp_harness::plot::calibration::{calibrate, on_real_links, write_real_links};
 use tp_harness::plot::timing::parse_link;
 use tp_harness::plot::{label_runs, merge_replicates, plot_on_link, plot_runs, RunCurves};
 
@@ -16,8 +19,14 @@ use tp_harness::plot::{label_runs, merge_replicates, plot_on_link, plot_runs, Ru
 )]
 struct Args {
     /// Run directories (each with config.yaml and log.jsonl).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "link_calibration")]
     runs: Vec<PathBuf>,
+    /// Instead of loss curves: the step times scripts/link-calibration.sh measured on
+    /// shaped links in DIR against the link model (calibration.{md,csv,png,svg}); with
+    /// run directories too, their val curves in wall-clock time on those links
+    /// (real_links.{md,png,svg}).
+    #[arg(long, value_name = "DIR")]
+    link_calibration: Option<PathBuf>,
     /// Output folder (default: plots/ inside the first run's parent).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -40,6 +49,23 @@ enum XArg {
 fn main() {
     let a = Args::parse();
     let run = || -> anyhow::Result<Vec<PathBuf>> {
+        if let Some(dir) = &a.link_calibration {
+            let cal = calibrate(dir)?;
+            print!("{}", cal.markdown());
+            let out = a.out.as_deref().unwrap_or(dir);
+            let mut files = cal.write(out)?;
+            if !a.runs.is_empty() {
+                // Training runs too: their curves in wall-clock time on the real links.
+                let runs = a
+                    .runs
+                    .iter()
+                    .map(|d| RunCurves::load(d))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let rows = on_real_links(&cal, &merge_replicates(runs));
+                files.extend(write_real_links(&rows, out)?);
+            }
+            return Ok(files);
+        }
         if a.x == XArg::Time && a.links.is_empty() {
             return Err(anyhow::Error::new(UserError(
                 "--x time needs at least one --link: 10gbe, ib100, pcie4, nvlink4 or GBPS:LATENCY_US".into(),

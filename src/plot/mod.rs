@@ -220,6 +220,9 @@ macro_rules! both_formats {
     }};
 }
 
+// After the macro: the step-time calibration draws with it.
+pub mod calibration;
+
 /// Ten well-separated colours (matplotlib's tab10), then plotters' palette.
 fn color(i: usize) -> RGBAColor {
     const TAB10: [(u8, u8, u8); 10] = [

@@ -415,35 +415,6 @@ fn the_bpe_text_dataset_round_trips_a_text_file_and_trains() {
     assert_ok(&o);
 }
 
-/// Hugging Face's GPT-2 tensor names and shapes, written out here from its modeling code.
-fn hf_expected(n_layer: usize, c: usize, v: usize, t: usize) -> HashMap<String, Vec<usize>> {
-    let mut m = HashMap::new();
-    m.insert("transformer.wte.weight".into(), vec![v, c]);
-    m.insert("transformer.wpe.weight".into(), vec![t, c]);
-    m.insert("transformer.ln_f.weight".into(), vec![c]);
-    m.insert("transformer.ln_f.bias".into(), vec![c]);
-    for i in 0..n_layer {
-        let p = format!("transformer.h.{i}.");
-        for (n, s) in [
-            ("ln_1.weight", vec![c]),
-            ("ln_1.bias", vec![c]),
-            ("attn.c_attn.weight", vec![c, 3 * c]),
-            ("attn.c_attn.bias", vec![3 * c]),
-            ("attn.c_proj.weight", vec![c, c]),
-            ("attn.c_proj.bias", vec![c]),
-            ("ln_2.weight", vec![c]),
-            ("ln_2.bias", vec![c]),
-            ("mlp.c_fc.weight", vec![c, 4 * c]),
-            ("mlp.c_fc.bias", vec![4 * c]),
-            ("mlp.c_proj.weight", vec![4 * c, c]),
-            ("mlp.c_proj.bias", vec![c]),
-        ] {
-            m.insert(format!("{p}{n}"), s);
-        }
-    }
-    m
-}
-
 #[test]
 fn the_hf_export_has_gpt2_names_and_shapes_and_a_dense_model_from_it_gives_our_logits() {
     let d = scratch("export");

@@ -107,32 +107,11 @@ fn write_gpt2_124m_like(dir: &Path) {
     let (v, t, c, l) = (50257, 1024, 768, 12);
     let dev = Device::Cpu;
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
-    let mut put = |name: String, shape: &[usize]| {
-        let x = Tensor::randn(0f32, 0.02, shape, &dev).unwrap();
-        tensors.insert(name, x);
-    };
-    put("wte.weight".into(), &[v, c]);
-    put("wpe.weight".into(), &[t, c]);
-    for i in 0..l {
-        for (n, s) in [
-            ("ln_1.weight", vec![c]),
-            ("ln_1.bias", vec![c]),
-            ("attn.c_attn.weight", vec![c, 3 * c]),
-            ("attn.c_attn.bias", vec![3 * c]),
-            ("attn.c_proj.weight", vec![c, c]),
-            ("attn.c_proj.bias", vec![c]),
-            ("ln_2.weight", vec![c]),
-            ("ln_2.bias", vec![c]),
-            ("mlp.c_fc.weight", vec![c, 4 * c]),
-            ("mlp.c_fc.bias", vec![4 * c]),
-            ("mlp.c_proj.weight", vec![4 * c, c]),
-            ("mlp.c_proj.bias", vec![c]),
-        ] {
-            put(format!("h.{i}.{n}"), &s);
-        }
+    // The hub's file names its tensors without save_pretrained's `transformer.`.
+    for (name, shape) in hf_expected(l, c, v, t) {
+        let name = name.trim_start_matches("transformer.").to_string();
+        tensors.insert(name, Tensor::randn(0f32, 0.02, shape, &dev).unwrap());
     }
-    put("ln_f.weight".into(), &[c]);
-    put("ln_f.bias".into(), &[c]);
     for i in 0..l {
         // The causal-mask buffer the hub's file carries per layer (not a parameter).
         tensors.insert(

@@ -129,3 +129,25 @@ impl CountedComm {
         Ok(())
     }
 }
+
+/// Runs `f` on each member of an `n`-rank thread group, each with a counted handle and
+/// its own tally; results in rank order (the tp modules' unit tests).
+#[cfg(test)]
+pub(crate) fn on_thread_ranks<R: Send>(n: usize, f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
+    let comms = super::ThreadWorld::new().group(n);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let f = &f;
+                s.spawn(move || {
+                    f(CountedComm::new(
+                        Arc::new(c) as Arc<dyn Comm>,
+                        Arc::new(Tally::new()),
+                    ))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}

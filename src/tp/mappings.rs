@@ -168,29 +168,10 @@ pub fn share_grad_over_tp(x: &Tensor, n: usize) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tp::tally::Tally;
-    use crate::tp::{Comm, ThreadWorld};
     use candle_core::{Device, Var};
-    use std::sync::Arc;
 
-    /// Runs `f` on each member of a 2-rank thread group with a counted handle.
     fn on_two_ranks<R: Send>(f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
-        let comms = ThreadWorld::new().group(2);
-        std::thread::scope(|s| {
-            let hs: Vec<_> = comms
-                .into_iter()
-                .map(|c| {
-                    let f = &f;
-                    s.spawn(move || {
-                        f(CountedComm::new(
-                            Arc::new(c) as Arc<dyn Comm>,
-                            Arc::new(Tally::new()),
-                        ))
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
+        crate::tp::counted::on_thread_ranks(2, f)
     }
 
     fn site() -> Site {

@@ -130,28 +130,9 @@ impl VocabShard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tp::{Comm, Tally, ThreadWorld};
     use candle_core::{Device, Var};
-    use std::sync::Arc;
 
-    fn on_ranks<R: Send>(n: usize, f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
-        let comms = ThreadWorld::new().group(n);
-        std::thread::scope(|s| {
-            let hs: Vec<_> = comms
-                .into_iter()
-                .map(|c| {
-                    let f = &f;
-                    s.spawn(move || {
-                        f(CountedComm::new(
-                            Arc::new(c) as Arc<dyn Comm>,
-                            Arc::new(Tally::new()),
-                        ))
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    }
+    use crate::tp::counted::on_thread_ranks as on_ranks;
 
     fn logits(r: usize, v: usize) -> Tensor {
         let vals: Vec<f32> = (0..r * v)

@@ -452,11 +452,17 @@ fn a_second_trainer_on_a_run_directory_being_written_stops_with_one_line() {
         std::fs::read(d.join("run/config.yaml")).unwrap(),
         log_before
     );
-    // Once the owner is gone (killed: the OS released its lock), resuming works again
-    // as far as the lock goes: this run has no checkpoint, which is the next thing said.
-    let third = tp_train(&d, &["--resume", "run"]);
-    let err = String::from_utf8_lossy(&third.stderr);
-    assert!(err.contains("has no checkpoint to resume from"), "{err}");
+    // Once the owner is gone (killed: the OS released its lock), resuming works again;
+    // killed before its first checkpoint, the run trains again from step 0.
+    let third = tp_train(&d, &["--resume", "run", "--set", "max_iters=3"]);
+    let out = String::from_utf8_lossy(&third.stdout);
+    assert!(
+        third.status.success(),
+        "{}",
+        String::from_utf8_lossy(&third.stderr)
+    );
+    assert!(out.contains("training it again from step 0"), "{out}");
+    assert!(d.join("run/summary.json").exists());
 }
 
 #[test]

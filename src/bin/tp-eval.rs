@@ -4,7 +4,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::data::Split;
 use tp_harness::error::exit_code;
-use tp_harness::run_dir::write_eval_into;
+use tp_harness::run_dir::{write_eval_into, DirLock};
 use tp_harness::train::eval_run::eval_run;
 
 #[global_allocator]
@@ -45,6 +45,9 @@ fn main() {
         SplitArg::Train => Split::Train,
     };
     let run = || -> anyhow::Result<()> {
+        // It writes into the run: refused at once, not after the evaluation, while a
+        // trainer owns it.
+        DirLock::check_free(&a.run_dir)?;
         let r = eval_run(&a.run_dir, a.checkpoint.as_deref(), split, a.tp)?;
         println!(
             "{} loss {:.6} over {} predictions (checkpoint {}, step {}, tp {})",

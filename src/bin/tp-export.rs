@@ -5,7 +5,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::{exit_code, user};
 use tp_harness::model::hf::{to_hf, write_hf};
-use tp_harness::run_dir::load_checkpoint;
+use tp_harness::run_dir::{load_checkpoint, Need};
 
 #[derive(Parser, Debug)]
 #[command(name = "tp-export", version, about = "Export a tp-harness checkpoint")]
@@ -26,7 +26,7 @@ fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
             a.format
         )));
     }
-    let (cfg, ck) = load_checkpoint(&a.run_dir, None, "export")?;
+    let (cfg, ck) = load_checkpoint(&a.run_dir, None, "export", Need::Weights)?;
     let vocab = ck
         .weights
         .get("wte")

@@ -4,7 +4,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::exit_code;
 use tp_harness::plot::plot_scan;
-use tp_harness::run_dir::write_scan_into;
+use tp_harness::run_dir::{write_scan_into, DirLock};
 use tp_harness::train::scan::scan_run;
 
 #[global_allocator]
@@ -34,6 +34,9 @@ fn main() {
     tp_harness::alloc::keep_freed_memory();
     let a = Args::parse();
     let run = || -> anyhow::Result<()> {
+        // It writes into the run: refused at once, not after the scan, while a trainer
+        // owns it.
+        DirLock::check_free(&a.run_dir)?;
         let to = a.to.chars().next().unwrap_or('s');
         let r = scan_run(&a.run_dir, a.checkpoint.as_deref(), to, a.tp)?;
         println!(

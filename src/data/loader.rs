@@ -20,6 +20,16 @@ pub enum Split {
     Val,
 }
 
+impl Split {
+    /// `train` or `val`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Val => "val",
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Dataset {
     pub meta: Meta,

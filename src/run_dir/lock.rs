@@ -1,5 +1,5 @@
-//! The advisory lock that makes one process the owner of a run directory while it
-//! writes: `RUN/.lock`, held with the OS's file lock (flock on Linux), so it is released
+//! The advisory lock that makes one process the owner of a run directory (or a sweep's
+//! directory) while it writes: `DIR/.lock`, held with the OS's file lock (flock on Linux), so it is released
 //! when the owner exits or dies, whatever way. The file names the owner's pid for the
 //! error message; its presence alone means nothing.
 
@@ -37,21 +37,27 @@ fn owner(file: &mut File) -> String {
     }
 }
 
-fn busy(dir: &Path, file: &mut File) -> anyhow::Error {
+fn busy(dir: &Path, file: &mut File, tool: &str) -> anyhow::Error {
     user(format!(
-        "{} is being written by another tp-train{}: wait for it to finish or stop it first (nothing was changed)",
+        "{} is being written by another {tool}{}: wait for it to finish or stop it first (nothing was changed)",
         dir.display(),
         owner(file)
     ))
 }
 
 impl DirLock {
-    /// Takes the lock of `dir` or fails at once with one line naming the owner.
+    /// Takes the lock of a run directory or fails at once with one line naming the owner.
     pub fn acquire(dir: &Path) -> Result<Self> {
+        Self::acquire_for(dir, "tp-train")
+    }
+
+    /// Takes the lock of `dir` for `tool` (the kind of process that owns such a
+    /// directory, named in the error a second one gets), or fails at once.
+    pub fn acquire_for(dir: &Path, tool: &str) -> Result<Self> {
         let mut file = open(dir)?;
         match file.try_lock() {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(busy(dir, &mut file)),
+            Err(TryLockError::WouldBlock) => return Err(busy(dir, &mut file, tool)),
             Err(TryLockError::Error(e)) => {
                 return Err(e).with_context(|| format!("cannot lock {}", dir.display()))
             }
@@ -71,7 +77,7 @@ impl DirLock {
         }
         let mut file = open(dir)?;
         match file.try_lock() {
-            Err(TryLockError::WouldBlock) => Err(busy(dir, &mut file)),
+            Err(TryLockError::WouldBlock) => Err(busy(dir, &mut file, "tp-train")),
             _ => Ok(()),
         }
     }

@@ -22,9 +22,11 @@ pub mod lock;
 pub mod log;
 pub mod records;
 
-pub use checkpoint::{latest, Checkpoint, CheckpointMeta, CHECKPOINTS};
+pub use checkpoint::{
+    latest, Checkpoint, CheckpointMeta, CommShape, Moments, RunHistory, CHECKPOINTS,
+};
 pub use lock::DirLock;
-pub use log::{read_log, LogLine, LogWriter};
+pub use log::{read_log, read_log_for_resume, LogLine, LogWriter, TornTail};
 pub use records::{CommReport, EvalReport, LayerComm, PerStep, RunSummary, ScanReport, SiteComm};
 
 use crate::config::RunConfig;
@@ -84,27 +86,38 @@ impl RunDir {
         })
     }
 
-    /// Takes over an existing run directory to resume it at `step`: lines of the log from
-    /// `step` on (written after the checkpoint, or the final evaluation of a finished run)
-    /// are dropped, so the resumed run continues the log exactly, and checkpoints a failed
-    /// write left half-done are removed.
-    pub fn resume(path: &Path, step: usize) -> Result<Self> {
+    /// Takes over an existing run directory to resume it at `step`: the log keeps every
+    /// complete line before `step`, byte for byte; lines from `step` on (written after the
+    /// checkpoint, or the final evaluation of a finished run) and a torn tail (a write
+    /// cut short) are dropped, so the resumed run continues the log exactly. Files a
+    /// killed write left half-done are removed. Says what happened to the log.
+    pub fn resume(path: &Path, step: usize) -> Result<(Self, LogRepair)> {
         let lock = DirLock::acquire(path)?;
-        let kept: Vec<LogLine> = match read_log(path) {
-            Ok(lines) => lines.into_iter().filter(|l| l.step < step).collect(),
-            Err(_) => Vec::new(),
-        };
+        let log = log::read_log_for_resume(path)?;
+        let total = log.lines.len();
         let mut text = String::new();
-        for l in &kept {
-            text.push_str(&serde_json::to_string(l)?);
-            text.push('\n');
+        let mut kept = 0;
+        for (raw, line) in &log.lines {
+            if line.step < step {
+                text.push_str(raw);
+                text.push('\n');
+                kept += 1;
+            }
         }
         write_atomic(&path.join(log::LOG_FILE), text.as_bytes())?;
         checkpoint::remove_partial(path)?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            _lock: lock,
-        })
+        remove_stale_temporaries(path)?;
+        Ok((
+            Self {
+                path: path.to_path_buf(),
+                _lock: lock,
+            },
+            LogRepair {
+                kept,
+                dropped: total - kept,
+                torn: log.torn,
+            },
+        ))
     }
 
     fn write(&self, name: &str, contents: &[u8]) -> Result<()> {
@@ -143,6 +156,53 @@ impl RunDir {
     }
 }
 
+/// What a resume did to a run's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRepair {
+    /// Complete lines before the checkpoint, kept as written.
+    pub kept: usize,
+    /// Complete lines from the checkpoint's step on, dropped (the resumed run writes them
+    /// again).
+    pub dropped: usize,
+    /// The end of the file that did not parse, dropped.
+    pub torn: Option<log::TornTail>,
+}
+
+impl LogRepair {
+    /// One line about a torn tail, if there was one.
+    pub fn torn_note(&self, dir: &Path) -> Option<String> {
+        self.torn.map(|t| {
+            format!(
+                "note: {}/{} ended in a torn line ({} bytes from line {}, a write cut short by a crash or a full disk): dropped it, kept the {} complete lines before the checkpoint",
+                dir.display(),
+                log::LOG_FILE,
+                t.bytes,
+                t.line,
+                self.kept
+            )
+        })
+    }
+}
+
+/// Removes the temporary files of atomic writes (`.NAME.PID.tmp`) a kill left behind in
+/// a run directory and its `checkpoints/`. Only the owner of the run calls this, so no
+/// write of its is under way.
+fn remove_stale_temporaries(run_dir: &Path) -> Result<()> {
+    for dir in [run_dir.to_path_buf(), run_dir.join(CHECKPOINTS)] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with('.') && name.ends_with(".tmp") && e.path().is_file() {
+                std::fs::remove_file(e.path())
+                    .with_context(|| format!("cannot remove {}", e.path().display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Writes `report` into a finished run's directory from outside its writer (tp-eval):
 /// refused while another process owns the run.
 pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<()> {
@@ -173,24 +233,58 @@ pub fn read_eval(dir: &Path, split: &str) -> Result<Option<EvalReport>> {
     read_json(&dir.join(eval_file(split)))
 }
 
+/// What a tool needs of a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The weights (evaluation, sampling, export, scans, `init_from`).
+    Weights,
+    /// Weights and AdamW moments (resuming).
+    Everything,
+}
+
 /// A run's config and a checkpoint of it that holds exactly its model: `explicit` if
 /// given, else the run's latest. `purpose` completes "has no checkpoint to ...".
+///
+/// A live run may replace its latest checkpoint (and prune the old one) between reading
+/// `latest` and the files: when a load fails and `latest` has moved meanwhile, the new
+/// latest is read instead, so a reader racing a healthy run is never told it is damaged.
 pub fn load_checkpoint(
     dir: &Path,
     explicit: Option<&Path>,
     purpose: &str,
+    need: Need,
 ) -> Result<(RunConfig, Checkpoint)> {
     let cfg = read_config(dir)?;
-    let ck_dir = match explicit {
-        Some(d) => d.to_path_buf(),
-        None => latest(dir)?.ok_or_else(|| {
-            user(format!(
-                "{} has no checkpoint to {purpose} (checkpoints are written every checkpoint_interval steps and at the end)",
-                dir.display()
-            ))
-        })?,
+    let load = |d: &Path| match need {
+        Need::Weights => Checkpoint::load_weights(d),
+        Need::Everything => Checkpoint::load(d),
     };
-    let ck = Checkpoint::load(&ck_dir)?;
+    let latest_name = || {
+        std::fs::read_to_string(dir.join(CHECKPOINTS).join("latest"))
+            .ok()
+            .map(|n| n.trim().to_string())
+    };
+    let ck = match explicit {
+        Some(d) => load(d)?,
+        None => {
+            let mut attempts = 0;
+            loop {
+                let before = latest_name();
+                let loaded = latest(dir).and_then(|found| match found {
+                    Some(d) => load(&d),
+                    None => Err(user(format!(
+                        "{} has no checkpoint to {purpose} (checkpoints are written every checkpoint_interval steps and at the end)",
+                        dir.display()
+                    ))),
+                });
+                match loaded {
+                    Ok(ck) => break ck,
+                    Err(_) if attempts < 5 && latest_name() != before => attempts += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    };
     ck.check_matches(&cfg)?;
     Ok((cfg, ck))
 }
@@ -317,9 +411,32 @@ mod tests {
         )
         .unwrap();
         std::fs::create_dir_all(d.join("checkpoints/step-000005")).unwrap();
+        std::fs::write(d.join("checkpoints/.latest.4321.tmp"), b"step-000010").unwrap();
+        std::fs::write(d.join(".summary.json.4321.tmp"), b"{").unwrap();
         RunDir::resume(&d, 5).unwrap();
         assert!(!d.join("checkpoints/.tmp-step-000010-1234").exists());
+        assert!(!d.join("checkpoints/.latest.4321.tmp").exists());
+        assert!(!d.join(".summary.json.4321.tmp").exists());
         assert!(d.join("checkpoints/step-000005").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn resume_keeps_the_complete_lines_before_the_checkpoint_byte_for_byte_and_drops_a_torn_tail() {
+        let d = scratch("torn-resume");
+        std::fs::create_dir_all(&d).unwrap();
+        let before = "{\"step\":0,\"train_loss\":4.25}\n{\"step\":10,\"val_loss\":3.5}\n";
+        let after = "{\"step\":20,\"train_loss\":3.0}\n{\"step\":30,\"tr";
+        std::fs::write(d.join(log::LOG_FILE), format!("{before}{after}")).unwrap();
+        let (_run, repair) = RunDir::resume(&d, 20).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join(log::LOG_FILE)).unwrap(),
+            before
+        );
+        assert_eq!((repair.kept, repair.dropped), (2, 1));
+        assert_eq!(repair.torn.map(|t| t.line), Some(4));
+        let note = repair.torn_note(&d).unwrap();
+        assert!(note.contains("torn line") && !note.contains('\n'), "{note}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

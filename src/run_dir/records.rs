@@ -260,11 +260,12 @@ pub struct RunSummary {
     #[serde(default)]
     pub final_val_tokens: Option<usize>,
     pub best_val_loss: Option<f32>,
-    /// Median of the logged steps' tokens/s.
+    /// Median of the logged steps' tokens/s (the whole run's log).
     pub tokens_per_s: Option<f64>,
-    /// Median wall-clock ms of this invocation's steps, the communication time measured
-    /// per step (emulated link delays and barrier waits included), their difference (the
-    /// compute a link model adds collectives to), and the bytes all-reduced per step.
+    /// Median wall-clock ms of the logged steps (the whole run's log), the communication
+    /// time measured per step (emulated link delays and barrier waits included), their
+    /// difference (the compute a link model adds collectives to), and the bytes
+    /// all-reduced per step.
     #[serde(default)]
     pub step_ms: Option<f64>,
     #[serde(default)]

@@ -5,11 +5,11 @@
 //! blocks.md's formula predicts are about training steps, so [`Tally::set_phase`] routes
 //! evaluation traffic into its own totals.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CommKind {
     /// Activation all-reduce in a forward pass (the `g` operator).
@@ -55,7 +55,30 @@ pub enum Site {
     Misc,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+impl Site {
+    /// `embedding`, `layer.N`, `head`, `params` or `misc`.
+    pub fn label(self) -> String {
+        match self {
+            Site::Embedding => "embedding".into(),
+            Site::Layer(i) => format!("layer.{i}"),
+            Site::Head => "head".into(),
+            Site::Params => "params".into(),
+            Site::Misc => "misc".into(),
+        }
+    }
+
+    pub fn from_label(s: &str) -> Option<Self> {
+        Some(match s {
+            "embedding" => Site::Embedding,
+            "head" => Site::Head,
+            "params" => Site::Params,
+            "misc" => Site::Misc,
+            _ => Site::Layer(s.strip_prefix("layer.")?.parse().ok()?),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stat {
     pub calls: u64,
     pub bytes: u64,
@@ -99,7 +122,8 @@ pub enum Phase {
     Eval,
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "SnapshotRecord", into = "SnapshotRecord")]
 pub struct TallySnapshot {
     /// Training traffic per (site, kind).
     pub train: BTreeMap<(Site, CommKind), Stat>,
@@ -119,6 +143,54 @@ impl TallySnapshot {
     }
     pub fn at(&self, site: Site, kind: CommKind) -> Stat {
         self.train.get(&(site, kind)).copied().unwrap_or_default()
+    }
+}
+
+/// A snapshot as stored (in checkpoints): JSON maps need string keys, so the training
+/// traffic is a list of (site, kind, stat).
+#[derive(Serialize, Deserialize)]
+struct SnapshotRecord {
+    train: Vec<SiteRecord>,
+    eval: BTreeMap<CommKind, Stat>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SiteRecord {
+    site: String,
+    kind: CommKind,
+    stat: Stat,
+}
+
+impl From<TallySnapshot> for SnapshotRecord {
+    fn from(s: TallySnapshot) -> Self {
+        Self {
+            train: s
+                .train
+                .into_iter()
+                .map(|((site, kind), stat)| SiteRecord {
+                    site: site.label(),
+                    kind,
+                    stat,
+                })
+                .collect(),
+            eval: s.eval,
+        }
+    }
+}
+
+impl TryFrom<SnapshotRecord> for TallySnapshot {
+    type Error = String;
+    fn try_from(r: SnapshotRecord) -> Result<Self, String> {
+        let mut train = BTreeMap::new();
+        for e in r.train {
+            let site =
+                Site::from_label(&e.site).ok_or_else(|| format!("unknown site `{}`", e.site))?;
+            train.insert((site, e.kind), e.stat);
+        }
+        Ok(Self {
+            train,
+            eval: r.eval,
+        })
     }
 }
 
@@ -164,11 +236,57 @@ impl Tally {
         self.lock().snap.clone()
     }
 
+    /// Replaces what was recorded with `snap` (a resumed run takes up its history).
+    pub fn restore(&self, snap: TallySnapshot) {
+        self.lock().snap = snap;
+    }
+
     pub fn reset(&self) {
         self.lock().snap = TallySnapshot::default();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_reads_back_from_json_exactly_with_every_site() {
+        let t = Tally::new();
+        let call = Call {
+            bytes: 96,
+            seconds: 1.5e-5,
+            modelled_seconds: 0.0,
+            group_size: 2,
+        };
+        for site in [
+            Site::Embedding,
+            Site::Layer(0),
+            Site::Layer(11),
+            Site::Head,
+            Site::Params,
+            Site::Misc,
+        ] {
+            t.record(site, CommKind::TpForward, call);
+        }
+        t.record(Site::Layer(3), CommKind::TpBackward, call);
+        t.set_phase(Phase::Eval);
+        t.record(Site::Misc, CommKind::Other, call);
+        let snap = t.snapshot();
+        let json = serde_json::to_string(&snap).unwrap();
+        let back: TallySnapshot = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, snap);
+        assert_eq!(back.at(Site::Layer(11), CommKind::TpForward).calls, 1);
+        assert_eq!(back.eval[&CommKind::Other].bytes, 96);
+        let restored = Tally::new();
+        restored.restore(back);
+        assert_eq!(restored.snapshot(), snap);
+        assert!(
+            serde_json::from_str::<TallySnapshot>(&json.replace("layer.11", "layer.x")).is_err()
+        );
     }
 }

@@ -18,7 +18,12 @@ pub fn eval_run(
     split: Split,
     tp: Option<usize>,
 ) -> Result<EvalReport> {
-    let (cfg, ck) = crate::run_dir::load_checkpoint(run_dir, checkpoint, "evaluate")?;
+    let (cfg, ck) = crate::run_dir::load_checkpoint(
+        run_dir,
+        checkpoint,
+        "evaluate",
+        crate::run_dir::Need::Weights,
+    )?;
     let data = load_dataset(&cfg)?;
     let mcfg = cfg.model_config(data.vocab_size())?;
     let tp = tp.unwrap_or(ck.meta.config.parallel.tp);
@@ -35,13 +40,18 @@ pub fn eval_run(
         split_loss(&model, tokens, mcfg.block_size, cfg.optim.batch_size)
     })?;
     let l = losses[0];
+    if !l.loss.is_finite() {
+        crate::user_bail!(
+            "the loss of {} over the {} split is {} although its weights are finite (the model overflows): nothing was written",
+            ck.dir.display(),
+            split.label(),
+            l.loss
+        );
+    }
     Ok(EvalReport {
         loss: l.loss,
         tokens: l.tokens,
-        split: match split {
-            Split::Train => "train".into(),
-            Split::Val => "val".into(),
-        },
+        split: split.label().into(),
         tp,
         checkpoint: ck.dir.display().to_string(),
         step: ck.meta.step,

@@ -8,6 +8,10 @@
 //!   at the end (comparing ranks that live in other processes);
 //! - `TP_CHECKPOINT_PAUSE_MS=MS`: checkpoints are held half-written that long (killing a
 //!   run mid-write).
+//! - `TP_STEP_PAUSE_MS=MS`: rank 0 waits that long after every step and before each
+//!   closing phase (the final evaluation, the sample, the closing files), so that kills at
+//!   random moments spread over a short run (the kill-and-resume test). Numerics are
+//!   unchanged.
 
 use crate::error::user;
 use anyhow::Result;
@@ -21,6 +25,7 @@ pub struct Faults {
     pub nan_at: Option<usize>,
     pub dump_params: Option<PathBuf>,
     pub checkpoint_pause: Option<Duration>,
+    pub step_pause: Option<Duration>,
 }
 
 fn number<T: std::str::FromStr>(var: &str, s: &str) -> Result<T> {
@@ -60,7 +65,18 @@ impl Faults {
                 .map(|s| number::<u64>("TP_CHECKPOINT_PAUSE_MS", &s))
                 .transpose()?
                 .map(Duration::from_millis),
+            step_pause: get("TP_STEP_PAUSE_MS")
+                .map(|s| number::<u64>("TP_STEP_PAUSE_MS", &s))
+                .transpose()?
+                .map(Duration::from_millis),
         })
+    }
+
+    /// Waits `TP_STEP_PAUSE_MS` on rank 0, if set.
+    pub fn pause(&self, rank: usize) {
+        if let (Some(d), 0) = (self.step_pause, rank) {
+            std::thread::sleep(d);
+        }
     }
 
     /// Fails if `rank` is to fail at `step`.

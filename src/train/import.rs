@@ -108,6 +108,13 @@ pub fn import_hf(src: &Path, out: &Path, data: &ImportData) -> Result<Imported> 
             config: &cfg,
             adam_steps: 0,
             best_val_loss: None,
+            // Nothing communicated yet.
+            history: Some(checkpoint::RunHistory {
+                steps: 0,
+                passes: 0,
+                shape: checkpoint::CommShape::of(&cfg),
+                tally: Default::default(),
+            }),
             pause_mid_write: None,
         },
         CheckpointTensors {

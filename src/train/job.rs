@@ -32,6 +32,9 @@ pub struct Job {
     pub init: Option<InitFrom>,
     pub faults: Faults,
     pub opts: RankOptions,
+    /// Whether this job continues an existing run directory (`--resume`), with or without
+    /// a checkpoint to start from.
+    pub resumed: bool,
 }
 
 impl Job {
@@ -44,6 +47,7 @@ impl Job {
             init: None,
             faults: Faults::default(),
             opts,
+            resumed: false,
         }
     }
 }
@@ -128,14 +132,31 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
     let data = checked_dataset(cfg)?;
     let checkpoint = match target {
         Target::New(_) => None,
+        // A run killed before its first checkpoint starts again from step 0.
+        Target::Resume(dir)
+            if run_dir::DirLock::check_free(dir)
+                .and(run_dir::latest(dir))?
+                .is_none() =>
+        {
+            None
+        }
         Target::Resume(dir) => {
-            run_dir::DirLock::check_free(dir)?;
-            let (_, ck) = run_dir::load_checkpoint(dir, None, "resume from")?;
+            let (_, ck) =
+                run_dir::load_checkpoint(dir, None, "resume from", run_dir::Need::Everything)?;
             ck.check_matches(cfg)?;
             if cfg.optim.max_iters < ck.meta.step {
                 crate::user_bail!(
                     "the latest checkpoint is at step {} but max_iters is {}: raise it (--set max_iters=N)",
                     ck.meta.step,
+                    cfg.optim.max_iters
+                );
+            }
+            if let (Some(why), true) = (history_gap(&ck, cfg), ck.meta.step == cfg.optim.max_iters)
+            {
+                // Its closing files would report no communication at all.
+                crate::user_bail!(
+                    "{} has nothing left to train (its latest checkpoint is at max_iters {}) and its communication history cannot be continued ({why}): resume with the checkpoint's settings, raise max_iters (--set max_iters=N), or evaluate it with tp-eval",
+                    dir.display(),
                     cfg.optim.max_iters
                 );
             }
@@ -145,7 +166,8 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
     let init = match (&checkpoint, &cfg.optim.init_from) {
         (None, Some(from)) => {
             let dir = Path::new(from);
-            let (from_cfg, ck) = run_dir::load_checkpoint(dir, None, "initialise from")?;
+            let (from_cfg, ck) =
+                run_dir::load_checkpoint(dir, None, "initialise from", run_dir::Need::Weights)?;
             check_init_compatible(cfg, &from_cfg, dir)?;
             // Every parameter the new pattern needs must be there: a one-tp build from
             // the stored weights says which is not, before anything is written.
@@ -172,6 +194,22 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
         init,
         faults,
         opts: RankOptions::default(),
+        resumed: matches!(target, Target::Resume(_)),
+    })
+}
+
+/// Why a resumed run cannot continue its checkpoint's communication tally, if it cannot.
+fn history_gap(ck: &Checkpoint, cfg: &RunConfig) -> Option<String> {
+    if super::trainer::usable_history(ck, cfg).is_some() {
+        return None;
+    }
+    Some(match &ck.meta.history {
+        None => "the checkpoint predates run histories".to_string(),
+        Some(h) => format!(
+            "it was tallied at {}, this resume runs {}",
+            h.shape,
+            crate::run_dir::CommShape::of(cfg)
+        ),
     })
 }
 
@@ -185,7 +223,11 @@ pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
         )?,
         Target::Resume(path) => {
             let step = job.checkpoint.as_ref().map_or(0, |c| c.meta.step);
-            RunDir::resume(path, step)?
+            let (dir, repair) = RunDir::resume(path, step)?;
+            if let Some(note) = repair.torn_note(path) {
+                println!("{note}");
+            }
+            dir
         }
     };
     dir.write_config(&job.cfg)?;
@@ -206,6 +248,9 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
         cfg.parallel.dtype.label(),
     );
     println!("run directory: {}", dir.display());
+    if job.checkpoint.is_none() && job.resumed {
+        println!("no checkpoint was written before the run stopped: training it again from step 0");
+    }
     if let Some(ck) = &job.checkpoint {
         println!(
             "resuming from {} (step {}) to max_iters {}",
@@ -213,6 +258,12 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
             ck.meta.step,
             cfg.optim.max_iters
         );
+        if let Some(why) = history_gap(ck, cfg) {
+            println!(
+                "note: comm.json will count the collectives of steps {}..{} only: {why}",
+                ck.meta.step, cfg.optim.max_iters
+            );
+        }
         if let Ok(layout) = cfg.layout() {
             super::generate::warn_if_other_function(
                 &layout,
@@ -230,6 +281,12 @@ pub fn finish(
     outcome: &RankOutcome,
     started: Instant,
 ) -> Result<CommReport> {
+    if let Some(full) = outcome.final_eval.filter(|f| !f.loss.is_finite()) {
+        anyhow::bail!(
+            "the final evaluation's loss over the whole val split is {} although training stayed finite (the model overflows): its last checkpoint is kept, nothing else was written",
+            full.loss
+        );
+    }
     let report = comm_report(cfg, &cfg.layout()?, outcome);
     dir.write_comm(&report)?;
     dir.write_sample(&outcome.sample)?;
@@ -244,7 +301,8 @@ pub fn finish(
             step: cfg.optim.max_iters,
         })?;
     }
-    let summary = run_summary(cfg, &report, outcome, started.elapsed().as_secs_f64());
+    let log = run_dir::read_log(&dir.path)?;
+    let summary = run_summary(cfg, &report, outcome, &log, started.elapsed().as_secs_f64());
     dir.write_summary(&summary)?;
     println!("{}", report.table());
     if !outcome.sample.is_empty() {

@@ -53,6 +53,7 @@ pub fn run_rank(
         r.started(cfg, counts);
     }
     let (max_iters, start) = (cfg.optim.max_iters, trainer.steps_done());
+    let prior = trainer.tallied();
     let (eval_interval, log_interval) = (cfg.eval.eval_interval, cfg.eval.log_interval);
     let tokens_per_step = cfg.tokens_per_step() as f64;
     // Only ranks of data-parallel index 0 hold what a checkpoint needs; all of them take
@@ -78,6 +79,9 @@ pub fn run_rank(
             let e = trainer.evaluate()?;
             line.eval_train_loss = Some(e.train_loss);
             line.val_loss = Some(e.val_loss);
+        }
+        if step == start {
+            trainer.take_up_history(job.checkpoint.is_some());
         }
         let interval = cfg.checkpoints.checkpoint_interval;
         let checkpoint_now =
@@ -107,7 +111,9 @@ pub fn run_rank(
             emit(line, &mut reporter)?;
         }
         steps.push(rec);
+        job.faults.pause(ctx.mesh.rank);
     }
+    job.faults.pause(ctx.mesh.rank);
 
     // The final model over the whole validation split (every TP rank takes part; each
     // DP replica computes the same value).
@@ -124,12 +130,14 @@ pub fn run_rank(
     } else {
         None
     };
+    job.faults.pause(ctx.mesh.rank);
     let sample = if job.opts.skip_sample || cfg.eval.sample_tokens == 0 {
         String::new()
     } else {
         let ids = trainer.sample(cfg.eval.sample_tokens)?;
         job.data.tokenizer().decode(&ids)
     };
+    job.faults.pause(ctx.mesh.rank);
     if let Some(r) = reporter {
         r.finished();
     }
@@ -157,6 +165,7 @@ pub fn run_rank(
         log,
         steps,
         tally: ctx.tally.snapshot(),
+        prior,
         sample,
         params,
         logical_params: counts.logical,

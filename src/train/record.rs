@@ -53,6 +53,13 @@ pub struct ParamCounts {
     pub local: usize,
 }
 
+/// Training steps and forward passes a tally covers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tallied {
+    pub steps: usize,
+    pub passes: usize,
+}
+
 /// What one rank's run produced.
 pub struct RankOutcome {
     pub rank: usize,
@@ -60,7 +67,11 @@ pub struct RankOutcome {
     pub log: Vec<LogLine>,
     /// Every training step this invocation ran, in order.
     pub steps: Vec<StepRecord>,
+    /// Everything communicated, including what a resumed run's checkpoint had tallied
+    /// before this invocation (`prior`).
     pub tally: TallySnapshot,
+    /// Steps and passes the tally covered before this invocation's steps.
+    pub prior: Tallied,
     pub sample: String,
     /// This rank's parameters after training, by name (only when asked for).
     pub params: Vec<(String, Vec<f32>)>,
@@ -76,9 +87,17 @@ pub struct RankOutcome {
 }
 
 impl RankOutcome {
-    /// Forward (and backward) passes of the training steps.
+    /// Forward (and backward) passes of this invocation's training steps.
     pub fn passes(&self) -> usize {
         self.steps.iter().map(|s| s.passes).sum()
+    }
+
+    /// Steps and passes the tally covers: the prior ones and this invocation's.
+    pub fn tallied(&self) -> Tallied {
+        Tallied {
+            steps: self.prior.steps + self.steps.len(),
+            passes: self.prior.passes + self.passes(),
+        }
     }
 }
 

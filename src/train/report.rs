@@ -6,7 +6,7 @@
 use super::record::RankOutcome;
 use crate::blocks::Layout;
 use crate::config::RunConfig;
-use crate::run_dir::{CommReport, LayerComm, PerStep, RunSummary, SiteComm};
+use crate::run_dir::{CommReport, LayerComm, LogLine, PerStep, RunSummary, SiteComm};
 use crate::tp::{CommKind, Site, NAMED_LINKS};
 use std::collections::BTreeMap;
 
@@ -25,8 +25,7 @@ fn per_f(x: f64, d: usize) -> f64 {
 /// The communication report of rank 0's tally after a run.
 pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommReport {
     let t = &o.tally;
-    let steps = o.steps.len();
-    let passes = o.passes();
+    let super::record::Tallied { steps, passes } = o.tallied();
     let layers = layout
         .kinds
         .iter()
@@ -118,20 +117,26 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
     }
 }
 
-/// The headline numbers of a finished run.
+/// The middle value (upper median) of `values`, if any.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+/// The headline numbers of a finished run. `log` is the whole run's log (`log.jsonl` as
+/// it stands at the end, earlier invocations of a resumed run included), so a run
+/// resumed with nothing left to train reports the same figures as one never stopped.
 pub fn run_summary(
     cfg: &RunConfig,
     report: &CommReport,
     o: &RankOutcome,
+    log: &[LogLine],
     wall_seconds: f64,
 ) -> RunSummary {
-    let last_eval = o.log.iter().rev().find(|l| l.val_loss.is_some());
-    let mut ms: Vec<f64> = o.steps.iter().map(|s| s.ms).collect();
-    ms.sort_by(f64::total_cmp);
-    let step_ms = ms.get(ms.len() / 2).copied();
+    let last_eval = log.iter().rev().find(|l| l.val_loss.is_some());
+    let step_ms = median(log.iter().filter_map(|l| l.ms).collect());
     let comm_ms: f64 = report.per_step.values().map(|p| p.seconds).sum::<f64>() * 1e3;
-    let mut tps: Vec<f64> = o.log.iter().filter_map(|l| l.tokens_per_s).collect();
-    tps.sort_by(|a, b| a.total_cmp(b));
+    let tokens_per_s = median(log.iter().filter_map(|l| l.tokens_per_s).collect());
     RunSummary {
         pattern: cfg.model.pattern.clone(),
         tp: cfg.parallel.tp,
@@ -147,7 +152,7 @@ pub fn run_summary(
         },
         final_val_tokens: o.final_eval.map(|f| f.tokens),
         best_val_loss: o.best_val_loss,
-        tokens_per_s: tps.get(tps.len() / 2).copied(),
+        tokens_per_s,
         step_ms,
         comm_ms_per_step: step_ms.map(|_| comm_ms),
         compute_ms_per_step: step_ms.map(|s| (s - comm_ms).max(0.0)),

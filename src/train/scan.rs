@@ -70,7 +70,12 @@ pub fn scan_run(
     to: char,
     tp: Option<usize>,
 ) -> Result<ScanReport> {
-    let (cfg, ck) = crate::run_dir::load_checkpoint(run_dir, checkpoint, "scan")?;
+    let (cfg, ck) = crate::run_dir::load_checkpoint(
+        run_dir,
+        checkpoint,
+        "scan",
+        crate::run_dir::Need::Weights,
+    )?;
     let tp = tp.unwrap_or(cfg.parallel.tp);
     if tp < 2 {
         crate::user_bail!(

@@ -10,7 +10,7 @@ use super::generate::{generate, SampleOptions};
 use super::grads::GradBuffer;
 use super::memory;
 use super::optimizer::{AdamW, AdamWConfig};
-use super::record::{EvalRecord, Phases, StepRecord};
+use super::record::{EvalRecord, Phases, StepRecord, Tallied};
 use super::schedule::CosineSchedule;
 use crate::blocks::Fwd;
 use crate::config::RunConfig;
@@ -18,12 +18,21 @@ use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
 use crate::model::Gpt;
 use crate::ops::profile;
 use crate::run_dir::checkpoint::{self, CheckpointState, CheckpointTensors, ParamInfo};
-use crate::run_dir::Checkpoint;
+use crate::run_dir::{Checkpoint, CommShape, RunHistory};
 use crate::tp::{gather_logical, CommKind, Phase, SeededInit, Site, StoredParams};
 use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+/// The history of `ck` if this run can continue it: tallied with the same communication
+/// shape (one of another shape counts other collectives per step).
+pub fn usable_history<'c>(ck: &'c Checkpoint, cfg: &RunConfig) -> Option<&'c RunHistory> {
+    ck.meta
+        .history
+        .as_ref()
+        .filter(|h| h.shape == CommShape::of(cfg))
+}
 
 pub struct Trainer<'a> {
     cfg: &'a RunConfig,
@@ -39,6 +48,10 @@ pub struct Trainer<'a> {
     best_val: Option<f32>,
     /// The newest checkpoint this run can fall back to: (step, directory on the writer).
     last_checkpoint: Option<(usize, Option<PathBuf>)>,
+    /// Steps and passes the rank's tally covers (a resumed run's history included).
+    tallied: Tallied,
+    /// A resumed run's history, taken up by [`Trainer::take_up_history`].
+    pending_history: Option<RunHistory>,
 }
 
 impl<'a> Trainer<'a> {
@@ -102,6 +115,8 @@ impl<'a> Trainer<'a> {
             step: 0,
             best_val: None,
             last_checkpoint: None,
+            tallied: Tallied::default(),
+            pending_history: None,
         };
         if let Some(ck) = resume {
             trainer.restore(ck)?;
@@ -116,13 +131,47 @@ impl<'a> Trainer<'a> {
     pub fn restore(&mut self, ck: &Checkpoint) -> Result<()> {
         let (r, n) = (self.ctx.tp.rank(), self.ctx.tp.size());
         let reg = self.model.params();
-        let m = reg.local_parts(&ck.m, r, n)?;
-        let v = reg.local_parts(&ck.v, r, n)?;
+        let Some(moments) = &ck.moments else {
+            bail!(
+                "checkpoint {} was loaded without its optimiser state",
+                ck.dir.display()
+            );
+        };
+        let m = reg.local_parts(&moments.m, r, n)?;
+        let v = reg.local_parts(&moments.v, r, n)?;
         self.opt.restore(ck.meta.adam_steps, m, v)?;
         self.step = ck.meta.step;
         self.best_val = ck.meta.best_val_loss;
         self.last_checkpoint = Some((ck.meta.step, Some(ck.dir.clone())));
+        self.pending_history = usable_history(ck, self.cfg).cloned();
+        self.tallied = self
+            .pending_history
+            .as_ref()
+            .map_or(Tallied::default(), |h| Tallied {
+                steps: h.steps,
+                passes: h.passes,
+            });
         Ok(())
+    }
+
+    /// A run resumed from a checkpoint takes up its tally: what the run had communicated up
+    /// to the checkpoint (its evaluation at that step included, which a resume repeats to
+    /// write the same log line, so what was tallied since the resume is replaced).
+    /// Without a usable history the tally starts empty at the checkpoint. Called once,
+    /// at the resumed step, before its training step.
+    pub fn take_up_history(&mut self, resumed: bool) {
+        if !resumed {
+            return;
+        }
+        match self.pending_history.take() {
+            Some(h) => self.ctx.tally.restore(h.tally),
+            None => self.ctx.tally.reset(),
+        }
+    }
+
+    /// Steps and passes the tally covers so far.
+    pub fn tallied(&self) -> Tallied {
+        self.tallied
     }
 
     pub fn model(&self) -> &Gpt {
@@ -296,6 +345,8 @@ impl<'a> Trainer<'a> {
         phases.grad_sync = (t1 - t0).as_secs_f64();
         phases.optimizer = t1.elapsed().as_secs_f64();
         self.step += 1;
+        self.tallied.steps += 1;
+        self.tallied.passes += accum;
         Ok(StepRecord {
             step,
             local_loss: loss_sum / accum as f32,
@@ -340,11 +391,19 @@ impl<'a> Trainer<'a> {
         let dir = match root {
             None => None,
             Some(root) => {
+                // Taken after the gathers above: the history includes this checkpoint's.
+                let history = RunHistory {
+                    steps: self.tallied.steps,
+                    passes: self.tallied.passes,
+                    shape: CommShape::of(self.cfg),
+                    tally: self.ctx.tally.snapshot(),
+                };
                 let state = CheckpointState {
                     step: self.step,
                     config: self.cfg,
                     adam_steps: self.opt.t,
                     best_val_loss: self.best_val,
+                    history: Some(history),
                     pause_mid_write: self.faults.checkpoint_pause,
                 };
                 Some(checkpoint::write(root, state, tensors)?)

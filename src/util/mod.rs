@@ -7,4 +7,4 @@ pub mod host;
 pub mod stats;
 
 pub use fs::{fsync_dir, write_atomic};
-pub use hash::fnv1a;
+pub use hash::{fnv1a, sha256_hex};

@@ -346,3 +346,121 @@ fn tp_plot_sets_link_runs_against_the_model_and_draws_curves_in_link_time() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("scripts/link-calibration.sh"), "{err}");
 }
+
+/// Waits up to a minute for `cond`.
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed().as_secs() < 60, "gave up waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A one-point sweep whose run takes `steps` x 100 ms (TP_STEP_PAUSE_MS), started in the
+/// background.
+fn slow_sweep(d: &Path, steps: usize) -> std::process::Child {
+    std::fs::write(
+        d.join("sweep.yaml"),
+        format!("name: slow\nbase: {{n_embd: 32, max_iters: {steps}, eval_interval: 0, checkpoint_interval: 5, sample_tokens: 0, log_interval: 1, final_eval: sampled}}\ngrid: {{pattern: [tttt]}}\n"),
+    )
+    .unwrap();
+    command("tp-sweep", d)
+        .args(["sweep.yaml", "--out", "out"])
+        .env("TP_STEP_PAUSE_MS", "100")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_second_tp_sweep_on_a_sweep_directory_in_use_stops_in_one_line_naming_the_owner() {
+    let d = scratch("sweeplock");
+    let first = slow_sweep(&d, 30);
+    let run = d.join("out/pattern=tttt");
+    wait_for("the first sweep's run", || run.join("log.jsonl").exists());
+    let second = bin("tp-sweep", &d, &["sweep.yaml", "--out", "out"], &[]);
+    one_clear_error(
+        &second,
+        &format!(
+            "out is being written by another tp-sweep (pid {})",
+            first.id()
+        ),
+    );
+    let o = first.wait_with_output().unwrap();
+    assert_ok(&o);
+    let csv = std::fs::read_to_string(d.join("out/summary.csv")).unwrap();
+    assert!(
+        csv.contains(",finished,") && !csv.contains(",failed,"),
+        "{csv}"
+    );
+}
+
+#[test]
+fn sigint_to_tp_sweep_alone_reaches_its_run_which_ends_before_the_sweep_and_a_rerun_resumes() {
+    let d = scratch("sweepint");
+    let sweep = slow_sweep(&d, 200);
+    let run = d.join("out/pattern=tttt");
+    wait_for("a checkpoint of the sweep's run", || {
+        tp_harness::run_dir::latest(&run).ok().flatten().is_some()
+    });
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(sweep.id() as i32, libc::SIGINT) }, 0);
+    let t0 = std::time::Instant::now();
+    let o = sweep.wait_with_output().unwrap();
+    assert!(
+        t0.elapsed().as_secs() < 30,
+        "the sweep took {:?} to stop",
+        t0.elapsed()
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("stopped by SIGINT"), "{err}");
+    // Its run ended before it did: nobody holds the run's lock any more.
+    assert!(!tp_harness::run_dir::DirLock::held_elsewhere(&run));
+    assert!(!run.join("summary.json").exists());
+    let again = bin("tp-sweep", &d, &["sweep.yaml", "--out", "out"], &[]);
+    assert_ok(&again);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        text.contains("resuming from its latest checkpoint"),
+        "{text}"
+    );
+    assert!(run.join("summary.json").exists());
+}
+
+#[test]
+fn a_run_killed_after_its_last_checkpoint_keeps_its_figures_in_the_resumed_sweeps_summary() {
+    let d = scratch("sweepclosing");
+    assert_ok(&sweep(&d, "grid: {pattern: [tstt]}\n"));
+    let out = d.join("out");
+    let run = out.join("pattern=tstt");
+    let row = |csv: &str| -> Vec<String> {
+        let line = csv.lines().nth(1).unwrap();
+        // Timing columns aside (tokens_per_s, wall_s and what follows).
+        line.split(',').take(10).map(String::from).collect()
+    };
+    let before = row(&std::fs::read_to_string(out.join("summary.csv")).unwrap());
+    let comm_before = std::fs::read_to_string(run.join("comm.json")).unwrap();
+    // Killed in its final evaluation: the last checkpoint is written, nothing after it.
+    for f in ["summary.json", "comm.json", "eval.json", "sample.txt"] {
+        let _ = std::fs::remove_file(run.join(f));
+    }
+    let o = sweep(&d, "grid: {pattern: [tstt]}\n");
+    assert_ok(&o);
+    let after = row(&std::fs::read_to_string(out.join("summary.csv")).unwrap());
+    assert_eq!(after, before);
+    assert_eq!(after[5], "7", "forward all-reduces per step");
+    let calls = |text: &str| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["per_step"]["tp-forward"]["calls"].clone()
+    };
+    let comm_after = std::fs::read_to_string(run.join("comm.json")).unwrap();
+    assert_eq!(calls(&comm_after), calls(&comm_before));
+    assert_eq!(calls(&comm_after), serde_json::json!(7.0));
+}

@@ -4,7 +4,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::exit_code;
-use tp_harness::sweep::{sweep_and_report, Status, Sweep};
+use tp_harness::sweep::{sweep_and_report, Interrupted, Interrupts, Status, Sweep};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,6 +23,7 @@ struct Args {
 fn main() {
     let a = Args::parse();
     let run = || -> anyhow::Result<bool> {
+        let interrupts = Interrupts::install()?;
         let sweep = Sweep::load(&a.file)?;
         let out = a
             .out
@@ -33,7 +34,7 @@ fn main() {
             sweep.points.len(),
             out.display()
         );
-        let results = sweep_and_report(&sweep, &out)?;
+        let results = sweep_and_report(&sweep, &out, &interrupts)?;
         let failed = results
             .iter()
             .filter(|r| matches!(r.status, Status::Failed(_)))
@@ -49,7 +50,11 @@ fn main() {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
-            eprintln!("tp-sweep: error: {}", format!("{e:#}").replace('\n', " "));
+            if let Some(Interrupted(sig)) = e.downcast_ref::<Interrupted>() {
+                eprintln!("tp-sweep: {e}");
+                std::process::exit(128 + sig);
+            }
+            eprintln!("tp-sweep: error: {}", tp_harness::error::one_line(&e));
             std::process::exit(exit_code(&e));
         }
     }

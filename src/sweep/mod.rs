@@ -1,22 +1,34 @@
 //! Sweeps (`tp-sweep`): a grid of runs, resumable, with a summary table and plots.
 
+pub mod interrupts;
 pub mod runner;
 pub mod spec;
 pub mod summary;
 
+pub use interrupts::{Interrupted, Interrupts};
 pub use runner::{run_sweep, PointResult, Status};
 pub use spec::{Launcher, Point, Sweep};
 
 use crate::plot::{label_runs, merge_replicates, plot_runs, RunCurves};
+use crate::run_dir::DirLock;
 use crate::util::write_atomic;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::Path;
 
 /// Runs the sweep into `out`, then writes `summary.csv`, `summary.md` (with replicate
 /// statistics and `groups.csv` when points repeat over seeds) and `plots/`.
 /// Returns the results; failed runs are reported, not fatal.
-pub fn sweep_and_report(sweep: &Sweep, out: &Path) -> Result<Vec<PointResult>> {
-    let results = run_sweep(sweep, out)?;
+///
+/// The sweep owns `out` while it runs (`out/.lock`): a second tp-sweep on the same
+/// directory stops at once with one line naming this one's pid.
+pub fn sweep_and_report(
+    sweep: &Sweep,
+    out: &Path,
+    interrupts: &Interrupts,
+) -> Result<Vec<PointResult>> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let _owner = DirLock::acquire_for(out, "tp-sweep")?;
+    let results = run_sweep(sweep, out, interrupts)?;
     write_atomic(&out.join("summary.csv"), summary::csv(&results).as_bytes())?;
     let groups = summary::groups(&results, sweep.baseline.as_deref());
     let mut md = summary::markdown(&sweep.name, &results);

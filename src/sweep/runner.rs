@@ -3,11 +3,12 @@
 //! are skipped; a half-done run resumes from its latest checkpoint when its config is
 //! unchanged, and otherwise starts again from scratch.
 
+use super::interrupts::Interrupts;
 use super::spec::{Launcher, Point, Sweep};
 use crate::run_dir::{self, read_config, DirLock, RunSummary};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -62,16 +63,30 @@ fn command(launcher: &Launcher, tp_train: &Path) -> Command {
     }
 }
 
-/// Runs every point not yet finished under `out`; prints a line per run.
-pub fn run_sweep(sweep: &Sweep, out: &Path) -> Result<Vec<PointResult>> {
+/// Runs `cmd` to its end with its output captured, passing on any signal the sweep gets
+/// meanwhile (`interrupts`).
+fn run_child(cmd: &mut Command, interrupts: &Interrupts) -> std::io::Result<Output> {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    interrupts.child_started(child.id());
+    let output = child.wait_with_output();
+    interrupts.child_ended();
+    output
+}
+
+/// Runs every point not yet finished under `out`; prints a line per run. The caller owns
+/// `out` (see [`crate::sweep::sweep_and_report`]). A signal in `interrupts` stops the
+/// sweep once the run under way has ended ([`super::interrupts::Interrupted`]).
+pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<Vec<PointResult>> {
     let tp_train = sibling_binary("tp-train")?;
     let configs = out.join(".configs");
     let logs = out.join("logs");
-    std::fs::create_dir_all(&configs)?;
-    std::fs::create_dir_all(&logs)?;
+    std::fs::create_dir_all(&configs)
+        .with_context(|| format!("cannot create {}", configs.display()))?;
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let n = sweep.points.len();
     let mut results = Vec::with_capacity(n);
     for (i, point) in sweep.points.iter().enumerate() {
+        interrupts.check()?;
         let dir = out.join(&point.name);
         let tag = format!("[{}/{n}] {}", i + 1, point.name);
         if let Some(summary) = read_summary(&dir) {
@@ -110,20 +125,21 @@ pub fn run_sweep(sweep: &Sweep, out: &Path) -> Result<Vec<PointResult>> {
                     .with_context(|| format!("cannot clear {}", dir.display()))?;
             }
             let cfg_path = configs.join(format!("{}.yaml", point.name));
-            std::fs::write(&cfg_path, point.cfg.to_yaml()?)?;
+            std::fs::write(&cfg_path, point.cfg.to_yaml()?)
+                .with_context(|| format!("cannot write {}", cfg_path.display()))?;
             cmd.arg("--config").arg(&cfg_path).arg("--out").arg(&dir);
             "running"
         };
         println!("{tag}: {how} ...");
         let started = Instant::now();
         let log_path = logs.join(format!("{}.log", point.name));
-        let output = cmd
-            .arg("--quiet")
-            .output()
+        let output = run_child(cmd.arg("--quiet"), interrupts)
             .with_context(|| format!("cannot start {}", tp_train.display()))?;
         let mut log = output.stdout.clone();
         log.extend_from_slice(&output.stderr);
-        std::fs::write(&log_path, &log)?;
+        std::fs::write(&log_path, &log)
+            .with_context(|| format!("cannot write {}", log_path.display()))?;
+        interrupts.check()?;
         let secs = started.elapsed().as_secs_f64();
         let summary = read_summary(&dir);
         let status = match (&summary, output.status.success()) {

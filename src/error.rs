@@ -45,14 +45,90 @@ impl fmt::Display for AlreadyReported {
 
 impl std::error::Error for AlreadyReported {}
 
-/// The exit code for an error: 2 for user errors, 1 otherwise, or what another rank chose.
+/// An I/O failure the user resolves outside the program (a full disk, a read-only or
+/// forbidden place): what it means, and the fix.
+fn environment(e: &anyhow::Error) -> Option<(&'static str, &'static str)> {
+    use std::io::ErrorKind::*;
+    const FREE_SPACE: &str = "free space there (or write elsewhere with --out DIR) and run again; a run that had started continues from its last checkpoint with tp-train --resume RUN_DIR";
+    let io = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>())?;
+    Some(match io.kind() {
+        StorageFull => ("the disk is full", FREE_SPACE),
+        QuotaExceeded => ("the disk quota is exceeded", FREE_SPACE),
+        ReadOnlyFilesystem => (
+            "the file system is read-only",
+            "write elsewhere (--out DIR, or run from a writable folder)",
+        ),
+        PermissionDenied => (
+            "permission denied",
+            "write elsewhere (--out DIR) or fix the folder's permissions",
+        ),
+        NotADirectory => (
+            "a part of the path is a file, not a folder",
+            "choose another path (--out DIR)",
+        ),
+        _ => return None,
+    })
+}
+
+/// The exit code for an error: 2 for user errors and for I/O failures the user resolves
+/// (a full disk, a read-only or forbidden place), 1 otherwise, or what another rank chose.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
     if let Some(r) = e.chain().find_map(|c| c.downcast_ref::<AlreadyReported>()) {
         return r.0;
     }
-    if is_user_error(e) {
+    if is_user_error(e) || environment(e).is_some() {
         2
     } else {
         1
+    }
+}
+
+/// The one line a binary prints for `e`. An I/O failure the user resolves is said as the
+/// file it concerns (the context right around the OS error), what happened and the fix,
+/// instead of the OS's words.
+pub fn one_line(e: &anyhow::Error) -> String {
+    if let Some((what, fix)) = environment(e) {
+        let chain: Vec<&(dyn std::error::Error + 'static)> = e.chain().collect();
+        let io_at = chain
+            .iter()
+            .position(|c| c.downcast_ref::<std::io::Error>().is_some())
+            .unwrap_or(0);
+        let doing = match io_at {
+            0 => "an I/O operation failed".to_string(),
+            i => chain[i - 1].to_string(),
+        };
+        return format!("{doing}: {what}: {fix}");
+    }
+    format!("{e:#}").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    fn io(kind: std::io::ErrorKind) -> anyhow::Error {
+        Err::<(), _>(std::io::Error::from(kind))
+            .context("cannot write runs/x/log.jsonl")
+            .context("rank 0 failed")
+            .unwrap_err()
+    }
+
+    #[test]
+    fn a_full_disk_or_a_read_only_place_is_a_user_error_naming_the_file_and_the_fix() {
+        let e = io(std::io::ErrorKind::StorageFull);
+        assert_eq!(exit_code(&e), 2);
+        let line = one_line(&e);
+        assert!(
+            line.starts_with("cannot write runs/x/log.jsonl: the disk is full: free space"),
+            "{line}"
+        );
+        assert!(line.contains("--resume") && !line.contains('\n'), "{line}");
+        let e = io(std::io::ErrorKind::ReadOnlyFilesystem);
+        assert_eq!(exit_code(&e), 2);
+        assert!(one_line(&e).contains("read-only: write elsewhere"));
+        let e = io(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(exit_code(&e), 1);
+        assert!(one_line(&e).starts_with("rank 0 failed: cannot write runs/x/log.jsonl"));
     }
 }

@@ -57,7 +57,7 @@ fn main() {
         Ok(())
     };
     if let Err(e) = run() {
-        eprintln!("tp-eval: error: {}", format!("{e:#}").replace('\n', " "));
+        eprintln!("tp-eval: error: {}", tp_harness::error::one_line(&e));
         std::process::exit(exit_code(&e));
     }
 }

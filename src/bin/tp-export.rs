@@ -44,7 +44,7 @@ fn main() {
     match real_main(&a) {
         Ok(out) => println!("wrote {}/model.safetensors and config.json (transformers.GPT2LMHeadModel.from_pretrained)", out.display()),
         Err(e) => {
-            eprintln!("tp-export: error: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("tp-export: error: {}", tp_harness::error::one_line(&e));
             std::process::exit(exit_code(&e));
         }
     }

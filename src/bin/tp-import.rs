@@ -70,7 +70,7 @@ fn real_main(a: &Args) -> anyhow::Result<()> {
 fn main() {
     let a = Args::parse();
     if let Err(e) = real_main(&a) {
-        eprintln!("tp-import: error: {}", format!("{e:#}").replace('\n', " "));
+        eprintln!("tp-import: error: {}", tp_harness::error::one_line(&e));
         std::process::exit(exit_code(&e));
     }
 }

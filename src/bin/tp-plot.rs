@@ -114,7 +114,7 @@ fn main() {
             }
         }
         Err(e) => {
-            eprintln!("tp-plot: error: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("tp-plot: error: {}", tp_harness::error::one_line(&e));
             std::process::exit(exit_code(&e));
         }
     }

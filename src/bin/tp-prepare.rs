@@ -33,7 +33,7 @@ fn main() {
                 dir.display()
             ),
             Err(e) => {
-                eprintln!("tp-prepare: error: {}", format!("{e:#}").replace('\n', " "));
+                eprintln!("tp-prepare: error: {}", tp_harness::error::one_line(&e));
                 std::process::exit(if is_user_error(&e) { 2 } else { 1 });
             }
         }

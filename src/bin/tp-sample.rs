@@ -58,7 +58,7 @@ fn main() {
     ) {
         Ok(text) => println!("{}{text}", a.prompt.unwrap_or_default()),
         Err(e) => {
-            eprintln!("tp-sample: error: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("tp-sample: error: {}", tp_harness::error::one_line(&e));
             std::process::exit(exit_code(&e));
         }
     }

@@ -65,7 +65,7 @@ fn main() {
         Ok(())
     };
     if let Err(e) = run() {
-        eprintln!("tp-scan: error: {}", format!("{e:#}").replace('\n', " "));
+        eprintln!("tp-scan: error: {}", tp_harness::error::one_line(&e));
         std::process::exit(exit_code(&e));
     }
 }

@@ -1,13 +1,15 @@
 //! `tp-train`: train GPT-2 with a pattern of t/s/p blocks across tensor- and
 //! data-parallel ranks. With no arguments it runs the default experiment.
 
+use anyhow::Context;
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::config::{parse_assignment, read_config_file, resolve, Origin};
 use tp_harness::error::{exit_code, AlreadyReported};
 use tp_harness::run_dir::default_run_path;
 use tp_harness::train::bench::{bench, bench_config, summarize, BenchResult};
-use tp_harness::train::run::{resume, run, Backend};
+use tp_harness::train::job::Target;
+use tp_harness::train::run::{resume_config, run_resolved, Backend};
 use tp_harness::util::write_atomic;
 
 #[global_allocator]
@@ -85,13 +87,14 @@ fn main() {
     let args = Args::parse();
     if let Err(e) = real_main(args) {
         if e.downcast_ref::<AlreadyReported>().is_none() {
-            eprintln!("tp-train: error: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("tp-train: error: {}", tp_harness::error::one_line(&e));
         }
         std::process::exit(exit_code(&e));
     }
 }
 
-fn real_main(args: Args) -> anyhow::Result<()> {
+/// The config overrides the arguments give, in precedence order.
+fn overrides(args: &Args) -> anyhow::Result<Vec<(String, serde_yaml_ng::Value, Origin)>> {
     let mut overrides = Vec::new();
     if let Some(path) = &args.config {
         overrides.extend(read_config_file(path)?);
@@ -131,41 +134,52 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     if args.resume.is_none() {
         overrides = tp_harness::run_dir::inherit_init_from(overrides)?;
     }
+    Ok(overrides)
+}
+
+fn real_main(args: Args) -> anyhow::Result<()> {
     let backend = match args.backend {
         Some(BackendArg::Threads) => Backend::Threads,
         Some(BackendArg::Mpi) => Backend::Mpi,
         None => Backend::auto(),
     };
+    // Under MPI the config is resolved inside the launcher (every rank alike, an error
+    // printed once); the threads backend resolves it here.
+    let progress = !args.quiet;
     if args.bench && backend == Backend::Mpi {
         // Each rank is a process already: one measurement at the launched shape.
-        let cfg = bench_config(&resolve(&overrides)?, args.bench_warmup, args.bench_steps);
+        let (warmup, steps) = (args.bench_warmup, args.bench_steps);
+        let config = || Ok(bench_config(&resolve(&overrides(&args)?)?, warmup, steps));
         let out = args
             .out
             .clone()
             .unwrap_or_else(|| default_run_path("bench"));
-        let res = run(&cfg, Some(out.clone()), false, backend)?;
+        let res = run_resolved(&config, Target::New(Some(out.clone())), false, backend)?;
         if res.outcomes[0].rank == 0 {
-            summarize(&cfg, &res.outcomes[0], args.bench_warmup).report(&out)?;
+            summarize(&config()?, &res.outcomes[0], warmup).report(&out)?;
         }
         return Ok(());
     }
     if args.bench {
+        let overrides = overrides(&args)?;
         let out = args
             .out
             .clone()
             .unwrap_or_else(|| default_run_path("bench"));
-        std::fs::create_dir_all(&out)?;
+        std::fs::create_dir_all(&out)
+            .with_context(|| format!("cannot create {}", out.display()))?;
         if args.tp.is_none() {
             return bench_tp1_and_tp2(&out);
         }
         return bench(&resolve(&overrides)?, args.bench_warmup, args.bench_steps)?.report(&out);
     }
     if let Some(dir) = &args.resume {
-        resume(dir, &overrides, !args.quiet, backend)?;
+        let config = || resume_config(dir, &overrides(&args)?);
+        run_resolved(&config, Target::Resume(dir.clone()), progress, backend)?;
         return Ok(());
     }
-    let cfg = resolve(&overrides)?;
-    run(&cfg, args.out, !args.quiet, backend)?;
+    let config = || resolve(&overrides(&args)?);
+    run_resolved(&config, Target::New(args.out.clone()), progress, backend)?;
     Ok(())
 }
 

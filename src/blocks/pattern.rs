@@ -30,6 +30,13 @@ impl BlockKind {
     }
 }
 
+/// The most layers a pattern may expand to: ten times GPT-3's 96. It bounds the expansion
+/// itself, so that nested repeats (`9999x(9999x(9999xt))`) are refused before anything is
+/// allocated, and the depth of the autograd graph, whose backward pass and drop recurse
+/// per node (measured here: 2,000 layers fit a 2 MiB thread stack, 3,500 do not; rank
+/// threads get 64 MiB, MPI ranks the main thread's 8 MiB).
+pub const MAX_LAYERS: usize = 1_000;
+
 /// A parsed pattern: the source text and one kind per layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -87,10 +94,16 @@ pub struct PatternError {
 
 impl fmt::Display for PatternError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A pattern thousands of letters long is shown by its start.
+        let shown: String = if self.pattern.chars().count() > 64 {
+            format!("{}...", self.pattern.chars().take(60).collect::<String>())
+        } else {
+            self.pattern.clone()
+        };
         write!(
             f,
             "bad pattern \"{}\": {} at position {} (use t, s, p, groups \"(..)\" and repeats like \"3xsppp\")",
-            self.pattern,
+            shown,
             self.message,
             self.position + 1
         )
@@ -153,6 +166,7 @@ impl Parser<'_> {
                     break;
                 }
                 't' | 's' | 'p' => {
+                    self.room(&out, 1, 1, self.pos)?;
                     out.push(match c {
                         't' => BlockKind::T,
                         's' => BlockKind::S,
@@ -193,14 +207,14 @@ impl Parser<'_> {
                         // "count x seq": the rest of the enclosing sequence.
                         Some(_) => {
                             let rest = self.seq(open)?;
-                            let mut body = Vec::with_capacity(rest.len() * count);
+                            self.room(&out, rest.len(), count, count_pos)?;
                             for _ in 0..count {
-                                body.extend_from_slice(&rest);
+                                out.extend_from_slice(&rest);
                             }
-                            out.extend(body);
                             return Ok(out);
                         }
                     };
+                    self.room(&out, body.len(), count, count_pos)?;
                     for _ in 0..count {
                         out.extend_from_slice(&body);
                     }
@@ -214,6 +228,28 @@ impl Parser<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// Fails unless `out` can take `count` more copies of `len` layers within
+    /// [`MAX_LAYERS`] (checked arithmetic: the product of nested counts is never formed
+    /// unchecked, and nothing beyond the limit is ever allocated).
+    fn room(
+        &self,
+        out: &[BlockKind],
+        len: usize,
+        count: usize,
+        position: usize,
+    ) -> Result<(), PatternError> {
+        let total = len
+            .checked_mul(count)
+            .and_then(|n| n.checked_add(out.len()));
+        match total {
+            Some(n) if n <= MAX_LAYERS => Ok(()),
+            _ => Err(self.err(
+                position,
+                format!("the pattern expands to more than {MAX_LAYERS} layers"),
+            )),
+        }
     }
 
     fn group(&mut self) -> Result<Vec<BlockKind>, PatternError> {
@@ -344,5 +380,26 @@ mod tests {
         let (pos, msg) = err_at("t()");
         assert_eq!(pos, 1);
         assert!(msg.contains("empty group"), "{msg}");
+    }
+
+    #[test]
+    fn nested_counts_are_multiplied_before_expanding_and_the_layer_limit_holds() {
+        // 9999^3 layers: refused at the first count whose product passes the limit (the
+        // middle one), nothing that size allocated.
+        let (pos, msg) = err_at("9999x(9999x(9999x(t)))");
+        assert_eq!(pos, 6);
+        assert!(msg.contains("more than 1000 layers"), "{msg}");
+        let (_, msg) = err_at("100000x100000x100000xt");
+        assert!(msg.contains("more than 1000 layers"), "{msg}");
+        let (pos, _) = err_at("2x(500xt)t");
+        assert_eq!(pos, 9);
+        assert_eq!(Layout::parse("2x(500xt)").unwrap().n_layer(), MAX_LAYERS);
+        assert_eq!(
+            Layout::parse(&"t".repeat(MAX_LAYERS)).unwrap().n_layer(),
+            MAX_LAYERS
+        );
+        let (pos, msg) = err_at(&"s".repeat(MAX_LAYERS + 1));
+        assert_eq!(pos, MAX_LAYERS);
+        assert!(msg.contains("more than 1000 layers"), "{msg}");
     }
 }

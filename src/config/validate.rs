@@ -20,13 +20,9 @@ fn in_unit_interval(key: &str, v: f64) -> Result<()> {
     Ok(())
 }
 
-/// Total physical memory of this machine in bytes (Linux), if known.
-fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
+/// The most tokens a run's closing sample may have: it is a glimpse of the model (300 by
+/// default), written with the run's files; tp-sample writes longer text.
+pub const MAX_CLOSING_SAMPLE: usize = 10_000;
 
 impl RunConfig {
     /// Everything that can be checked before data is loaded or a rank starts.
@@ -77,6 +73,12 @@ impl RunConfig {
                 self.eval.sample_temperature
             );
         }
+        if self.eval.sample_tokens > MAX_CLOSING_SAMPLE {
+            user_bail!(
+                "sample_tokens must be at most {MAX_CLOSING_SAMPLE} (the run's closing sample is a glimpse of the model; tp-sample RUN --tokens N writes longer text), got {}",
+                self.eval.sample_tokens
+            );
+        }
         if self.eval.eval_interval > 0 && self.eval.eval_iters == 0 {
             user_bail!("eval_iters must be at least 1 when eval_interval is set (or set eval_interval to 0)");
         }
@@ -110,19 +112,26 @@ impl RunConfig {
             }
         }
         let m = self.model_config(vocab)?;
-        let (v, c, l) = (m.vocab_size as u64, m.n_embd as u64, m.n_layer as u64);
-        // A lower bound for one machine, which holds at least one whole TP group: the
-        // weights, gradients and two AdamW moments of the logical model, and one rank's
-        // logits with their gradient (f32).
-        let params = v * c + t as u64 * c + 12 * l * c * c;
-        let logits = (self.optim.batch_size * t) as u64 * v * 2;
-        let need = (params * 4 + logits) * 4;
-        if let Some(have) = physical_memory().filter(|&have| need > have) {
-            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        // u128: sizes from hostile input must not wrap around to a small need.
+        let (v, c, l) = (m.vocab_size as u128, m.n_embd as u128, m.n_layer as u128);
+        let rows = (self.optim.batch_size as u128) * t as u128;
+        // A lower bound for one machine, which holds at least one whole TP group (f32):
+        // - the weights, gradients and two AdamW moments of the logical model;
+        // - one replica's logits and their gradient;
+        // - the activations the backward pass keeps, at least 10 values per row and
+        //   layer per unit of width (measured: 24-37 with the attention matrices, at
+        //   tp 1; more at higher tp, where replicated ones are held once per rank).
+        let params = v * c + t as u128 * c + 12 * l * c * c;
+        let logits = rows * v * 2;
+        let activations = l * rows * 10 * c;
+        let need = (params * 4 + logits + activations) * 4;
+        if let Some(have) = crate::util::host::physical_memory().filter(|&have| need > have as u128)
+        {
+            let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
             user_bail!(
-                "this run needs at least {:.1} GiB (weights, gradients, optimiser state and logits) but this machine has {:.1} GiB: lower block_size, batch_size, n_embd or the vocabulary",
+                "this run needs at least {:.1} GiB (weights, gradients, optimiser state, activations and logits) but this machine has {:.1} GiB: lower n_layer, n_embd, block_size, batch_size or the vocabulary",
                 gib(need),
-                gib(have)
+                gib(have as u128)
             );
         }
         Ok(())

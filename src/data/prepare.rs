@@ -125,8 +125,16 @@ pub fn prepare(name: &str, root: &Path) -> Result<PathBuf> {
 /// their names and sizes.
 fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
     let mut files = Vec::new();
+    let special = |p: &Path| {
+        anyhow::Error::new(UserError(format!(
+            "text_path {} is not a regular file or a folder (a device, pipe or socket cannot be read to its end): give a UTF-8 file or a folder of them",
+            p.display()
+        )))
+    };
     if path.is_file() {
         files.push(path.to_path_buf());
+    } else if path.exists() && !path.is_dir() {
+        return Err(special(path));
     } else if path.is_dir() {
         let mut stack = vec![path.to_path_buf()];
         while let Some(d) = stack.pop() {
@@ -141,8 +149,10 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
                 }
                 if p.is_dir() {
                     stack.push(p);
-                } else {
+                } else if p.is_file() {
                     files.push(p);
+                } else if p.exists() {
+                    return Err(special(&p));
                 }
             }
         }
@@ -160,9 +170,24 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
         ))));
     }
     let mut sig = String::new();
+    let mut total = 0u64;
     for f in &files {
-        let len = std::fs::metadata(f)?.len();
+        let len = std::fs::metadata(f)
+            .with_context(|| format!("cannot read {}", f.display()))?
+            .len();
+        total += len;
         sig.push_str(&format!("{}:{len};", f.display()));
+    }
+    // Tokenizing holds the text and its tokens in memory together: about 3 bytes per
+    // byte of text at most.
+    if let Some(mem) = crate::util::host::physical_memory().filter(|m| total.saturating_mul(3) > *m)
+    {
+        return Err(anyhow::Error::new(UserError(format!(
+            "text_path {} holds {:.1} GiB of text, more than this machine ({:.1} GiB) can tokenize at once: use a part of it",
+            path.display(),
+            total as f64 / (1u64 << 30) as f64,
+            mem as f64 / (1u64 << 30) as f64
+        ))));
     }
     Ok((files, sig))
 }
@@ -182,7 +207,6 @@ pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
     if current && is_prepared(&dir) {
         return Ok(dir);
     }
-    std::fs::create_dir_all(&dir)?;
     let tok = Tokenizer::Gpt2Bpe;
     let mut ids: Vec<u32> = Vec::new();
     for (i, f) in files.iter().enumerate() {
@@ -206,6 +230,8 @@ pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
     }
     let ids: Vec<u16> = ids.into_iter().map(|i| i as u16).collect();
     let n = ids.len() * 9 / 10;
+    // Only now, with the text read and found usable: a refused text_path leaves nothing.
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write_tokens(&dir.join("train.bin"), &ids[..n])?;
     write_tokens(&dir.join("val.bin"), &ids[n..])?;
     let meta = Meta {

@@ -219,21 +219,28 @@ pub fn write(root: &Path, state: CheckpointState, tensors: CheckpointTensors) ->
     let name = format!("step-{step:06}");
     let tmp = base.join(format!("{TMP_PREFIX}{name}-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let mut sums = String::new();
-    for (file, tensors) in [(MODEL_FILE, &weights), (M_FILE, &m), (V_FILE, &v)] {
-        let bytes = safetensors::serialize(tensors, None)
-            .with_context(|| format!("cannot serialise {file}"))?;
-        sums.push_str(&format!("{}  {file}\n", sha256_hex(&bytes)));
-        write_durable(&tmp.join(file), &bytes)?;
+    let filled = (|| -> Result<()> {
+        let mut sums = String::new();
+        for (file, tensors) in [(MODEL_FILE, &weights), (M_FILE, &m), (V_FILE, &v)] {
+            let bytes = safetensors::serialize(tensors, None)
+                .with_context(|| format!("cannot serialise {file}"))?;
+            sums.push_str(&format!("{}  {file}\n", sha256_hex(&bytes)));
+            write_durable(&tmp.join(file), &bytes)?;
+        }
+        if let Some(d) = state.pause_mid_write {
+            std::thread::sleep(d);
+        }
+        let meta_bytes = serde_json::to_vec_pretty(&meta)?;
+        sums.push_str(&format!("{}  {META_FILE}\n", sha256_hex(&meta_bytes)));
+        write_durable(&tmp.join(META_FILE), &meta_bytes)?;
+        write_durable(&tmp.join(SUMS_FILE), sums.as_bytes())?;
+        fsync_dir(&tmp)
+    })();
+    if let Err(e) = filled {
+        // A full disk: give back what the half-written checkpoint took.
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
     }
-    if let Some(d) = state.pause_mid_write {
-        std::thread::sleep(d);
-    }
-    let meta_bytes = serde_json::to_vec_pretty(&meta)?;
-    sums.push_str(&format!("{}  {META_FILE}\n", sha256_hex(&meta_bytes)));
-    write_durable(&tmp.join(META_FILE), &meta_bytes)?;
-    write_durable(&tmp.join(SUMS_FILE), sums.as_bytes())?;
-    fsync_dir(&tmp)?;
     let dest = base.join(&name);
     if dest.exists() {
         std::fs::remove_dir_all(&dest)

@@ -2,11 +2,12 @@
 //! through the same type.
 
 use crate::error::user;
+use anyhow::Context;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 pub const LOG_FILE: &str = "log.jsonl";
 
@@ -119,27 +120,30 @@ pub fn read_log_for_resume(dir: &Path) -> Result<ResumableLog> {
     Ok(out)
 }
 
-/// Appends lines to a run's log, each flushed as it is written.
+/// Appends lines to a run's log, each written whole (one write of the line and its
+/// newline) as it comes.
 pub struct LogWriter {
-    out: BufWriter<File>,
+    out: File,
+    path: PathBuf,
 }
 
 impl LogWriter {
     pub(super) fn append(dir: &Path) -> Result<Self> {
-        let f = std::fs::OpenOptions::new()
+        let path = dir.join(LOG_FILE);
+        let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(dir.join(LOG_FILE))?;
-        Ok(Self {
-            out: BufWriter::new(f),
-        })
+            .open(&path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Self { out, path })
     }
 
     pub fn write(&mut self, line: &LogLine) -> Result<()> {
-        serde_json::to_writer(&mut self.out, line)?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()?;
-        Ok(())
+        let mut text = serde_json::to_vec(line)?;
+        text.push(b'\n');
+        self.out
+            .write_all(&text)
+            .with_context(|| format!("cannot write {}", self.path.display()))
     }
 }
 

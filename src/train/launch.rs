@@ -40,6 +40,12 @@ pub fn configure_threads(ranks: usize) -> usize {
     per_rank
 }
 
+/// Stack of a rank's thread: candle's backward pass and the drop of a graph recurse once
+/// per node, so a deep model needs more than a thread's default 2 MiB (a pattern's
+/// `MAX_LAYERS` is sized against this). Reserved, not committed: untouched pages cost
+/// nothing.
+pub const RANK_STACK_BYTES: usize = 64 << 20;
+
 /// Runs `f` as one rank's program: with more than one math thread, inside a rayon pool of
 /// its own of which the rank's thread is a worker, so that its matmuls and kernels fan
 /// out over exactly its share of the cores (and ranks in one process never queue behind
@@ -49,7 +55,11 @@ pub fn as_rank<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if threads <= 1 {
         return f();
     }
-    match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .stack_size(RANK_STACK_BYTES)
+        .build()
+    {
         Ok(pool) => pool.install(f),
         Err(_) => f(),
     }
@@ -98,8 +108,11 @@ pub fn run_threads(
             );
             let rep = if rank == 0 { reporter.take() } else { None };
             let dir = if rank == 0 { run_dir } else { None };
-            let world = world.clone();
-            handles.push(s.spawn(move || {
+            let (world, releaser) = (world.clone(), world.clone());
+            let rank_thread = std::thread::Builder::new()
+                .name(format!("rank-{rank}"))
+                .stack_size(RANK_STACK_BYTES);
+            let handle = rank_thread.spawn_scoped(s, move || {
                 let mut rep = rep;
                 let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     as_rank(|| {
@@ -126,13 +139,20 @@ pub fn run_threads(
                     world.abort(&format!("rank {rank} failed: {e:#}"));
                 }
                 res
-            }));
+            });
+            if let Err(e) = &handle {
+                // The ranks already started must not wait for this one.
+                releaser.abort(&format!("rank {rank} could not start: {e}"));
+            }
+            handles.push(handle);
         }
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow!("rank thread could not be joined")))
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow!("rank thread could not be joined"))),
+                Err(e) => Err(anyhow!("cannot start a rank thread: {e}")),
             })
             .collect()
     });
@@ -176,20 +196,24 @@ pub fn on_tp_threads<R: Send>(
             .enumerate()
             .map(|(rank, c)| {
                 let (f, world) = (&f, world.clone());
-                s.spawn(move || {
-                    let res = f(CountedComm::new(Arc::new(c), Arc::new(Tally::new())));
-                    if let Err(e) = &res {
-                        world.abort(&format!("rank {rank} failed: {e:#}"));
-                    }
-                    res
-                })
+                std::thread::Builder::new()
+                    .stack_size(RANK_STACK_BYTES)
+                    .spawn_scoped(s, move || {
+                        let res = f(CountedComm::new(Arc::new(c), Arc::new(Tally::new())));
+                        if let Err(e) = &res {
+                            world.abort(&format!("rank {rank} failed: {e:#}"));
+                        }
+                        res
+                    })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow!("a rank thread panicked")))
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow!("a rank thread panicked"))),
+                Err(e) => Err(anyhow!("cannot start a rank thread: {e}")),
             })
             .collect()
     });

@@ -14,7 +14,7 @@ use super::record::{RankOutcome, Reporter};
 use super::report::comm_report;
 use crate::config::RunConfig;
 use crate::device::{gpu_count, DeviceKind};
-use crate::error::{exit_code, is_user_error, user, AlreadyReported};
+use crate::error::{exit_code, user, AlreadyReported};
 use crate::run_dir::CommReport;
 use crate::tp::mpi::{local_rank, local_ranks, MpiComm, MpiGroups, MpiWorld};
 use crate::tp::Comm;
@@ -78,7 +78,7 @@ fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
         return local;
     }
     if let Err(e) = &local {
-        let message = format!("{e:#}").replace('\n', " ");
+        let message = crate::error::one_line(e);
         if rank == 0 {
             eprintln!("tp-train: error: {message}");
         } else if !root_failed {
@@ -90,14 +90,18 @@ fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
     Err(anyhow::Error::new(AlreadyReported(code)))
 }
 
-pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<MpiRun> {
+pub fn run_mpi(
+    resolve: &dyn Fn() -> Result<RunConfig>,
+    target: &Target,
+    progress: bool,
+) -> Result<MpiRun> {
     let started = std::time::Instant::now();
     let mpi = MpiWorld::init()?;
     let (rank, world_size) = (mpi.rank(), mpi.size());
     let world = mpi.world_comm();
 
     let setup = (|| -> Result<Job> {
-        let mut cfg = cfg.clone();
+        let mut cfg = resolve()?;
         let tp = cfg.parallel.tp;
         if tp == 0 || world_size % tp != 0 {
             return Err(user(format!(
@@ -144,7 +148,7 @@ pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<MpiRu
             // leave the others waiting in it.
             eprintln!(
                 "tp-train: rank {rank}: error: {}",
-                format!("{e:#}").replace('\n', " ")
+                crate::error::one_line(&e)
             );
             mpi.abort(1);
         }
@@ -168,10 +172,10 @@ pub fn run_mpi(cfg: &RunConfig, target: &Target, progress: bool) -> Result<MpiRu
     let mut outcome = match trained {
         Ok(o) => o,
         Err(e) => {
-            let code = if is_user_error(&e) { 2 } else { 1 };
+            let code = exit_code(&e);
             eprintln!(
                 "tp-train: rank {rank}: error: {}",
-                format!("{e:#}").replace('\n', " ")
+                crate::error::one_line(&e)
             );
             mpi.abort(code);
         }

@@ -45,7 +45,7 @@ pub fn run(
     progress: bool,
     backend: Backend,
 ) -> Result<RunResult> {
-    launch(cfg, Target::New(out), progress, backend)
+    run_resolved(&|| Ok(cfg.clone()), Target::New(out), progress, backend)
 }
 
 /// Continues the run in `run_dir` from its latest checkpoint, with `overrides` applied to
@@ -56,21 +56,36 @@ pub fn resume(
     progress: bool,
     backend: Backend,
 ) -> Result<RunResult> {
-    let cfg = resolve_resume(&read_config(run_dir)?, overrides)?;
-    launch(
-        &cfg,
+    run_resolved(
+        &|| resume_config(run_dir, overrides),
         Target::Resume(run_dir.to_path_buf()),
         progress,
         backend,
     )
 }
 
-fn launch(cfg: &RunConfig, target: Target, progress: bool, backend: Backend) -> Result<RunResult> {
+/// The config of a resumed run: its own, with `overrides` applied.
+pub fn resume_config(
+    run_dir: &Path,
+    overrides: &[(String, serde_yaml_ng::Value, Origin)],
+) -> Result<RunConfig> {
+    resolve_resume(&read_config(run_dir)?, overrides)
+}
+
+/// Trains into `target` with the config `resolve` makes. Under MPI every rank resolves
+/// it after MPI has started, so that a config error is agreed on and printed once (by
+/// rank 0), like every other error of a job's setup.
+pub fn run_resolved(
+    resolve: &dyn Fn() -> Result<RunConfig>,
+    target: Target,
+    progress: bool,
+    backend: Backend,
+) -> Result<RunResult> {
     match backend {
-        Backend::Threads => run_in_threads(cfg, &target, progress),
+        Backend::Threads => run_in_threads(&resolve()?, &target, progress),
         #[cfg(feature = "mpi")]
         Backend::Mpi => {
-            let r = super::launch_mpi::run_mpi(cfg, &target, progress)?;
+            let r = super::launch_mpi::run_mpi(resolve, &target, progress)?;
             Ok(RunResult {
                 dir: r.dir,
                 report: r.report,

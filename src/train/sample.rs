@@ -8,6 +8,9 @@ use crate::model::Gpt;
 use crate::tp::StoredParams;
 use anyhow::Result;
 
+/// The most tokens tp-sample generates in one call.
+pub const MAX_SAMPLE_TOKENS: usize = 1_000_000;
+
 /// Generates text from a run's latest checkpoint (or `checkpoint` if given) with the
 /// model sharded over `tp` ranks as threads. Returns the prompt's continuation.
 pub fn sample_run(
@@ -17,7 +20,24 @@ pub fn sample_run(
     tp: Option<usize>,
     opts: &SampleOptions,
 ) -> Result<String> {
-    let (cfg, ck) = crate::run_dir::load_checkpoint(run_dir, checkpoint, "sample from")?;
+    if opts.tokens > MAX_SAMPLE_TOKENS {
+        crate::user_bail!(
+            "--tokens must be at most {MAX_SAMPLE_TOKENS}, got {}: sample in several calls (--prompt continues a text)",
+            opts.tokens
+        );
+    }
+    if !(opts.temperature > 0.0 && opts.temperature.is_finite()) {
+        crate::user_bail!(
+            "--temperature must be a positive number, got {}",
+            opts.temperature
+        );
+    }
+    let (cfg, ck) = crate::run_dir::load_checkpoint(
+        run_dir,
+        checkpoint,
+        "sample from",
+        crate::run_dir::Need::Weights,
+    )?;
     // GPT-2's BPE needs no corpus: an imported model samples before any text is named.
     let tok = if cfg.model.dataset == TEXT {
         Tokenizer::Gpt2Bpe

@@ -15,10 +15,14 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     ));
     {
         let mut f =
-            File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+            File::create(&tmp).with_context(|| format!("cannot write {}", path.display()))?;
         f.write_all(contents)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.sync_all()?;
+            .and_then(|_| f.sync_all())
+            .with_context(|| format!("cannot write {}", path.display()))
+            .inspect_err(|_| {
+                // A temporary a full disk left half-written is not left behind.
+                let _ = std::fs::remove_file(&tmp);
+            })?;
     }
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
@@ -26,6 +30,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
 
 /// Makes a directory's entries (a rename into it) durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot write {}", dir.display()))
 }

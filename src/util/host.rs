@@ -1,6 +1,7 @@
-//! Which host a process runs on, as the network sees it: the host name and the network
-//! namespace. Namespaces on one machine (scripts/netns-cluster.sh) are separate hosts
-//! with their own addresses and links, though they share the name.
+//! Which host a process runs on, as the network sees it (the host name and the network
+//! namespace), and how much memory it has. Namespaces on one machine
+//! (scripts/netns-cluster.sh) are separate hosts with their own addresses and links,
+//! though they share the name.
 
 /// `NAME` or `NAME/net:[INODE]` where the namespace can be read (Linux).
 pub fn label() -> String {
@@ -12,6 +13,14 @@ pub fn label() -> String {
         Ok(ns) => format!("{name}/{}", ns.display()),
         Err(_) => name,
     }
+}
+
+/// Total physical memory of this machine in bytes (Linux), if known.
+pub fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 #[cfg(test)]

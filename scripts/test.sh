@@ -25,6 +25,14 @@ for level in avx2 scalar; do
   TP_SIMD=$level cargo test --release --lib -- ops:: 2>&1 | tee -a "$log"
   TP_SIMD=$level cargo test --release --test t_equals_gpt2 --test s_and_p_equal_blocks_md --test golden_vectors 2>&1 | tee -a "$log"
 done
+# The CUDA code, compiled and linted without a GPU (clippy -D warnings over the cuda and
+# mpi features; our kernels through the real nvcc): no change may break it silently while
+# no GPU runs it. TP_SKIP_CUDA_LINT=1 skips it (a quick local run).
+if [ "${TP_SKIP_CUDA_LINT:-0}" = 1 ]; then
+  echo "test: TP_SKIP_CUDA_LINT=1: CUDA lint skipped"
+else
+  scripts/build-cuda.sh --lint
+fi
 # One closing line over all test binaries.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"

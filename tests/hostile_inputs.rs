@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_ok, command, one_clear_error, scratch};
+use common::{assert_ok, command, one_clear_error, scratch, with_test_data};
 use std::path::Path;
 use std::process::Output;
 
@@ -151,20 +151,14 @@ fn is_root() -> bool {
 
 /// Runs `script` (sh) in a mount namespace of its own, where it may mount a tmpfs.
 fn in_mount_namespace(dir: &Path, script: &str) -> Output {
-    std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", script])
-        .current_dir(dir)
-        .env(
-            "TP_SHARED_DATASETS",
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
-        )
-        .env(
-            "TP_DATA_DIR",
-            std::env::temp_dir().join("tp-harness-test-datasets"),
-        )
-        .env("TP_TRAIN", env!("CARGO_BIN_EXE_tp-train"))
-        .output()
-        .unwrap()
+    with_test_data(
+        std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", script])
+            .current_dir(dir),
+    )
+    .env("TP_TRAIN", env!("CARGO_BIN_EXE_tp-train"))
+    .output()
+    .unwrap()
 }
 
 #[test]

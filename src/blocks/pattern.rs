@@ -384,11 +384,16 @@ mod tests {
 
     #[test]
     fn nested_counts_are_multiplied_before_expanding_and_the_layer_limit_holds() {
-        // 9999^3 layers: refused at the first count whose product passes the limit (the
-        // middle one), nothing that size allocated.
+        // Refused at the first count whose product passes the limit, nothing that size
+        // allocated: 9999^3 at the innermost count; 30 x 30 x 30 (each count small, the
+        // product 27000) at the outermost.
         let (pos, msg) = err_at("9999x(9999x(9999x(t)))");
-        assert_eq!(pos, 6);
+        assert_eq!(pos, 12);
         assert!(msg.contains("more than 1000 layers"), "{msg}");
+        let (pos, msg) = err_at("30x(30x(30xt))");
+        assert_eq!(pos, 0);
+        assert!(msg.contains("more than 1000 layers"), "{msg}");
+        assert_eq!(Layout::parse("10x(10x(10xt))").unwrap().n_layer(), 1000);
         let (_, msg) = err_at("100000x100000x100000xt");
         assert!(msg.contains("more than 1000 layers"), "{msg}");
         let (pos, _) = err_at("2x(500xt)t");

@@ -324,16 +324,20 @@ pub fn command(name: &str, dir: &std::path::Path) -> std::process::Command {
         other => panic!("unknown binary {other}"),
     };
     let mut c = std::process::Command::new(exe);
-    c.current_dir(dir)
-        .env(
-            "TP_SHARED_DATASETS",
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
-        )
-        .env(
-            "TP_DATA_DIR",
-            std::env::temp_dir().join("tp-harness-test-datasets"),
-        );
+    with_test_data(c.current_dir(dir));
     c
+}
+
+/// Points a command at the shared datasets and the tests' prepared-data folder.
+pub fn with_test_data(c: &mut std::process::Command) -> &mut std::process::Command {
+    c.env(
+        "TP_SHARED_DATASETS",
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
+    )
+    .env(
+        "TP_DATA_DIR",
+        std::env::temp_dir().join("tp-harness-test-datasets"),
+    )
 }
 
 /// Runs a tp-harness binary in `dir` with the shared datasets and extra environment.

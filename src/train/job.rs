@@ -132,36 +132,7 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
     let data = checked_dataset(cfg)?;
     let checkpoint = match target {
         Target::New(_) => None,
-        // A run killed before its first checkpoint starts again from step 0.
-        Target::Resume(dir)
-            if run_dir::DirLock::check_free(dir)
-                .and(run_dir::latest(dir))?
-                .is_none() =>
-        {
-            None
-        }
-        Target::Resume(dir) => {
-            let (_, ck) =
-                run_dir::load_checkpoint(dir, None, "resume from", run_dir::Need::Everything)?;
-            ck.check_matches(cfg)?;
-            if cfg.optim.max_iters < ck.meta.step {
-                crate::user_bail!(
-                    "the latest checkpoint is at step {} but max_iters is {}: raise it (--set max_iters=N)",
-                    ck.meta.step,
-                    cfg.optim.max_iters
-                );
-            }
-            if let (Some(why), true) = (history_gap(&ck, cfg), ck.meta.step == cfg.optim.max_iters)
-            {
-                // Its closing files would report no communication at all.
-                crate::user_bail!(
-                    "{} has nothing left to train (its latest checkpoint is at max_iters {}) and its communication history cannot be continued ({why}): resume with the checkpoint's settings, raise max_iters (--set max_iters=N), or evaluate it with tp-eval",
-                    dir.display(),
-                    cfg.optim.max_iters
-                );
-            }
-            Some(ck)
-        }
+        Target::Resume(dir) => resume_checkpoint(dir, cfg)?,
     };
     let init = match (&checkpoint, &cfg.optim.init_from) {
         (None, Some(from)) => {
@@ -196,6 +167,33 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
         opts: RankOptions::default(),
         resumed: matches!(target, Target::Resume(_)),
     })
+}
+
+/// The checkpoint a resume of `dir` continues from, checked against `cfg`; none when the
+/// run was stopped before its first checkpoint (it then trains again from step 0).
+fn resume_checkpoint(dir: &Path, cfg: &RunConfig) -> Result<Option<Checkpoint>> {
+    run_dir::DirLock::check_free(dir)?;
+    if run_dir::latest(dir)?.is_none() {
+        return Ok(None);
+    }
+    let (_, ck) = run_dir::load_checkpoint(dir, None, "resume from", run_dir::Need::Everything)?;
+    ck.check_matches(cfg)?;
+    if cfg.optim.max_iters < ck.meta.step {
+        crate::user_bail!(
+            "the latest checkpoint is at step {} but max_iters is {}: raise it (--set max_iters=N)",
+            ck.meta.step,
+            cfg.optim.max_iters
+        );
+    }
+    if let (Some(why), true) = (history_gap(&ck, cfg), ck.meta.step == cfg.optim.max_iters) {
+        // Its closing files would report no communication at all.
+        crate::user_bail!(
+            "{} has nothing left to train (its latest checkpoint is at max_iters {}) and its communication history cannot be continued ({why}): resume with the checkpoint's settings, raise max_iters (--set max_iters=N), or evaluate it with tp-eval",
+            dir.display(),
+            cfg.optim.max_iters
+        );
+    }
+    Ok(Some(ck))
 }
 
 /// Why a resumed run cannot continue its checkpoint's communication tally, if it cannot.

@@ -81,7 +81,7 @@ pub fn run_rank(
             line.val_loss = Some(e.val_loss);
         }
         if step == start {
-            trainer.take_up_history(job.checkpoint.is_some());
+            trainer.take_up_history();
         }
         let interval = cfg.checkpoints.checkpoint_interval;
         let checkpoint_now =

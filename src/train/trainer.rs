@@ -50,8 +50,18 @@ pub struct Trainer<'a> {
     last_checkpoint: Option<(usize, Option<PathBuf>)>,
     /// Steps and passes the rank's tally covers (a resumed run's history included).
     tallied: Tallied,
-    /// A resumed run's history, taken up by [`Trainer::take_up_history`].
-    pending_history: Option<RunHistory>,
+    /// Where the rank's tally starts, for [`Trainer::take_up_history`].
+    tally_start: TallyStart,
+}
+
+/// How a run's tally starts.
+enum TallyStart {
+    /// From nothing (a new run), or already taken up.
+    Fresh,
+    /// From a resumed checkpoint's history.
+    Continue(RunHistory),
+    /// Empty at a resumed checkpoint whose history this run cannot continue.
+    Restart,
 }
 
 impl<'a> Trainer<'a> {
@@ -116,7 +126,7 @@ impl<'a> Trainer<'a> {
             best_val: None,
             last_checkpoint: None,
             tallied: Tallied::default(),
-            pending_history: None,
+            tally_start: TallyStart::Fresh,
         };
         if let Some(ck) = resume {
             trainer.restore(ck)?;
@@ -143,29 +153,29 @@ impl<'a> Trainer<'a> {
         self.step = ck.meta.step;
         self.best_val = ck.meta.best_val_loss;
         self.last_checkpoint = Some((ck.meta.step, Some(ck.dir.clone())));
-        self.pending_history = usable_history(ck, self.cfg).cloned();
-        self.tallied = self
-            .pending_history
-            .as_ref()
-            .map_or(Tallied::default(), |h| Tallied {
-                steps: h.steps,
-                passes: h.passes,
-            });
+        (self.tally_start, self.tallied) = match usable_history(ck, self.cfg) {
+            Some(h) => (
+                TallyStart::Continue(h.clone()),
+                Tallied {
+                    steps: h.steps,
+                    passes: h.passes,
+                },
+            ),
+            None => (TallyStart::Restart, Tallied::default()),
+        };
         Ok(())
     }
 
     /// A run resumed from a checkpoint takes up its tally: what the run had communicated up
     /// to the checkpoint (its evaluation at that step included, which a resume repeats to
     /// write the same log line, so what was tallied since the resume is replaced).
-    /// Without a usable history the tally starts empty at the checkpoint. Called once,
-    /// at the resumed step, before its training step.
-    pub fn take_up_history(&mut self, resumed: bool) {
-        if !resumed {
-            return;
-        }
-        match self.pending_history.take() {
-            Some(h) => self.ctx.tally.restore(h.tally),
-            None => self.ctx.tally.reset(),
+    /// Without a usable history the tally starts empty at the checkpoint; a new run's
+    /// tally is left as it is. Called at the first step, before its training step.
+    pub fn take_up_history(&mut self) {
+        match std::mem::replace(&mut self.tally_start, TallyStart::Fresh) {
+            TallyStart::Fresh => {}
+            TallyStart::Continue(h) => self.ctx.tally.restore(h.tally),
+            TallyStart::Restart => self.ctx.tally.reset(),
         }
     }
 

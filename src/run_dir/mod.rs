@@ -73,7 +73,8 @@ impl RunDir {
     pub fn create(path: &Path) -> Result<Self> {
         if path.join(log::LOG_FILE).exists() || path.join(CONFIG_FILE).exists() {
             user_bail!(
-                "{} already holds a run; choose another --out (nothing was changed)",
+                "{} already holds a run: continue it with tp-train --resume {} or choose another --out (nothing was changed)",
+                path.display(),
                 path.display()
             );
         }

@@ -3,8 +3,10 @@
 //! From the bottom up (no file imports a file that imports it back):
 //! - `util`: atomic writes, a stable hash
 //! - `device`: the device a rank computes on (cpu, cuda), the passes' dtype, the kernels
-//! - `tp`: communication (the `Comm` collectives, backends incl. NCCL in the CUDA build,
-//!   mesh, tally, f/g, parallel linears, the parameter registry)
+//! - `comm`: collectives (the `Comm` trait, backends incl. NCCL in the CUDA build, mesh,
+//!   the counting layer and tally, the link model)
+//! - `tp`: tensor-parallel maths over them (f/g, parallel linears, vocab-parallel
+//!   embedding and loss, the parameter registry)
 //! - `ops`: linears, norms, activations, attention, loss: portable and fused kernels
 //!   (CPU; GPU attention in the CUDA build)
 //! - `blocks`: the t / s / p blocks and the pattern parser
@@ -17,15 +19,18 @@
 
 pub mod alloc;
 pub mod blocks;
+pub mod comm;
 pub mod config;
 pub mod data;
 pub mod device;
 pub mod error;
+pub mod launch;
 pub mod model;
 pub mod ops;
 pub mod plot;
 pub mod run_dir;
 pub mod sweep;
+pub mod tools;
 pub mod tp;
 pub mod train;
 pub mod util;

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use tp_harness::blocks::{Fwd, Layout};
 use tp_harness::data::{prepare_text, Dataset, Tokenizer};
+use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
 use tp_harness::run_dir::{latest, read_config as read_run_config, Checkpoint};
 use tp_harness::tp::StoredParams;
-use tp_harness::train::launch::on_tp_threads;
 
 const SMALL: [&str; 12] = [
     "--quiet",

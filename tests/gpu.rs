@@ -13,10 +13,10 @@ mod common;
 use candle_core::{DType, Device, Tensor, Var};
 use common::checks::{self, check_golden_cases, On};
 use std::sync::{Arc, OnceLock};
+use tp_harness::comm::nccl::NcclComm;
+use tp_harness::comm::{Comm, ThreadWorld};
 use tp_harness::device::{ComputeDtype, DeviceKind, Kernels};
 use tp_harness::ops;
-use tp_harness::tp::nccl::NcclComm;
-use tp_harness::tp::{Comm, ThreadWorld};
 
 /// One candle device for the whole test binary (thread ranks share it, as the launcher
 /// does), with TF32 off so that f32 matmuls are f32.

@@ -10,10 +10,10 @@ use common::*;
 use std::collections::HashMap;
 use std::path::Path;
 use tp_harness::blocks::Layout;
+use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
 use tp_harness::run_dir::{latest, read_config, Checkpoint};
 use tp_harness::tp::StoredParams;
-use tp_harness::train::launch::on_tp_threads;
 
 /// The last position's logits of `run`'s latest checkpoint at `tp`.
 fn logits_of(run: &Path, tp: usize, vocab_parallel: bool, idx: &Tensor) -> Tensor {

@@ -3,8 +3,8 @@
 //! Reads every library file, expands its `use` trees and inline `crate::`/`super::`/
 //! `self::` paths, and resolves each to the file that defines the item: through child
 //! modules, and through a module file's `pub use` re-exports to the file they point at
-//! (so importing `crate::tp::CountedComm` is an edge to `tp/counted.rs`, not to
-//! `tp/mod.rs`). `mod` declarations are not imports; `#[cfg(test)]` modules are left out.
+//! (so importing `crate::comm::CountedComm` is an edge to `comm/counted.rs`, not to
+//! `comm/mod.rs`). `mod` declarations are not imports; `#[cfg(test)]` modules are left out.
 //! Then it looks for a cycle in that graph.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -5,8 +5,9 @@
 mod common;
 use common::*;
 use tp_harness::blocks::{BlockKind, Fwd, Layout};
+use tp_harness::comm::{CommKind, Site};
 use tp_harness::model::Gpt;
-use tp_harness::tp::{CommKind, SeededInit, Site};
+use tp_harness::tp::SeededInit;
 
 /// (forward, backward) TP all-reduce calls of one forward + backward pass, per layer too.
 fn count(pattern: &str, tp: usize) -> (u64, u64, Vec<(u64, u64)>) {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use tp_harness::blocks::{Fwd, Layout};
 use tp_harness::config::{resolve, Origin};
 use tp_harness::data::{CharVocab, Dataset, Meta, Tokenizer};
+use tp_harness::launch::job::{Job, RankOptions};
+use tp_harness::launch::threads::run_threads;
 use tp_harness::model::Gpt;
 use tp_harness::tp::{ParamKind, SeededInit};
 use tp_harness::train::grads::GradBuffer;
-use tp_harness::train::job::{Job, RankOptions};
-use tp_harness::train::launch::run_threads;
 
 fn synthetic_dataset() -> Dataset {
     let text: String = (0..4000)
@@ -85,7 +85,7 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
         &SeededInit {
             seed: cfg.optim.seed,
         },
-        &tp_harness::tp::CountedComm::solo(),
+        &tp_harness::comm::CountedComm::solo(),
     )
     .unwrap();
     let mut checked = 0;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use tp_harness::data::Split;
 use tp_harness::error::exit_code;
 use tp_harness::run_dir::{write_eval_into, DirLock};
-use tp_harness::train::eval_run::eval_run;
+use tp_harness::tools::eval::eval_run;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -4,7 +4,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::{exit_code, user};
-use tp_harness::train::import::{import_hf, ImportData};
+use tp_harness::tools::import::{import_hf, ImportData};
 
 #[derive(Parser, Debug)]
 #[command(

@@ -3,8 +3,8 @@
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::exit_code;
+use tp_harness::tools::sample::sample_run;
 use tp_harness::train::generate::SampleOptions;
-use tp_harness::train::sample::sample_run;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

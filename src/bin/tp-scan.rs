@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use tp_harness::error::exit_code;
 use tp_harness::plot::plot_scan;
 use tp_harness::run_dir::{write_scan_into, DirLock};
-use tp_harness::train::scan::scan_run;
+use tp_harness::tools::scan::scan_run;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,7 +1,7 @@
 //! The transformer blocks `t`, `s` and `p` exactly as `shared/design/blocks.md` defines
 //! them, the shared attention/MLP shards they are made of, and the pattern parser.
 //!
-//! Blocks talk to their tensor-parallel group only through [`crate::tp::CountedComm`] and the
+//! Blocks talk to their tensor-parallel group only through [`crate::comm::CountedComm`] and the
 //! conjugate operators; they know nothing of how ranks are connected.
 
 pub mod attention;

@@ -11,7 +11,8 @@
 //! `ReplicatedPartial`). A run of length 1 is the same formula with `x_r = x`.
 
 use super::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
-use crate::tp::{copy_to_tp, reduce_from_tp, CountedComm, ParamBuilder, ParamKind, Site};
+use crate::comm::{CountedComm, Site};
+use crate::tp::{copy_to_tp, reduce_from_tp, ParamBuilder, ParamKind};
 use anyhow::Result;
 use candle_core::Tensor;
 

@@ -12,9 +12,8 @@
 //! use exactly once. `b_pr` is used on the replicated value only (tag `Replicated`).
 
 use super::{add_bias, BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
-use crate::tp::{
-    copy_to_tp, reduce_from_tp, share_grad_over_tp, CountedComm, ParamBuilder, ParamKind, Site,
-};
+use crate::comm::{CountedComm, Site};
+use crate::tp::{copy_to_tp, reduce_from_tp, share_grad_over_tp, ParamBuilder, ParamKind};
 use anyhow::Result;
 use candle_core::Tensor;
 

@@ -2,7 +2,8 @@
 //! `p` blocks as one [`ParallelRun`].
 
 use super::{BlockConfig, BlockKind, Fwd, Layout, ParallelRun, SpdBlock, TpBlock};
-use crate::tp::{CountedComm, ParamBuilder};
+use crate::comm::CountedComm;
+use crate::tp::ParamBuilder;
 use anyhow::Result;
 use candle_core::Tensor;
 

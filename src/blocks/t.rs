@@ -9,7 +9,8 @@
 //! input gradient before it reaches the LayerNorm.
 
 use super::{add_bias, BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
-use crate::tp::{copy_to_tp, reduce_from_tp, CountedComm, ParamBuilder, ParamKind, Site};
+use crate::comm::{CountedComm, Site};
+use crate::tp::{copy_to_tp, reduce_from_tp, ParamBuilder, ParamKind};
 use anyhow::Result;
 use candle_core::Tensor;
 

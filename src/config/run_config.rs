@@ -3,10 +3,10 @@
 //! overrides in `overrides`.
 
 use crate::blocks::Layout;
+use crate::comm::LinkModel;
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::error::user;
 use crate::model::ModelConfig;
-use crate::tp::LinkModel;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;

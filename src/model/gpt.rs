@@ -12,10 +12,9 @@
 use super::config::ModelConfig;
 use crate::blocks::params::build_norm;
 use crate::blocks::{BlockStack, Fwd, Layout};
+use crate::comm::CountedComm;
 use crate::ops::{self, Norm};
-use crate::tp::{
-    CountedComm, Init, ParamBuilder, ParamKind, ParamRegistry, ParamSource, Shard, VocabShard,
-};
+use crate::tp::{Init, ParamBuilder, ParamKind, ParamRegistry, ParamSource, Shard, VocabShard};
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};
 

@@ -14,8 +14,8 @@
 
 use super::color;
 use super::font;
+use crate::comm::LinkModel;
 use crate::run_dir::{read_comm, read_summary, CommReport};
-use crate::tp::LinkModel;
 use anyhow::{bail, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;

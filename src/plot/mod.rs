@@ -500,7 +500,7 @@ pub fn plot_on_link(
     runs: &[RunCurves],
     out: &Path,
     label: &str,
-    link: &crate::tp::LinkModel,
+    link: &crate::comm::LinkModel,
 ) -> Result<Vec<PathBuf>> {
     font::ensure_font()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;

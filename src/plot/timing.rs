@@ -4,9 +4,9 @@
 //! (`comm.json`: calls and bytes by kind) on the link. This is how a loss curve is put
 //! against the time it would take on 10 GbE or NVLink, from one run on any machine.
 
+use crate::comm::LinkModel;
 use crate::error::UserError;
 use crate::run_dir::CommReport;
-use crate::tp::LinkModel;
 use anyhow::Result;
 
 /// A link by name (`10gbe`, `ib100`, `pcie4`, `nvlink4`) or as `GBPS:LATENCY_US`
@@ -14,7 +14,7 @@ use anyhow::Result;
 /// microseconds, as `link_latency_us`). Returns a label for plots and file names.
 pub fn parse_link(s: &str) -> Result<(String, LinkModel)> {
     let named = |i: usize| {
-        let (name, l) = crate::tp::NAMED_LINKS[i];
+        let (name, l) = crate::comm::NAMED_LINKS[i];
         Ok((name.to_string(), l))
     };
     match s.trim().to_ascii_lowercase().as_str() {

@@ -25,9 +25,9 @@
 //! so the data position and RNG state of a checkpoint are its `step` and the config's
 //! `seed`; nothing else needs saving.
 
+use crate::comm::TallySnapshot;
 use crate::config::RunConfig;
 use crate::error::UserError;
-use crate::tp::TallySnapshot;
 use crate::util::{fsync_dir, sha256_hex, write_atomic};
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};

@@ -2,7 +2,7 @@
 //! communication report) and `summary.json` (the headline numbers). Written and read back
 //! through these types only, so a renamed field is a compile error, not an empty plot.
 
-use crate::tp::{LinkModel, Stat};
+use crate::comm::{LinkModel, Stat};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

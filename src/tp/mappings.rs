@@ -12,8 +12,8 @@
 //! host buffer in place; on any other device or dtype it reduces the tensor where it lies
 //! and takes the sum's value with the input's gradient ([`reduce_from_tp_on_device`]).
 
-use super::counted::CountedComm;
-use super::tally::{CommKind, Site};
+use crate::comm::counted::CountedComm;
+use crate::comm::tally::{CommKind, Site};
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 
@@ -171,7 +171,7 @@ mod tests {
     use candle_core::{Device, Var};
 
     fn on_two_ranks<R: Send>(f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
-        crate::tp::counted::on_thread_ranks(2, f)
+        crate::comm::counted::on_thread_ranks(2, f)
     }
 
     fn site() -> Site {

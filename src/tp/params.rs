@@ -2,9 +2,9 @@
 //! with how it lives across the TP group. The tag drives the TP gradient sum, the clipping
 //! norm, weight-decay groups and checkpoints.
 
-use super::counted::CountedComm;
 use super::shard::Shard;
-use super::tally::{CommKind, Site};
+use crate::comm::counted::CountedComm;
+use crate::comm::tally::{CommKind, Site};
 use crate::util::fnv1a;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};

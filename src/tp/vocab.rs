@@ -15,10 +15,10 @@
 //!   `(R, 2)`; `loss = log(sum) - target` per row. Its gradient is local: autograd through
 //!   `g`'s identity backward gives each rank `softmax - onehot` on its own slice.
 
-use super::counted::CountedComm;
 use super::mappings::{copy_to_tp, reduce_from_tp};
 use super::shard::padded_rows_range;
-use super::tally::{CommKind, Site};
+use crate::comm::counted::CountedComm;
+use crate::comm::tally::{CommKind, Site};
 use crate::ops::{self, Kernels};
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
@@ -132,7 +132,7 @@ mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
-    use crate::tp::counted::on_thread_ranks as on_ranks;
+    use crate::comm::counted::on_thread_ranks as on_ranks;
 
     fn logits(r: usize, v: usize) -> Tensor {
         let vals: Vec<f32> = (0..r * v)

@@ -1,7 +1,7 @@
 //! A rank's view of the job: where it sits in the mesh, its two counted groups, its tally
 //! and its device. Built in one place ([`RankContext::new`]) by every launcher.
 
-use crate::tp::{Comm, CountedComm, LinkModel, Mesh, Tally};
+use crate::comm::{Comm, CountedComm, LinkModel, Mesh, Tally};
 use candle_core::Device;
 use std::sync::Arc;
 

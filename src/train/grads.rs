@@ -5,8 +5,9 @@
 //! Name order is the same on every rank, so the flattened buckets line up element for
 //! element (candle's `VarMap` is a HashMap and would not).
 
+use crate::comm::{CommKind, CountedComm, Site};
 use crate::ops::simd::simd_kernel;
-use crate::tp::{CommKind, CountedComm, ParamKind, ParamRegistry, Site};
+use crate::tp::{ParamKind, ParamRegistry};
 use anyhow::Result;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Storage, Tensor};

@@ -2,10 +2,10 @@
 //! parallel timers), the [`RankOutcome`] of a whole run, and the [`Reporter`] through
 //! which rank 0 shows progress. Leaf types: they import nothing else of `train/`.
 
+use crate::comm::TallySnapshot;
 use crate::config::RunConfig;
 use crate::ops::profile::OpTimes;
 use crate::run_dir::LogLine;
-use crate::tp::TallySnapshot;
 use anyhow::Result;
 
 /// Seconds of one step's phases on this rank.

@@ -11,9 +11,10 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 use std::collections::HashMap;
 use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::comm::{CountedComm, Tally, ThreadWorld};
 use tp_harness::model::{Gpt, ModelConfig};
 use tp_harness::ops::{Activation, NormKind};
-use tp_harness::tp::{CountedComm, Init, ParamKind, ParamSource, Tally, ThreadWorld};
+use tp_harness::tp::{Init, ParamKind, ParamSource};
 use tp_harness::train::grads::GradBuffer;
 
 /// Runs `f` on `n` ranks (threads) of one TP group and returns the results in rank order.

@@ -2,13 +2,13 @@
 //! data, the checkpoint to resume, the fault plan), and what rank 0 does around training
 //! (open the run directory, announce, write the closing files). Launchers share it.
 
-use super::faults::Faults;
-use super::record::RankOutcome;
 use super::report::{comm_report, run_summary};
 use crate::config::RunConfig;
 use crate::data::{data_root, prepare, prepare_text, Dataset, TEXT};
 use crate::error::user;
 use crate::run_dir::{self, default_run_path, Checkpoint, CommReport, EvalReport, RunDir};
+use crate::train::faults::Faults;
+use crate::train::record::RankOutcome;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -146,7 +146,7 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
             let stored = crate::tp::StoredParams {
                 tensors: ck.weights.clone(),
             };
-            crate::model::Gpt::build(&mcfg, &cfg.layout()?, &stored, &crate::tp::CountedComm::solo())
+            crate::model::Gpt::build(&mcfg, &cfg.layout()?, &stored, &crate::comm::CountedComm::solo())
                 .map_err(|e| {
                     user(format!(
                         "init_from {}: {e:#}: pattern {} needs it (a p block has no o.b/pr.b: start from a run with those blocks as t or s)",
@@ -198,7 +198,7 @@ fn resume_checkpoint(dir: &Path, cfg: &RunConfig) -> Result<Option<Checkpoint>> 
 
 /// Why a resumed run cannot continue its checkpoint's communication tally, if it cannot.
 fn history_gap(ck: &Checkpoint, cfg: &RunConfig) -> Option<String> {
-    if super::trainer::usable_history(ck, cfg).is_some() {
+    if crate::train::trainer::usable_history(ck, cfg).is_some() {
         return None;
     }
     Some(match &ck.meta.history {
@@ -263,7 +263,7 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
             );
         }
         if let Ok(layout) = cfg.layout() {
-            super::generate::warn_if_other_function(
+            crate::train::generate::warn_if_other_function(
                 &layout,
                 ck.meta.config.parallel.tp,
                 cfg.parallel.tp,

@@ -1,13 +1,13 @@
 //! `tp-eval`: a checkpoint's loss over a whole split, with the model sharded over any tp.
 
-use super::full_eval::split_loss;
-use super::generate::warn_if_other_function;
-use super::job::load_dataset;
-use super::launch::{configure_threads, on_tp_threads};
 use crate::data::Split;
+use crate::launch::job::load_dataset;
+use crate::launch::threads::{configure_threads, on_tp_threads};
 use crate::model::Gpt;
 use crate::run_dir::EvalReport;
 use crate::tp::StoredParams;
+use crate::train::full_eval::split_loss;
+use crate::train::generate::warn_if_other_function;
 use anyhow::Result;
 
 /// The loss of a run's latest checkpoint (or `checkpoint`) over all of `split`, on `tp`

@@ -7,7 +7,7 @@
 //! and every rank holds identical bits, while each rank moves `2 (N-1)/N` of the buffer,
 //! like a ring all-reduce. (`MPI_Allreduce` guarantees neither.)
 
-use super::comm::Comm;
+use super::collectives::Comm;
 use super::mesh::Mesh;
 use anyhow::{bail, Result};
 use mpi::collective::SystemOperation;
@@ -89,7 +89,7 @@ impl Comm for MpiComm {
         if self.size() == 1 {
             return Ok(t.clone());
         }
-        super::comm::stage_through_host(t, |buf| {
+        super::collectives::stage_through_host(t, |buf| {
             let send = buf.to_vec();
             self.comm
                 .0

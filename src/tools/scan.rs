@@ -7,14 +7,14 @@
 //! recommends converting the least sensitive blocks (each recommendation evaluated too;
 //! converting to p, also mixes with s for the budgets in between).
 
-use super::full_eval::split_loss;
-use super::job::load_dataset;
-use super::launch::{configure_threads, on_tp_threads};
 use crate::blocks::Layout;
 use crate::data::Split;
+use crate::launch::job::load_dataset;
+use crate::launch::threads::{configure_threads, on_tp_threads};
 use crate::model::Gpt;
 use crate::run_dir::records::{ScanBlock, ScanReport, ScanStep};
 use crate::tp::StoredParams;
+use crate::train::full_eval::split_loss;
 use anyhow::Result;
 use candle_core::Tensor;
 use std::collections::HashMap;

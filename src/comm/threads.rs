@@ -6,7 +6,7 @@
 //! out. A rank that fails calls [`ThreadWorld::abort`]; every member blocked in (or later
 //! entering) a collective of that world then returns an error instead of waiting forever.
 
-use super::comm::{stage_through_host, Comm};
+use super::collectives::{stage_through_host, Comm};
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
 use std::sync::{Arc, Condvar, Mutex};

@@ -8,14 +8,15 @@
 //! rows would take probability mass the original never gives; `vocab_parallel` splits it
 //! as if padded.
 
-use super::job::checked_dataset;
+use crate::comm::CountedComm;
 use crate::config::RunConfig;
 use crate::data::{GPT2_VOCAB, TEXT};
+use crate::launch::job::checked_dataset;
 use crate::model::hf::from_hf;
 use crate::model::Gpt;
 use crate::run_dir::checkpoint::{self, CheckpointState, CheckpointTensors, ParamInfo};
 use crate::run_dir::RunDir;
-use crate::tp::{CountedComm, StoredParams};
+use crate::tp::StoredParams;
 use crate::user_bail;
 use anyhow::Result;
 use candle_core::Tensor;

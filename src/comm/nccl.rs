@@ -8,7 +8,7 @@
 //! end with a broadcast of each reduced chunk), which is what replicated weights need.
 //! NCCL refuses two ranks on one GPU: there the launcher keeps the host-staged MPI path.
 
-use super::comm::Comm;
+use super::collectives::Comm;
 use anyhow::{anyhow, bail, Result};
 use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
 use candle_core::cuda_backend::cudarc::nccl::safe::{Comm as Nccl, Id, NcclType, ReduceOp};

@@ -1,9 +1,9 @@
 //! Rank 0's reporter: the JSONL log (through the run directory's writer), a progress bar
 //! and evaluation lines on stdout.
 
-use super::record::{ParamCounts, Reporter, StepRecord};
 use crate::config::RunConfig;
 use crate::run_dir::{LogLine, LogWriter, RunDir};
+use crate::train::record::{ParamCounts, Reporter, StepRecord};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 

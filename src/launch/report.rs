@@ -3,11 +3,11 @@
 //! (`summary.json`). Counts come from rank 0's tally (every rank issues the same
 //! collectives).
 
-use super::record::RankOutcome;
 use crate::blocks::Layout;
+use crate::comm::{CommKind, Site, NAMED_LINKS};
 use crate::config::RunConfig;
 use crate::run_dir::{CommReport, LayerComm, LogLine, PerStep, RunSummary, SiteComm};
-use crate::tp::{CommKind, Site, NAMED_LINKS};
+use crate::train::record::RankOutcome;
 use std::collections::BTreeMap;
 
 fn per(n: u64, d: usize) -> f64 {
@@ -25,7 +25,7 @@ fn per_f(x: f64, d: usize) -> f64 {
 /// The communication report of rank 0's tally after a run.
 pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommReport {
     let t = &o.tally;
-    let super::record::Tallied { steps, passes } = o.tallied();
+    let crate::train::record::Tallied { steps, passes } = o.tallied();
     let layers = layout
         .kinds
         .iter()

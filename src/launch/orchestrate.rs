@@ -3,15 +3,15 @@
 //! step, log; then the closing sample. The same code runs on every rank whatever the
 //! backend; only rank 0 has a reporter and a run directory.
 
-use super::context::RankContext;
-use super::full_eval::split_loss;
 use super::job::Job;
-use super::record::{ParamCounts, RankOutcome, Reporter};
-use super::trainer::Trainer;
+use crate::comm::Phase;
 use crate::config::FinalEval;
 use crate::data::Split;
 use crate::run_dir::LogLine;
-use crate::tp::Phase;
+use crate::train::context::RankContext;
+use crate::train::full_eval::split_loss;
+use crate::train::record::{ParamCounts, RankOutcome, Reporter};
+use crate::train::trainer::Trainer;
 use anyhow::Result;
 use std::collections::HashMap;
 use std::path::Path;

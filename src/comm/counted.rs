@@ -1,6 +1,6 @@
 //! The counting layer every collective passes through.
 
-use super::comm::Comm;
+use super::collectives::Comm;
 use super::link::LinkModel;
 use super::tally::{Call, CommKind, Site, Tally};
 use anyhow::Result;
@@ -34,7 +34,10 @@ impl CountedComm {
 
     /// A group of one with its own tally (single-process models and references).
     pub fn solo() -> Self {
-        Self::new(Arc::new(super::comm::SoloComm), Arc::new(Tally::new()))
+        Self::new(
+            Arc::new(super::collectives::SoloComm),
+            Arc::new(Tally::new()),
+        )
     }
 
     pub fn rank(&self) -> usize {

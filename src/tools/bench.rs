@@ -1,12 +1,12 @@
 //! `tp-train --bench`: steady-state step time of a configuration, split into forward,
 //! backward, gradient sync, optimiser and communication.
 
-use super::job::{checked_dataset, Job, RankOptions};
-use super::launch::{configure_threads, run_threads};
-use super::record::RankOutcome;
+use crate::comm::CommKind;
 use crate::config::RunConfig;
+use crate::launch::job::{checked_dataset, Job, RankOptions};
+use crate::launch::threads::{configure_threads, run_threads};
 use crate::ops::profile::OpKind;
-use crate::tp::CommKind;
+use crate::train::record::RankOutcome;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -114,7 +114,7 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
     let skip = warmup.min(o.steps.len());
     let measured = &o.steps[skip..];
     let ms = median(measured.iter().map(|s| s.ms).collect());
-    let phase = |f: fn(&super::record::Phases) -> f64| {
+    let phase = |f: fn(&crate::train::record::Phases) -> f64| {
         median(measured.iter().map(|s| f(&s.phases) * 1e3).collect())
     };
     let n = o.steps.len().max(1) as f64;

@@ -3,10 +3,10 @@
 
 use super::console::ConsoleReporter;
 use super::job::{announce, finish, open_outputs, prepare_job, Target};
-use super::launch::{configure_threads, run_threads};
-use super::record::RankOutcome;
+use super::threads::{configure_threads, run_threads};
 use crate::config::{resolve_resume, Origin, RunConfig};
 use crate::run_dir::{read_config, CommReport};
+use crate::train::record::RankOutcome;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -24,7 +24,7 @@ impl Backend {
     /// MPI when started by an MPI launcher, threads otherwise.
     pub fn auto() -> Self {
         #[cfg(feature = "mpi")]
-        if crate::tp::mpi::launched_by_mpirun() {
+        if crate::comm::mpi::launched_by_mpirun() {
             return Backend::Mpi;
         }
         Backend::Threads
@@ -85,7 +85,7 @@ pub fn run_resolved(
         Backend::Threads => run_in_threads(&resolve()?, &target, progress),
         #[cfg(feature = "mpi")]
         Backend::Mpi => {
-            let r = super::launch_mpi::run_mpi(resolve, &target, progress)?;
+            let r = super::mpi::run_mpi(resolve, &target, progress)?;
             Ok(RunResult {
                 dir: r.dir,
                 report: r.report,

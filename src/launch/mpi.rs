@@ -6,18 +6,18 @@
 //! no rank is left waiting in a collective.
 
 use super::console::ConsoleReporter;
-use super::context::RankContext;
 use super::job::{announce, finish, open_outputs, prepare_job, Job, Target};
-use super::launch::configure_threads;
 use super::orchestrate::run_rank;
-use super::record::{RankOutcome, Reporter};
 use super::report::comm_report;
+use super::threads::configure_threads;
+use crate::comm::mpi::{local_rank, local_ranks, MpiComm, MpiGroups, MpiWorld};
+use crate::comm::Comm;
 use crate::config::RunConfig;
 use crate::device::{gpu_count, DeviceKind};
 use crate::error::{exit_code, user, AlreadyReported};
 use crate::run_dir::CommReport;
-use crate::tp::mpi::{local_rank, local_ranks, MpiComm, MpiGroups, MpiWorld};
-use crate::tp::Comm;
+use crate::train::context::RankContext;
+use crate::train::record::{RankOutcome, Reporter};
 use anyhow::{anyhow, Result};
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;

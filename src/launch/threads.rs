@@ -1,11 +1,11 @@
 //! The `threads` launcher: the whole `dp x tp` world as threads of this process.
 
-use super::context::RankContext;
 use super::job::Job;
 use super::orchestrate::run_rank;
-use super::record::{RankOutcome, Reporter};
+use crate::comm::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
 use crate::error::UserError;
-use crate::tp::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
+use crate::train::context::RankContext;
+use crate::train::record::{RankOutcome, Reporter};
 use anyhow::{anyhow, Result};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;

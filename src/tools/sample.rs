@@ -1,11 +1,11 @@
 //! `tp-sample`: text from a run's checkpoint, with the model sharded over any tp.
 
-use super::generate::{generate, warn_if_other_function, SampleOptions};
-use super::job::load_dataset;
-use super::launch::{configure_threads, on_tp_threads};
 use crate::data::{Tokenizer, TEXT};
+use crate::launch::job::load_dataset;
+use crate::launch::threads::{configure_threads, on_tp_threads};
 use crate::model::Gpt;
 use crate::tp::StoredParams;
+use crate::train::generate::{generate, warn_if_other_function, SampleOptions};
 use anyhow::Result;
 
 /// The most tokens tp-sample generates in one call.

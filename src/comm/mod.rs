@@ -1,0 +1,21 @@
+//! Collectives for any model: the `Comm` trait and its backends (ranks as threads, MPI
+//! processes, NCCL on GPUs), the device mesh of tensor- and data-parallel groups, the
+//! counting layer that tallies every collective, and the link model it can emulate.
+
+pub mod collectives;
+pub mod counted;
+pub mod link;
+pub mod mesh;
+pub mod tally;
+pub mod threads;
+
+pub use collectives::{stage_through_host, Comm, SoloComm};
+pub use counted::CountedComm;
+pub use link::{LinkModel, NAMED_LINKS};
+pub use mesh::Mesh;
+pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};
+pub use threads::{ThreadComm, ThreadWorld};
+#[cfg(feature = "mpi")]
+pub mod mpi;
+#[cfg(feature = "cuda")]
+pub mod nccl;

@@ -1,0 +1,15 @@
+//! Running a training job: what each process sets up, the launchers (ranks as threads of
+//! one process, or MPI processes), the one orchestrator every launcher hands its rank
+//! contexts to, rank 0's console and closing reports, and the run as a whole.
+//!
+//! Imports flow one way: `run` -> launchers (`threads`, `mpi`) -> `orchestrate` -> the
+//! Trainer (`train`); `job` prepares and closes a job for every launcher.
+
+pub mod console;
+pub mod job;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod orchestrate;
+pub mod report;
+pub mod run;
+pub mod threads;

@@ -18,6 +18,7 @@
 //! - `sweep`, `plot`: grids of runs and their plots
 
 pub mod alloc;
+pub mod analysis;
 pub mod blocks;
 pub mod comm;
 pub mod config;

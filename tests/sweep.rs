@@ -154,15 +154,15 @@ fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
     ]);
     assert_ok(&bin("tp-plot", &d, &args, &[]));
     for f in [
-        "loss_vs_time_10_gbe",
-        "tradeoff_time_10_gbe",
-        "loss_vs_time_100_gb_s_2_us",
+        "loss_vs_time_10gbe",
+        "tradeoff_time_10gbe",
+        "loss_vs_time_100gbit_2us",
     ] {
         assert_png(&d.join(format!("pics/{f}.png")));
         assert_svg(&d.join(format!("pics/{f}.svg")));
     }
-    let svg = std::fs::read_to_string(d.join("pics/tradeoff_time_10_gbe.svg")).unwrap();
-    assert!(svg.contains("modelled ms per step on 10 GbE"));
+    let svg = std::fs::read_to_string(d.join("pics/tradeoff_time_10gbe.svg")).unwrap();
+    assert!(svg.contains("modelled ms per step on 10 GbE, 10 Gbit/s"));
     // A run that emulated a link is shown next to the model's prediction for it, and
     // its summary records step, communication and compute time per step.
     let e = scratch("plot-time-emulated");

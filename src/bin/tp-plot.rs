@@ -5,11 +5,11 @@
 
 use clap::Parser;
 use std::path::PathBuf;
-use tp_harness::error::exit_code;
-use tp_harness::error::UserError;
-use tp_harness::plot::calibration::{calibrate, on_real_links, write_real_links};
-use tp_harness::plot::timing::parse_link;
-use tp_harness::plot::{label_runs, merge_replicates, plot_on_link, plot_runs, RunCurves};
+use tp_harness::analysis::calibration::{calibrate, on_real_links};
+use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
+use tp_harness::error::{exit_code, user};
+use tp_harness::plot::calibration::{write_calibration, write_real_links};
+use tp_harness::plot::{label_runs, plot_on_link, plot_runs};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, value_enum, default_value_t = XArg::Step)]
     x: XArg,
     /// An interconnect for the time plots (repeatable): 10gbe, ib100, pcie4, nvlink4, or
-    /// GBPS:LATENCY_US (Gbit/s per direction, microseconds per message).
+    /// GBIT:LATENCY_US (Gbit/s per direction, microseconds per message).
     #[arg(long = "link", value_name = "LINK")]
     links: Vec<String>,
 }
@@ -53,7 +53,7 @@ fn main() {
             let cal = calibrate(dir)?;
             print!("{}", cal.markdown());
             let out = a.out.as_deref().unwrap_or(dir);
-            let mut files = cal.write(out)?;
+            let mut files = write_calibration(&cal, out)?;
             if !a.runs.is_empty() {
                 // Training runs too: their curves in wall-clock time on the real links.
                 let runs = a
@@ -67,9 +67,9 @@ fn main() {
             return Ok(files);
         }
         if a.x == XArg::Time && a.links.is_empty() {
-            return Err(anyhow::Error::new(UserError(
-                "--x time needs at least one --link: 10gbe, ib100, pcie4, nvlink4 or GBPS:LATENCY_US".into(),
-            )));
+            return Err(user(
+                "--x time needs at least one --link: 10gbe, ib100, pcie4, nvlink4 or GBIT:LATENCY_US (Gbit/s, microseconds)",
+            ));
         }
         let links = a
             .links
@@ -102,8 +102,8 @@ fn main() {
                 .unwrap_or_else(|| PathBuf::from("plots"))
         });
         let mut files = plot_runs(&runs, &out)?;
-        for (label, link) in &links {
-            files.extend(plot_on_link(&runs, &out, label, link)?);
+        for link in &links {
+            files.extend(plot_on_link(&runs, &out, link)?);
         }
         Ok(files)
     };

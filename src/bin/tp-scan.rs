@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use std::path::PathBuf;
+use tp_harness::blocks::BlockKind;
 use tp_harness::error::exit_code;
 use tp_harness::plot::plot_scan;
 use tp_harness::run_dir::{write_scan_into, DirLock};
@@ -20,14 +21,20 @@ struct Args {
     /// A run directory (its latest checkpoint unless --checkpoint).
     run_dir: PathBuf,
     /// What t blocks are converted to.
-    #[arg(long, default_value = "s", value_parser = ["s", "p"])]
-    to: String,
+    #[arg(long, value_enum, default_value_t = To::S)]
+    to: To,
     /// Tensor-parallel ranks (threads) to evaluate at (default: the run's; at least 2).
     #[arg(long)]
     tp: Option<usize>,
     /// A specific checkpoint directory instead of the latest.
     #[arg(long)]
     checkpoint: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum To {
+    S,
+    P,
 }
 
 fn main() {
@@ -37,7 +44,10 @@ fn main() {
         // It writes into the run: refused at once, not after the scan, while a trainer
         // owns it.
         DirLock::check_free(&a.run_dir)?;
-        let to = a.to.chars().next().unwrap_or('s');
+        let to = match a.to {
+            To::S => BlockKind::S,
+            To::P => BlockKind::P,
+        };
         let r = scan_run(&a.run_dir, a.checkpoint.as_deref(), to, a.tp)?;
         println!(
             "{} at tp {}: val loss {:.4} over {} predictions, {} forward all-reduces per pass",
@@ -47,7 +57,11 @@ fn main() {
         for b in &r.blocks {
             println!(
                 "{:>5}  {:<10} {:.4} {:+.4}  {}",
-                b.block, b.pattern, b.loss, b.rise, b.tier
+                b.block,
+                b.pattern,
+                b.loss,
+                b.rise,
+                b.tier.label()
             );
         }
         println!("budget  recommended  loss");

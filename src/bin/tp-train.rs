@@ -8,8 +8,9 @@ use tp_harness::config::{parse_assignment, read_config_file, resolve, Origin};
 use tp_harness::error::{exit_code, AlreadyReported};
 use tp_harness::launch::job::Target;
 use tp_harness::launch::run::{resume_config, run_resolved, Backend};
+use tp_harness::run_dir::bench::BenchResult;
 use tp_harness::run_dir::default_run_path;
-use tp_harness::tools::bench::{bench, bench_config, summarize, BenchResult};
+use tp_harness::tools::bench::{bench, bench_config, summarize};
 use tp_harness::util::write_atomic;
 
 #[global_allocator]

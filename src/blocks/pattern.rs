@@ -10,14 +10,24 @@
 
 use std::fmt;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Serialised (and parsed) as its pattern letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum BlockKind {
     /// TPBlock: two forward all-reduces.
+    #[serde(rename = "t")]
     T,
     /// SPDBlock: one forward all-reduce.
+    #[serde(rename = "s")]
     S,
     /// ParallelBlock: one forward all-reduce per maximal run.
+    #[serde(rename = "p")]
     P,
+}
+
+impl fmt::Display for BlockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.letter())
+    }
 }
 
 impl BlockKind {

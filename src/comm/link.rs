@@ -1,5 +1,12 @@
-//! A model of the interconnect: the ring all-reduce cost
-//! `2 (N-1)/N * bytes / bandwidth + 2 (N-1) * latency`.
+//! The model of an interconnect: a ring all-reduce of `bytes` over `N` ranks puts
+//! `2 (N-1)/N * bytes` on each rank's link and takes `2 (N-1)` message latencies, so
+//!
+//! `seconds = 2 (N-1)/N * bytes * 8 / (Gbit/s * 1e9) + 2 (N-1) * latency`.
+//!
+//! [`ring_terms`] is that formula's one definition: the link model, the projection onto
+//! named links and the calibration fit against real links all take their terms from it.
+//! Bandwidths are in Gbit/s (10^9 bits per second, per direction) everywhere, as the
+//! config's `link_gbps` and `tp-plot --link GBIT:US` are.
 //!
 //! Used two ways: to emulate a slower link on one machine (every collective is held to at
 //! least the modelled time, so the benefit of fewer syncs becomes measurable), and to
@@ -7,24 +14,57 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// The two terms of `calls` ring all-reduces moving `bytes` in total over `n` ranks:
+/// (bits each rank sends, message latencies in sequence). Zero for a group of one.
+pub fn ring_terms(calls: f64, bytes: f64, n: usize) -> (f64, f64) {
+    if n <= 1 {
+        return (0.0, 0.0);
+    }
+    let n = n as f64;
+    (2.0 * (n - 1.0) / n * bytes * 8.0, calls * 2.0 * (n - 1.0))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LinkModel {
-    /// Bandwidth per direction, GB/s (1e9 bytes).
-    pub gbytes_per_s: f64,
+    /// Bandwidth per direction, Gbit/s (infinite: latency only).
+    pub gbit_per_s: f64,
     /// One-way latency per message, microseconds.
     pub latency_us: f64,
 }
 
+/// Reads both the current field and the one comm.json files written before this version
+/// have (`gbytes_per_s`, GB/s).
+impl<'de> Deserialize<'de> for LinkModel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Stored {
+            gbit_per_s: Option<f64>,
+            gbytes_per_s: Option<f64>,
+            latency_us: f64,
+        }
+        let s = Stored::deserialize(d)?;
+        let gbit_per_s = match (s.gbit_per_s, s.gbytes_per_s) {
+            (Some(g), _) => g,
+            (None, Some(gb)) => gb * 8.0,
+            (None, None) => return Err(serde::de::Error::missing_field("gbit_per_s")),
+        };
+        Ok(Self {
+            gbit_per_s,
+            latency_us: s.latency_us,
+        })
+    }
+}
+
 impl LinkModel {
-    /// From the config's `link_gbps` (gigabits/s) and `link_latency_us`; `None` when both
-    /// are zero (no emulation).
+    /// From the config's `link_gbps` (Gbit/s) and `link_latency_us`; `None` when both are
+    /// zero (no emulation).
     pub fn from_config(link_gbps: f64, link_latency_us: f64) -> Option<Self> {
         if link_gbps <= 0.0 && link_latency_us <= 0.0 {
             return None;
         }
         Some(Self {
-            gbytes_per_s: if link_gbps > 0.0 {
-                link_gbps / 8.0
+            gbit_per_s: if link_gbps > 0.0 {
+                link_gbps
             } else {
                 f64::INFINITY
             },
@@ -32,58 +72,44 @@ impl LinkModel {
         })
     }
 
-    /// Seconds for one all-reduce of `bytes` over `n` ranks.
-    pub fn allreduce_seconds(&self, bytes: u64, n: usize) -> f64 {
-        if n <= 1 {
-            return 0.0;
-        }
-        let n = n as f64;
-        2.0 * (n - 1.0) / n * bytes as f64 / (self.gbytes_per_s * 1e9)
-            + 2.0 * (n - 1.0) * self.latency_us * 1e-6
-    }
-
     /// Seconds for `calls` all-reduces moving `bytes` in total over `n` ranks.
     pub fn seconds(&self, calls: u64, bytes: u64, n: usize) -> f64 {
-        if n <= 1 || calls == 0 {
-            return 0.0;
-        }
-        let nf = n as f64;
-        2.0 * (nf - 1.0) / nf * bytes as f64 / (self.gbytes_per_s * 1e9)
-            + calls as f64 * 2.0 * (nf - 1.0) * self.latency_us * 1e-6
+        let (bits, messages) = ring_terms(calls as f64, bytes as f64, n);
+        bits / (self.gbit_per_s * 1e9) + messages * self.latency_us * 1e-6
+    }
+
+    /// Seconds for one all-reduce of `bytes` over `n` ranks.
+    pub fn allreduce_seconds(&self, bytes: u64, n: usize) -> f64 {
+        self.seconds(1, bytes, n)
+    }
+}
+
+/// A named link: what `tp-plot --link NAME` takes, a label, and its model.
+#[derive(Debug, Clone, Copy)]
+pub struct NamedLink {
+    pub name: &'static str,
+    pub label: &'static str,
+    pub model: LinkModel,
+}
+
+const fn link(name: &'static str, label: &'static str, gbit: f64, us: f64) -> NamedLink {
+    NamedLink {
+        name,
+        label,
+        model: LinkModel {
+            gbit_per_s: gbit,
+            latency_us: us,
+        },
     }
 }
 
 /// Named links for projections. Bandwidths are per direction; latencies are typical
 /// small-message figures, assumptions rather than measurements.
-pub const NAMED_LINKS: [(&str, LinkModel); 4] = [
-    (
-        "NVLink 4 (H100)",
-        LinkModel {
-            gbytes_per_s: 450.0,
-            latency_us: 2.0,
-        },
-    ),
-    (
-        "PCIe 4 x16",
-        LinkModel {
-            gbytes_per_s: 25.0,
-            latency_us: 5.0,
-        },
-    ),
-    (
-        "InfiniBand 100 Gb",
-        LinkModel {
-            gbytes_per_s: 12.5,
-            latency_us: 2.0,
-        },
-    ),
-    (
-        "10 GbE",
-        LinkModel {
-            gbytes_per_s: 1.25,
-            latency_us: 25.0,
-        },
-    ),
+pub const NAMED_LINKS: [NamedLink; 4] = [
+    link("nvlink4", "NVLink 4 (H100), 3600 Gbit/s", 3600.0, 2.0),
+    link("pcie4", "PCIe 4 x16, 200 Gbit/s", 200.0, 5.0),
+    link("ib100", "InfiniBand, 100 Gbit/s", 100.0, 2.0),
+    link("10gbe", "10 GbE, 10 Gbit/s", 10.0, 25.0),
 ];
 
 #[cfg(test)]
@@ -92,11 +118,22 @@ mod tests {
 
     #[test]
     fn ring_cost_matches_the_formula() {
-        let l = LinkModel::from_config(10.0, 25.0).unwrap(); // 10 Gb/s = 1.25 GB/s
-        let s = l.allreduce_seconds(1_250_000, 2); // 2*(1/2)*1.25e6/1.25e9 + 2*25e-6
+        let l = LinkModel::from_config(10.0, 25.0).unwrap(); // 10 Gbit/s
+        let s = l.allreduce_seconds(1_250_000, 2); // 2*(1/2)*1e7 bits/1e10 + 2*25e-6
         assert!((s - (1e-3 + 50e-6)).abs() < 1e-12, "{s}");
         assert_eq!(l.allreduce_seconds(1000, 1), 0.0);
         assert!((l.seconds(3, 3_750_000, 2) - 3.0 * s).abs() < 1e-12);
         assert!(LinkModel::from_config(0.0, 0.0).is_none());
+        assert_eq!(ring_terms(4.0, 1000.0, 4), (12_000.0, 24.0));
+    }
+
+    #[test]
+    fn links_stored_in_gbytes_per_second_by_older_versions_read_as_gbit() {
+        let old: LinkModel =
+            serde_json::from_str(r#"{"gbytes_per_s": 1.25, "latency_us": 25.0}"#).unwrap();
+        assert_eq!(old, LinkModel::from_config(10.0, 25.0).unwrap());
+        let new = serde_json::to_string(&old).unwrap();
+        assert!(new.contains("\"gbit_per_s\":10.0"), "{new}");
+        assert_eq!(serde_json::from_str::<LinkModel>(&new).unwrap(), old);
     }
 }

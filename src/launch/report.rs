@@ -3,6 +3,7 @@
 //! (`summary.json`). Counts come from rank 0's tally (every rank issues the same
 //! collectives).
 
+use crate::analysis::{median, step_ms, StepTiming};
 use crate::blocks::Layout;
 use crate::comm::{CommKind, Site, NAMED_LINKS};
 use crate::config::RunConfig;
@@ -76,23 +77,19 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
             seconds: per_f(s.seconds, steps),
             modelled_seconds: per_f(s.modelled_seconds, steps),
         };
-        per_step.insert(kind.label().to_string(), step);
-        totals.insert(kind.label().to_string(), s);
+        per_step.insert(kind, step);
+        totals.insert(kind, s);
     }
-    let eval = t
-        .eval
-        .iter()
-        .map(|(k, v)| (k.label().to_string(), *v))
-        .collect();
+    let eval = t.eval.clone();
     let projected_seconds_per_step = NAMED_LINKS
         .iter()
-        .map(|(name, link)| {
+        .map(|link| {
             let total: f64 = t
                 .train
                 .values()
-                .map(|s| link.seconds(s.calls, s.bytes, s.group_size))
+                .map(|s| link.model.seconds(s.calls, s.bytes, s.group_size))
                 .sum();
-            (name.to_string(), per_f(total, steps))
+            (link.label.to_string(), per_f(total, steps))
         })
         .collect();
     CommReport {
@@ -117,12 +114,6 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
     }
 }
 
-/// The middle value (upper median) of `values`, if any.
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
-}
-
 /// The headline numbers of a finished run. `log` is the whole run's log (`log.jsonl` as
 /// it stands at the end, earlier invocations of a resumed run included), so a run
 /// resumed with nothing left to train reports the same figures as one never stopped.
@@ -134,8 +125,7 @@ pub fn run_summary(
     wall_seconds: f64,
 ) -> RunSummary {
     let last_eval = log.iter().rev().find(|l| l.val_loss.is_some());
-    let step_ms = median(log.iter().filter_map(|l| l.ms).collect());
-    let comm_ms: f64 = report.per_step.values().map(|p| p.seconds).sum::<f64>() * 1e3;
+    let timing = step_ms(log).map(|ms| StepTiming::new(ms, report));
     let tokens_per_s = median(log.iter().filter_map(|l| l.tokens_per_s).collect());
     RunSummary {
         pattern: cfg.model.pattern.clone(),
@@ -143,7 +133,10 @@ pub fn run_summary(
         dp: cfg.parallel.dp,
         n_layer: cfg.model.arch.n_layer,
         steps: cfg.optim.max_iters,
-        forward_allreduces_per_step: report.per_step.get("tp-forward").map_or(0.0, |s| s.calls),
+        forward_allreduces_per_step: report
+            .per_step
+            .get(&CommKind::TpForward)
+            .map_or(0.0, |s| s.calls),
         allreduces_per_layer: report.tp_forward_allreduces / cfg.model.arch.n_layer.max(1) as f64,
         final_train_loss: last_eval.and_then(|l| l.eval_train_loss),
         final_val_loss: match o.final_eval {
@@ -153,10 +146,12 @@ pub fn run_summary(
         final_val_tokens: o.final_eval.map(|f| f.tokens),
         best_val_loss: o.best_val_loss,
         tokens_per_s,
-        step_ms,
-        comm_ms_per_step: step_ms.map(|_| comm_ms),
-        compute_ms_per_step: step_ms.map(|s| (s - comm_ms).max(0.0)),
-        comm_bytes_per_step: step_ms.map(|_| report.per_step.values().map(|p| p.bytes).sum()),
+        step_ms: timing.as_ref().map(|t| t.step_ms),
+        comm_ms_per_step: timing.as_ref().map(|t| 1e3 * t.comm_seconds()),
+        compute_ms_per_step: timing.as_ref().map(|t| 1e3 * t.compute_seconds()),
+        comm_bytes_per_step: timing
+            .as_ref()
+            .map(|t| t.comm.iter().map(|c| c.bytes).sum()),
         wall_seconds,
     }
 }

@@ -11,12 +11,14 @@
 //!                      the training split's, from tp-eval --split train)
 //! RUN/checkpoints/     step-N/{model,optimizer.m,optimizer.v}.safetensors + meta.json
 //! RUN/.lock            held by the process that writes the run
+//! BENCH/bench.json     BenchResult: what tp-train --bench measured
 //! ```
 //!
 //! tp-train, tp-sweep, tp-plot, tp-sample, tp-eval and tp-export read and write through these
 //! types only. A [`RunDir`] owns its directory while it lives (an advisory lock the OS
 //! releases when the process dies): a second writer stops with one line.
 
+pub mod bench;
 pub mod checkpoint;
 pub mod lock;
 pub mod log;

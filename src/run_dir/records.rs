@@ -2,7 +2,8 @@
 //! communication report) and `summary.json` (the headline numbers). Written and read back
 //! through these types only, so a renamed field is a compile error, not an empty plot.
 
-use crate::comm::{LinkModel, Stat};
+use crate::blocks::BlockKind;
+use crate::comm::{CommKind, LinkModel, Stat};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -73,11 +74,11 @@ pub struct CommReport {
     #[serde(default)]
     pub hosts: Vec<String>,
     /// Per optimiser step, by kind (tp-forward, tp-backward, tp-param-grad, dp-grad, other).
-    pub per_step: BTreeMap<String, PerStep>,
+    pub per_step: BTreeMap<CommKind, PerStep>,
     /// Whole run, by kind.
-    pub totals: BTreeMap<String, Stat>,
+    pub totals: BTreeMap<CommKind, Stat>,
     /// Evaluation and sampling traffic, by kind (not in the per-step figures).
-    pub eval: BTreeMap<String, Stat>,
+    pub eval: BTreeMap<CommKind, Stat>,
     /// The emulated link, if any (`link_gbps`, `link_latency_us`).
     pub emulated_link: Option<LinkModel>,
     /// Communication seconds per step this run's collectives would take on named links
@@ -86,6 +87,12 @@ pub struct CommReport {
 }
 
 impl CommReport {
+    /// Ranks of the group a kind's collectives ran over, as the tally recorded them (1
+    /// when none ran).
+    pub fn group_size(&self, kind: CommKind) -> usize {
+        self.totals.get(&kind).map_or(1, |s| s.group_size.max(1))
+    }
+
     pub fn to_json(&self) -> Result<String> {
         Ok(serde_json::to_string_pretty(self)?)
     }
@@ -142,7 +149,7 @@ impl CommReport {
             let _ = writeln!(
                 s,
                 "  {:<14} {:>10.2} {:>12.1} {:>10.3} {:>12.3}",
-                k,
+                k.label(),
                 v.calls,
                 v.bytes / 1024.0,
                 v.seconds * 1e3,
@@ -168,8 +175,8 @@ impl CommReport {
         if let Some(l) = &self.emulated_link {
             let _ = writeln!(
                 s,
-                "  emulated link: {:.3} GB/s, {} us latency",
-                l.gbytes_per_s, l.latency_us
+                "  emulated link: {} Gbit/s, {} us latency",
+                l.gbit_per_s, l.latency_us
             );
         }
         let _ = writeln!(
@@ -183,6 +190,37 @@ impl CommReport {
     }
 }
 
+/// How much a block's sync matters (SPD): the loss rise of converting it alone, relative
+/// to the unconverted model's loss: under 1% insensitive, under 5% sensitive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tier {
+    #[serde(rename = "insensitive")]
+    Insensitive,
+    #[serde(rename = "sensitive")]
+    Sensitive,
+    #[serde(rename = "extremely sensitive")]
+    ExtremelySensitive,
+}
+
+impl Tier {
+    /// The tier of a loss rise of `rise` over a loss of `base`.
+    pub fn of(rise: f64, base: f64) -> Self {
+        match rise / base {
+            r if r < 0.01 => Tier::Insensitive,
+            r if r < 0.05 => Tier::Sensitive,
+            _ => Tier::ExtremelySensitive,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Tier::Insensitive => "insensitive",
+            Tier::Sensitive => "sensitive",
+            Tier::ExtremelySensitive => "extremely sensitive",
+        }
+    }
+}
+
 /// One block of a sensitivity scan (`scan.json`): the pattern with only this block
 /// converted, its full-split val loss, the rise over the unconverted model and the tier.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -191,7 +229,7 @@ pub struct ScanBlock {
     pub pattern: String,
     pub loss: f64,
     pub rise: f64,
-    pub tier: String,
+    pub tier: Tier,
 }
 
 /// A pattern the scan evaluated as a whole, with its forward all-reduces per pass.
@@ -209,7 +247,7 @@ pub struct ScanReport {
     pub step: usize,
     pub tp: usize,
     /// The kind blocks are converted to, `s` or `p`.
-    pub to: String,
+    pub to: BlockKind,
     pub base_pattern: String,
     pub base_forward_allreduces: usize,
     pub base_loss: f64,

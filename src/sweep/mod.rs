@@ -9,7 +9,8 @@ pub use interrupts::{Interrupted, Interrupts};
 pub use runner::{run_sweep, PointResult, Status};
 pub use spec::{Launcher, Point, Sweep};
 
-use crate::plot::{label_runs, merge_replicates, plot_runs, RunCurves};
+use crate::analysis::{merge_replicates, RunCurves};
+use crate::plot::{label_runs, plot_runs};
 use crate::run_dir::DirLock;
 use crate::util::write_atomic;
 use anyhow::{Context, Result};

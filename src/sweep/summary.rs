@@ -1,7 +1,7 @@
 //! `summary.csv` and `summary.md` of a sweep: one row per point.
 
 use super::runner::{PointResult, Status};
-use crate::util::stats::{paired_differences, Replicates};
+use crate::analysis::{paired_differences, ReplicateKey, Replicates};
 use std::fmt::Write;
 
 const COLUMNS: [&str; 13] = [
@@ -102,44 +102,36 @@ fn seeded_losses<'a>(results: impl Iterator<Item = &'a PointResult>) -> Vec<(u64
         .collect()
 }
 
-/// The replicate groups of a sweep, in the order they first appear.
+/// The replicate groups of a sweep ([`ReplicateKey`]: points equal but for the seed), in
+/// the order they first appear, each named by its point's grid keys.
 pub fn groups(results: &[PointResult], baseline: Option<&str>) -> Vec<GroupRow> {
-    let mut names: Vec<&str> = Vec::new();
+    let key = |r: &PointResult| ReplicateKey::of(&r.point.cfg).ok();
+    // Groups that differ only in pattern are compared with each other.
+    let rest = |r: &PointResult| ReplicateKey::without_pattern(&r.point.cfg).ok();
+    let mut firsts: Vec<&PointResult> = Vec::new();
     for r in results {
-        if !names.contains(&r.point.group.as_str()) {
-            names.push(&r.point.group);
+        if !firsts.iter().any(|f| key(f) == key(r)) {
+            firsts.push(r);
         }
     }
-    // The group key with the pattern taken out: groups that differ only in pattern are
-    // compared with each other.
-    let without_pattern = |r: &PointResult| {
-        r.point
-            .group
-            .split(',')
-            .filter(|kv| !kv.starts_with("pattern="))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    names
+    firsts
         .into_iter()
-        .filter_map(|g| {
+        .filter_map(|first| {
             let members: Vec<&PointResult> =
-                results.iter().filter(|r| r.point.group == g).collect();
-            let first = members[0];
+                results.iter().filter(|r| key(r) == key(first)).collect();
             let losses = seeded_losses(members.iter().copied());
             let val = Replicates::of(&losses.iter().map(|&(_, l)| l).collect::<Vec<_>>())?;
             let pattern = first.point.cfg.model.pattern.clone();
             let vs_baseline = baseline.filter(|b| *b != pattern).and_then(|b| {
-                let rest = without_pattern(first);
                 let base = seeded_losses(
                     results
                         .iter()
-                        .filter(|r| r.point.cfg.model.pattern == b && without_pattern(r) == rest),
+                        .filter(|r| r.point.cfg.model.pattern == b && rest(r) == rest(first)),
                 );
                 Replicates::of(&paired_differences(&losses, &base))
             });
             Some(GroupRow {
-                group: g.to_string(),
+                group: first.point.group.clone(),
                 pattern,
                 forward_allreduces_per_step: members
                     .iter()

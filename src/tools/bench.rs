@@ -6,94 +6,9 @@ use crate::config::RunConfig;
 use crate::launch::job::{checked_dataset, Job, RankOptions};
 use crate::launch::threads::{configure_threads, run_threads};
 use crate::ops::profile::OpKind;
+use crate::run_dir::bench::{BenchResult, OpShare};
 use crate::train::record::RankOutcome;
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BenchResult {
-    pub preset: String,
-    pub pattern: String,
-    /// `fused` or `portable`.
-    pub kernels: String,
-    /// `cpu` or `cuda`, and the passes' `f32` or `bf16` (absent in older results: cpu, f32).
-    #[serde(default = "cpu_label")]
-    pub device: String,
-    #[serde(default = "f32_label")]
-    pub dtype: String,
-    pub tp: usize,
-    pub dp: usize,
-    /// The embedding/head split by vocabulary over the TP group (absent in older results).
-    #[serde(default)]
-    pub vocab_parallel: bool,
-    /// Parameters one TP rank holds, and their f32 bytes in MiB (0 in older results).
-    #[serde(default)]
-    pub params_per_rank: usize,
-    #[serde(default)]
-    pub param_mib_per_rank: f64,
-    pub math_threads_per_rank: usize,
-    /// Emulated link (0: none).
-    pub link_gbps: f64,
-    pub link_latency_us: f64,
-    pub batch_size: usize,
-    pub block_size: usize,
-    pub measured_steps: usize,
-    /// Median wall-clock ms of the measured steps.
-    pub ms_per_step: f64,
-    pub tokens_per_s: f64,
-    /// Median ms per measured step of each phase on rank 0 (communication happens inside
-    /// forward, backward and grad_sync; `comm_ms`, a mean over all steps, is that share).
-    pub forward_ms: f64,
-    pub backward_ms: f64,
-    pub grad_sync_ms: f64,
-    pub optimizer_ms: f64,
-    pub comm_ms: f64,
-    /// Mean ms per measured step of each kind of op on rank 0, then communication, then
-    /// everything else (embeddings, residual adds, autograd's bookkeeping and gradient
-    /// accumulation, gradient clipping).
-    pub profile: Vec<OpShare>,
-    /// FLOPs of a step over all ranks (matmuls and attention, forward and backward).
-    pub flops_per_step: f64,
-    /// Cores the run kept busy: ranks x math threads per rank.
-    pub cores: usize,
-    /// Achieved over the whole step, per core.
-    pub gflops_per_core: f64,
-    /// Achieved inside the matmuls (forward and backward), per core.
-    pub matmul_gflops_per_core: f64,
-    /// Best single-thread rate of a 512^3 matmul on this machine with the same kernels.
-    pub matmul_ceiling_gflops_per_core: f64,
-    /// The machine: one core's measured f32 FMA peak at the SIMD level the kernels ran at,
-    /// that level, and the CPU model (absent in older results).
-    #[serde(default)]
-    pub fma_peak_gflops_per_core: f64,
-    #[serde(default)]
-    pub simd_level: String,
-    #[serde(default)]
-    pub cpu_model: String,
-    /// Peak resident memory of the process in the measured steps (max, first, last):
-    /// first == last means no growth across steps. 0 where /proc is unavailable.
-    pub peak_rss_mb: f64,
-    pub first_step_peak_rss_mb: f64,
-    pub last_step_peak_rss_mb: f64,
-}
-
-fn cpu_label() -> String {
-    "cpu".into()
-}
-
-fn f32_label() -> String {
-    "f32".into()
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OpShare {
-    pub op: String,
-    pub ms: f64,
-    /// Of the mean step time.
-    pub share: f64,
-    /// Achieved rate where the op counts FLOPs (per core of the rank).
-    pub gflops_per_core: Option<f64>,
-}
+use anyhow::Result;
 
 /// The configuration a benchmark runs: `warmup + steps` steps, no evaluation, no sample.
 pub fn bench_config(cfg: &RunConfig, warmup: usize, steps: usize) -> RunConfig {
@@ -107,10 +22,7 @@ pub fn bench_config(cfg: &RunConfig, warmup: usize, steps: usize) -> RunConfig {
 
 /// Step-time figures from a benchmark run's rank-0 outcome.
 pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult {
-    let median = |mut v: Vec<f64>| -> f64 {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let median = |v: Vec<f64>| -> f64 { crate::analysis::median(v).unwrap_or(f64::NAN) };
     let skip = warmup.min(o.steps.len());
     let measured = &o.steps[skip..];
     let ms = median(measured.iter().map(|s| s.ms).collect());
@@ -250,104 +162,4 @@ pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult
     let job = Job::new(cfg, data, opts);
     let out = run_threads(&job, None, None)?;
     Ok(summarize(&job.cfg, &out[0], warmup))
-}
-
-impl BenchResult {
-    /// Reads the `bench.json` a [`BenchResult::report`] wrote into `dir`.
-    pub fn read(dir: &std::path::Path) -> Result<Self> {
-        let path = dir.join("bench.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("{} cannot be read", path.display()))
-    }
-
-    /// Prints the result and writes `out/bench.json`.
-    pub fn report(&self, out: &std::path::Path) -> Result<()> {
-        println!("{}", self.line());
-        println!("{}", self.table());
-        std::fs::create_dir_all(out)?;
-        crate::util::write_atomic(
-            &out.join("bench.json"),
-            serde_json::to_string_pretty(self)?.as_bytes(),
-        )?;
-        println!("bench.json in {}", out.display());
-        Ok(())
-    }
-
-    /// The per-op profile, FLOP rates and memory, as a text table.
-    pub fn table(&self) -> String {
-        let mut t = format!(
-            "  {:<26} {:>9} {:>7} {:>14}\n",
-            "op (rank 0, mean/step)", "ms", "share", "GFLOP/s/core"
-        );
-        for p in &self.profile {
-            let rate = p
-                .gflops_per_core
-                .map_or(String::new(), |g| format!("{g:.1}"));
-            t += &format!(
-                "  {:<26} {:>9.2} {:>6.1}% {:>14}\n",
-                p.op,
-                p.ms,
-                100.0 * p.share,
-                rate
-            );
-        }
-        t += &format!(
-            "  {:.2} GFLOP/step on {} core(s): {:.1} GFLOP/s/core overall, {:.1} in matmuls; matmul ceiling of this machine {:.1} GFLOP/s/core ({:.0}% of it overall)\n",
-            self.flops_per_step / 1e9,
-            self.cores,
-            self.gflops_per_core,
-            self.matmul_gflops_per_core,
-            self.matmul_ceiling_gflops_per_core,
-            100.0 * self.gflops_per_core / self.matmul_ceiling_gflops_per_core
-        );
-        t += &format!(
-            "  {} at {}: FMA peak {:.1} GFLOP/s/core measured; the matmul ceiling is {:.0}% of it, the whole step {:.0}%\n",
-            self.cpu_model,
-            self.simd_level,
-            self.fma_peak_gflops_per_core,
-            100.0 * self.matmul_ceiling_gflops_per_core / self.fma_peak_gflops_per_core,
-            100.0 * self.gflops_per_core / self.fma_peak_gflops_per_core
-        );
-        t += &format!(
-            "  {} parameters per TP rank ({:.1} MiB of f32 weights{}); peak RSS {:.0} MB (first measured step {:.0} MB, last {:.0} MB)",
-            self.params_per_rank,
-            self.param_mib_per_rank,
-            if self.vocab_parallel {
-                ", embedding vocab-parallel"
-            } else {
-                ""
-            },
-            self.peak_rss_mb,
-            self.first_step_peak_rss_mb,
-            self.last_step_peak_rss_mb
-        );
-        t
-    }
-
-    pub fn line(&self) -> String {
-        format!(
-            "{} {} tp {} dp {} on {} {} ({} thread(s)/rank, {} kernels{}): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
-            self.preset,
-            self.pattern,
-            self.tp,
-            self.dp,
-            self.device,
-            self.dtype,
-            self.math_threads_per_rank,
-            self.kernels,
-            if self.vocab_parallel {
-                ", vocab-parallel"
-            } else {
-                ""
-            },
-            self.ms_per_step,
-            self.tokens_per_s,
-            self.forward_ms,
-            self.backward_ms,
-            self.grad_sync_ms,
-            self.optimizer_ms,
-            self.comm_ms
-        )
-    }
 }

@@ -7,29 +7,17 @@
 //! recommends converting the least sensitive blocks (each recommendation evaluated too;
 //! converting to p, also mixes with s for the budgets in between).
 
-use crate::blocks::Layout;
+use crate::blocks::{BlockKind, Layout};
 use crate::data::Split;
 use crate::launch::job::load_dataset;
 use crate::launch::threads::{configure_threads, on_tp_threads};
 use crate::model::Gpt;
-use crate::run_dir::records::{ScanBlock, ScanReport, ScanStep};
+use crate::run_dir::records::{ScanBlock, ScanReport, ScanStep, Tier};
 use crate::tp::StoredParams;
 use crate::train::full_eval::split_loss;
 use anyhow::Result;
 use candle_core::Tensor;
 use std::collections::HashMap;
-
-/// A rise of the loss below this share is `insensitive`, below the next `sensitive`,
-/// else `extremely sensitive` (relative to the unconverted model's loss).
-pub const TIERS: [(f64, &str); 2] = [(0.01, "insensitive"), (0.05, "sensitive")];
-
-fn tier(rise: f64, base: f64) -> &'static str {
-    let r = rise / base;
-    TIERS
-        .iter()
-        .find(|(limit, _)| r < *limit)
-        .map_or("extremely sensitive", |(_, name)| name)
-}
 
 /// Full-split val loss of `weights` under `pattern` on `tp` thread ranks.
 fn loss_of(
@@ -53,11 +41,11 @@ fn loss_of(
     Ok(l[0].loss)
 }
 
-fn with_block(pattern: &str, i: usize, kind: char) -> String {
+fn with_block(pattern: &str, i: usize, kind: BlockKind) -> String {
     pattern
         .chars()
         .enumerate()
-        .map(|(j, c)| if j == i { kind } else { c })
+        .map(|(j, c)| if j == i { kind.letter() } else { c })
         .collect()
 }
 
@@ -67,7 +55,7 @@ fn with_block(pattern: &str, i: usize, kind: char) -> String {
 pub fn scan_run(
     run_dir: &std::path::Path,
     checkpoint: Option<&std::path::Path>,
-    to: char,
+    to: BlockKind,
     tp: Option<usize>,
 ) -> Result<ScanReport> {
     let (cfg, ck) = crate::run_dir::load_checkpoint(
@@ -82,8 +70,8 @@ pub fn scan_run(
             "tp-scan at tp {tp}: s and p blocks equal t blocks on one rank, so there is nothing to measure: use --tp 2 or more"
         );
     }
-    if to != 's' && to != 'p' {
-        crate::user_bail!("--to {to}: convert blocks to s or p");
+    if to == BlockKind::T {
+        crate::user_bail!("--to t: convert blocks to s or p");
     }
     let data = load_dataset(&cfg)?;
     cfg.model_config(data.vocab_size())?
@@ -118,7 +106,7 @@ pub fn scan_run(
             pattern,
             loss,
             rise: loss - base,
-            tier: tier(loss - base, base).into(),
+            tier: Tier::of(loss - base, base),
         });
     }
     // As the paper drops syncs: the last block, then the last two, and so on.
@@ -155,7 +143,7 @@ pub fn scan_run(
     // Converting to p, budgets between the p-only ones come from s: the k least sensitive
     // blocks as p and the other t blocks as s (tttt -> sppp for 2 all-reduces), kept
     // where they reach a budget the p-only list does not, or reach one at a lower loss.
-    if to == 'p' {
+    if to == BlockKind::P {
         let mut by_rise: Vec<&ScanBlock> = blocks.iter().collect();
         by_rise.sort_by(|a, b| a.rise.total_cmp(&b.rise));
         for k in 1..by_rise.len() {
@@ -200,7 +188,7 @@ pub fn scan_run(
         checkpoint: ck.dir.display().to_string(),
         step: ck.meta.step,
         tp,
-        to: to.to_string(),
+        to,
         base_pattern: base_pattern.clone(),
         base_forward_allreduces: allreduces(&base_pattern)?,
         base_loss: base,
@@ -217,10 +205,10 @@ mod tests {
 
     #[test]
     fn tiers_split_at_one_and_five_percent_and_blocks_are_replaced_by_index() {
-        assert_eq!(tier(0.009, 1.0), "insensitive");
-        assert_eq!(tier(0.03, 1.0), "sensitive");
-        assert_eq!(tier(0.06, 1.0), "extremely sensitive");
-        assert_eq!(with_block("tttt", 3, 's'), "ttts");
-        assert_eq!(with_block("tstt", 0, 'p'), "pstt");
+        assert_eq!(Tier::of(0.009, 1.0), Tier::Insensitive);
+        assert_eq!(Tier::of(0.03, 1.0), Tier::Sensitive);
+        assert_eq!(Tier::of(0.06, 1.0), Tier::ExtremelySensitive);
+        assert_eq!(with_block("tttt", 3, BlockKind::S), "ttts");
+        assert_eq!(with_block("tstt", 0, BlockKind::P), "pstt");
     }
 }

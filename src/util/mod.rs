@@ -4,7 +4,6 @@
 pub mod fs;
 pub mod hash;
 pub mod host;
-pub mod stats;
 
 pub use fs::{fsync_dir, write_atomic};
 pub use hash::{fnv1a, sha256_hex};

@@ -1,0 +1,171 @@
+//! What the plots and summaries read of runs: each run's loss curves, final loss,
+//! collectives per step and step timing ([`RunCurves`]), and replicates — runs whose
+//! configs differ only in the seed ([`ReplicateKey`]) — merged into one mean curve with a
+//! band of one standard deviation and the 95% interval of the final loss
+//! ([`merge_replicates`]).
+
+use super::stats::Replicates;
+use super::timing::StepTiming;
+use crate::comm::CommKind;
+use crate::config::RunConfig;
+use crate::run_dir::{read_comm, read_config, read_log, read_summary};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+/// What makes runs replicates of each other: the same config but for the seed. The one
+/// definition sweeps and plots group runs by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReplicateKey(String);
+
+impl ReplicateKey {
+    pub fn of(cfg: &RunConfig) -> Result<Self> {
+        let mut c = cfg.clone();
+        c.optim.seed = 0;
+        Ok(Self(c.to_yaml()?))
+    }
+
+    /// The key of a replicate group with the pattern taken out too: groups that differ
+    /// only in pattern are compared with each other (a sweep's baseline).
+    pub fn without_pattern(cfg: &RunConfig) -> Result<Self> {
+        let mut c = cfg.clone();
+        c.model.pattern.clear();
+        Self::of(&c)
+    }
+}
+
+/// What a plot needs of one run directory.
+#[derive(Debug, Clone)]
+pub struct RunCurves {
+    pub dir: PathBuf,
+    pub pattern: String,
+    pub tp: usize,
+    pub dp: usize,
+    pub label: String,
+    /// (step, loss) of logged training steps.
+    pub train: Vec<(f64, f64)>,
+    /// (step, val loss) of evaluations.
+    pub val: Vec<(f64, f64)>,
+    /// TP forward all-reduces per optimiser step (from comm.json).
+    pub forward_allreduces_per_step: Option<f64>,
+    /// The final validation loss: summary.json's (the whole split with `final_eval:
+    /// full`), else the last evaluation's.
+    pub final_val: Option<f64>,
+    /// Equal for replicates.
+    pub group_key: ReplicateKey,
+    /// Runs merged into this one (1: a single run).
+    pub n: usize,
+    /// Mean +- one standard deviation over the replicates at each step of `train`/`val`.
+    pub train_band: Vec<(f64, f64, f64)>,
+    pub val_band: Vec<(f64, f64, f64)>,
+    /// Half-width of the 95% interval of `final_val` over the replicates.
+    pub final_ci95: Option<f64>,
+    /// Step time and collectives per step, for modelled time on a link.
+    pub timing: Option<StepTiming>,
+}
+
+impl RunCurves {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let cfg = read_config(dir)?;
+        let (mut train, mut val) = (Vec::new(), Vec::new());
+        for line in read_log(dir)? {
+            let step = line.step as f64;
+            if let Some(l) = line.train_loss {
+                train.push((step, l as f64));
+            }
+            if let Some(l) = line.val_loss {
+                val.push((step, l as f64));
+            }
+        }
+        let forward_allreduces_per_step =
+            read_comm(dir)?.and_then(|c| c.per_step.get(&CommKind::TpForward).map(|s| s.calls));
+        let timing = StepTiming::load(dir)?;
+        let final_val = read_summary(dir)?
+            .and_then(|s| s.final_val_loss.map(f64::from))
+            .or_else(|| val.last().map(|p| p.1));
+        let group_key = ReplicateKey::of(&cfg)?;
+        Ok(Self {
+            final_val,
+            group_key,
+            n: 1,
+            train_band: Vec::new(),
+            val_band: Vec::new(),
+            final_ci95: None,
+            timing,
+            dir: dir.to_path_buf(),
+            label: cfg.model.pattern.clone(),
+            pattern: cfg.model.pattern,
+            tp: cfg.parallel.tp,
+            dp: cfg.parallel.dp,
+            train,
+            val,
+            forward_allreduces_per_step,
+        })
+    }
+}
+
+/// (step, value) points of a curve.
+type Curve = Vec<(f64, f64)>;
+/// (step, low, high) of a band around a curve.
+type Band = Vec<(f64, f64, f64)>;
+
+/// Mean and band of replicate curves at the steps all of them logged.
+fn mean_band(curves: &[&Curve]) -> (Curve, Band) {
+    let len = curves.iter().map(|c| c.len()).min().unwrap_or(0);
+    let (mut mean, mut band) = (Vec::new(), Vec::new());
+    for i in 0..len {
+        let step = curves[0][i].0;
+        if curves.iter().any(|c| c[i].0 != step) {
+            break;
+        }
+        let v: Vec<f64> = curves.iter().map(|c| c[i].1).collect();
+        if let Some(r) = Replicates::of(&v) {
+            mean.push((step, r.mean));
+            band.push((step, r.mean - r.std, r.mean + r.std));
+        }
+    }
+    (mean, band)
+}
+
+/// Merges runs whose configs differ only in the seed into one curve each (mean, a band
+/// of one standard deviation, the final loss's 95% interval), keeping first-seen order.
+pub fn merge_replicates(runs: Vec<RunCurves>) -> Vec<RunCurves> {
+    let mut keys: Vec<ReplicateKey> = Vec::new();
+    for r in &runs {
+        if !keys.contains(&r.group_key) {
+            keys.push(r.group_key.clone());
+        }
+    }
+    keys.into_iter()
+        .map(|k| {
+            let members: Vec<&RunCurves> = runs.iter().filter(|r| r.group_key == k).collect();
+            if members.len() == 1 {
+                return members[0].clone();
+            }
+            let (train, train_band) =
+                mean_band(&members.iter().map(|r| &r.train).collect::<Vec<_>>());
+            let (val, val_band) = mean_band(&members.iter().map(|r| &r.val).collect::<Vec<_>>());
+            let finals: Vec<f64> = members.iter().filter_map(|r| r.final_val).collect();
+            let fin = Replicates::of(&finals);
+            RunCurves {
+                train,
+                val,
+                train_band,
+                val_band,
+                n: members.len(),
+                final_val: fin.map(|f| f.mean),
+                final_ci95: fin.map(|f| f.ci95).filter(|c| c.is_finite()),
+                // The replicates' mean step time with the first one's collectives (the
+                // same for every seed).
+                timing: members[0].timing.clone().map(|mut t| {
+                    let ms: Vec<f64> = members
+                        .iter()
+                        .filter_map(|r| r.timing.as_ref().map(|t| t.step_ms))
+                        .collect();
+                    t.step_ms = ms.iter().sum::<f64>() / ms.len() as f64;
+                    t
+                }),
+                ..members[0].clone()
+            }
+        })
+        .collect()
+}

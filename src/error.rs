@@ -1,10 +1,13 @@
-//! User-facing errors: bad input that the user can fix. Binaries print them as one line
-//! and exit with code 2; anything else is an internal failure (exit code 1).
+//! User-facing errors: bad input that the user can fix, made one way ([`user`], or
+//! [`crate::user_bail!`] to return one). Binaries end through [`exit_on_error`]: one line
+//! and exit code 2 for those (and for I/O failures the user resolves: a full disk, a
+//! read-only place); anything else is an internal failure (exit code 1).
 
 use std::fmt;
 
+/// Made by [`user`] only.
 #[derive(Debug, Clone)]
-pub struct UserError(pub String);
+pub struct UserError(String);
 
 impl fmt::Display for UserError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -14,15 +17,15 @@ impl fmt::Display for UserError {
 
 impl std::error::Error for UserError {}
 
-/// `bail!`-like constructor for user errors.
+/// Returns a user error from the enclosing function, as `bail!` does (`user(format!(..))`).
 #[macro_export]
 macro_rules! user_bail {
     ($($arg:tt)*) => {
-        return Err(anyhow::Error::new($crate::error::UserError(format!($($arg)*))))
+        return Err($crate::error::user(format!($($arg)*)))
     };
 }
 
-/// Turns any error into a user error (same message).
+/// A user error with this message (the one way to make one).
 pub fn user(e: impl fmt::Display) -> anyhow::Error {
     anyhow::Error::new(UserError(e.to_string()))
 }
@@ -30,6 +33,42 @@ pub fn user(e: impl fmt::Display) -> anyhow::Error {
 /// Whether an error chain carries a user error anywhere.
 pub fn is_user_error(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<UserError>().is_some())
+}
+
+/// A stop that is not a failure of the program: a signal obeyed, or a sweep with failed
+/// runs (each already reported). Printed as its message alone (nothing when it is empty),
+/// with its own exit code.
+#[derive(Debug, Clone)]
+pub struct Stopped {
+    pub code: i32,
+    pub message: String,
+}
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// The end of every binary's `main`: on an error, one line on stderr (`TOOL: error: ...`;
+/// a [`Stopped`]'s message as it is; nothing for what another rank already reported) and
+/// the exit code the error calls for.
+pub fn exit_on_error(tool: &str, result: anyhow::Result<()>) {
+    let Err(e) = result else {
+        return;
+    };
+    if let Some(s) = e.downcast_ref::<Stopped>() {
+        if !s.message.is_empty() {
+            eprintln!("{tool}: {}", s.message);
+        }
+        std::process::exit(s.code);
+    }
+    if e.downcast_ref::<AlreadyReported>().is_none() {
+        eprintln!("{tool}: error: {}", one_line(&e));
+    }
+    std::process::exit(exit_code(&e));
 }
 
 /// An error another rank already reported: exit with `0` (the code) and print nothing,

@@ -9,8 +9,9 @@ use common::checks::{check_against_dense, check_against_literal, check_golden_ca
 use common::*;
 use tp_harness::blocks::{Fwd, Layout};
 use tp_harness::comm::{CommKind, Site};
+use tp_harness::config::preset;
 use tp_harness::device::Kernels;
-use tp_harness::model::{preset, Gpt};
+use tp_harness::model::Gpt;
 use tp_harness::run_dir::{read_comm, read_eval, Checkpoint};
 use tp_harness::tp::{Init, ParamSource, SeededInit};
 

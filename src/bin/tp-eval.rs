@@ -3,7 +3,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::data::Split;
-use tp_harness::error::exit_code;
+use tp_harness::error::exit_on_error;
 use tp_harness::run_dir::{write_eval_into, DirLock};
 use tp_harness::tools::eval::eval_run;
 
@@ -56,8 +56,5 @@ fn main() {
         write_eval_into(&a.run_dir, &r)?;
         Ok(())
     };
-    if let Err(e) = run() {
-        eprintln!("tp-eval: error: {}", tp_harness::error::one_line(&e));
-        std::process::exit(exit_code(&e));
-    }
+    exit_on_error("tp-eval", run());
 }

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use std::path::PathBuf;
-use tp_harness::error::{exit_code, user};
+use tp_harness::error::{exit_on_error, user};
 use tp_harness::model::hf::{to_hf, write_hf};
 use tp_harness::run_dir::{load_checkpoint, Need};
 
@@ -41,11 +41,10 @@ fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
 
 fn main() {
     let a = Args::parse();
-    match real_main(&a) {
-        Ok(out) => println!("wrote {}/model.safetensors and config.json (transformers.GPT2LMHeadModel.from_pretrained)", out.display()),
-        Err(e) => {
-            eprintln!("tp-export: error: {}", tp_harness::error::one_line(&e));
-            std::process::exit(exit_code(&e));
-        }
-    }
+    exit_on_error(
+        "tp-export",
+        real_main(&a).map(|out| {
+            println!("wrote {}/model.safetensors and config.json (transformers.GPT2LMHeadModel.from_pretrained)", out.display())
+        }),
+    );
 }

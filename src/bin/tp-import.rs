@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use std::path::PathBuf;
-use tp_harness::error::{exit_code, user};
+use tp_harness::error::{exit_on_error, user};
 use tp_harness::tools::import::{import_hf, ImportData};
 
 #[derive(Parser, Debug)]
@@ -69,8 +69,5 @@ fn real_main(a: &Args) -> anyhow::Result<()> {
 
 fn main() {
     let a = Args::parse();
-    if let Err(e) = real_main(&a) {
-        eprintln!("tp-import: error: {}", tp_harness::error::one_line(&e));
-        std::process::exit(exit_code(&e));
-    }
+    exit_on_error("tp-import", real_main(&a));
 }

@@ -7,7 +7,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::calibration::{calibrate, on_real_links};
 use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
-use tp_harness::error::{exit_code, user};
+use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
 use tp_harness::plot::{label_runs, plot_on_link, plot_runs};
 
@@ -107,15 +107,12 @@ fn main() {
         }
         Ok(files)
     };
-    match run() {
-        Ok(files) => {
+    exit_on_error(
+        "tp-plot",
+        run().map(|files| {
             for f in files {
                 println!("{}", f.display());
             }
-        }
-        Err(e) => {
-            eprintln!("tp-plot: error: {}", tp_harness::error::one_line(&e));
-            std::process::exit(exit_code(&e));
-        }
-    }
+        }),
+    );
 }

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use tp_harness::data::{data_root, prepare, Dataset, DATASETS};
-use tp_harness::error::is_user_error;
+use tp_harness::error::exit_on_error;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,19 +23,19 @@ fn main() {
     } else {
         args.datasets
     };
-    for name in names {
-        match prepare(&name, &data_root()).and_then(|dir| Ok((Dataset::load(&dir)?, dir))) {
-            Ok((d, dir)) => println!(
+    let run = || -> anyhow::Result<()> {
+        for name in names {
+            let dir = prepare(&name, &data_root())?;
+            let d = Dataset::load(&dir)?;
+            println!(
                 "{name}: {} train / {} val tokens, vocab {} in {}",
                 d.train.len(),
                 d.val.len(),
                 d.vocab_size(),
                 dir.display()
-            ),
-            Err(e) => {
-                eprintln!("tp-prepare: error: {}", tp_harness::error::one_line(&e));
-                std::process::exit(if is_user_error(&e) { 2 } else { 1 });
-            }
+            );
         }
-    }
+        Ok(())
+    };
+    exit_on_error("tp-prepare", run());
 }

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use std::path::PathBuf;
-use tp_harness::error::exit_code;
+use tp_harness::error::exit_on_error;
 use tp_harness::tools::sample::sample_run;
 use tp_harness::train::generate::SampleOptions;
 
@@ -49,17 +49,15 @@ fn main() {
         top_k: (a.top_k > 0).then_some(a.top_k),
         seed: a.seed,
     };
-    match sample_run(
+    let sampled = sample_run(
         &a.run_dir,
         a.checkpoint.as_deref(),
         a.prompt.as_deref(),
         a.tp,
         &opts,
-    ) {
-        Ok(text) => println!("{}{text}", a.prompt.unwrap_or_default()),
-        Err(e) => {
-            eprintln!("tp-sample: error: {}", tp_harness::error::one_line(&e));
-            std::process::exit(exit_code(&e));
-        }
-    }
+    );
+    exit_on_error(
+        "tp-sample",
+        sampled.map(|text| println!("{}{text}", a.prompt.clone().unwrap_or_default())),
+    );
 }

@@ -3,7 +3,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::blocks::BlockKind;
-use tp_harness::error::exit_code;
+use tp_harness::error::exit_on_error;
 use tp_harness::plot::plot_scan;
 use tp_harness::run_dir::{write_scan_into, DirLock};
 use tp_harness::tools::scan::scan_run;
@@ -78,8 +78,5 @@ fn main() {
         println!("scan.json in {}", a.run_dir.display());
         Ok(())
     };
-    if let Err(e) = run() {
-        eprintln!("tp-scan: error: {}", tp_harness::error::one_line(&e));
-        std::process::exit(exit_code(&e));
-    }
+    exit_on_error("tp-scan", run());
 }

@@ -3,8 +3,8 @@
 
 use clap::Parser;
 use std::path::PathBuf;
-use tp_harness::error::exit_code;
-use tp_harness::sweep::{sweep_and_report, Interrupted, Interrupts, Status, Sweep};
+use tp_harness::error::{exit_on_error, Stopped};
+use tp_harness::sweep::{sweep_and_report, Interrupts, Status, Sweep};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -22,7 +22,7 @@ struct Args {
 
 fn main() {
     let a = Args::parse();
-    let run = || -> anyhow::Result<bool> {
+    let run = || -> anyhow::Result<()> {
         let interrupts = Interrupts::install()?;
         let sweep = Sweep::load(&a.file)?;
         let out = a
@@ -44,18 +44,14 @@ fn main() {
             results.len() - failed,
             out.display()
         );
-        Ok(failed == 0)
-    };
-    match run() {
-        Ok(true) => {}
-        Ok(false) => std::process::exit(1),
-        Err(e) => {
-            if let Some(Interrupted(sig)) = e.downcast_ref::<Interrupted>() {
-                eprintln!("tp-sweep: {e}");
-                std::process::exit(128 + sig);
-            }
-            eprintln!("tp-sweep: error: {}", tp_harness::error::one_line(&e));
-            std::process::exit(exit_code(&e));
+        if failed > 0 {
+            // Each failure is in the lines above and the summary.
+            return Err(anyhow::Error::new(Stopped {
+                code: 1,
+                message: String::new(),
+            }));
         }
-    }
+        Ok(())
+    };
+    exit_on_error("tp-sweep", run());
 }

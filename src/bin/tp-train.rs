@@ -5,7 +5,7 @@ use anyhow::Context;
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::config::{parse_assignment, read_config_file, resolve, Origin};
-use tp_harness::error::{exit_code, AlreadyReported};
+use tp_harness::error::exit_on_error;
 use tp_harness::launch::job::Target;
 use tp_harness::launch::run::{resume_config, run_resolved, Backend};
 use tp_harness::run_dir::bench::BenchResult;
@@ -85,13 +85,7 @@ enum BackendArg {
 
 fn main() {
     tp_harness::alloc::keep_freed_memory();
-    let args = Args::parse();
-    if let Err(e) = real_main(args) {
-        if e.downcast_ref::<AlreadyReported>().is_none() {
-            eprintln!("tp-train: error: {}", tp_harness::error::one_line(&e));
-        }
-        std::process::exit(exit_code(&e));
-    }
+    exit_on_error("tp-train", real_main(Args::parse()));
 }
 
 /// The config overrides the arguments give, in precedence order.

@@ -1,75 +1,13 @@
-//! Defaults: each preset's training recipe (the optimiser, schedule and batch its seed
-//! experiment used; one row per preset), and the whole default config of a preset.
+//! The whole default config of a preset (its model and recipe from `presets`, and the
+//! defaults of every other key), and `Default` for the config's parts: the `mini`
+//! preset's.
 
+use super::presets::{preset, Recipe};
 use super::run_config::{
     CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
 };
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
-use crate::error::user;
-use crate::model::preset;
 use anyhow::Result;
-
-/// A preset's optimiser settings.
-#[derive(Debug, Clone, Copy)]
-pub struct Recipe {
-    pub preset: &'static str,
-    pub batch_size: usize,
-    pub max_iters: usize,
-    pub learning_rate: f64,
-    pub min_lr: f64,
-    pub warmup_iters: usize,
-    pub weight_decay: f64,
-    pub beta1: f64,
-    pub beta2: f64,
-}
-
-/// The seed experiment's recipe (nanoGPT's shakespeare_char, lr 1e-3 -> 1e-4).
-const SEED: Recipe = Recipe {
-    preset: "mini",
-    batch_size: 12,
-    max_iters: 2000,
-    learning_rate: 1e-3,
-    min_lr: 1e-4,
-    warmup_iters: 100,
-    weight_decay: 0.1,
-    beta1: 0.9,
-    beta2: 0.99,
-};
-
-pub const RECIPES: [Recipe; 4] = [
-    SEED,
-    // nanoGPT's shakespeare_char "baby GPT" batch.
-    Recipe {
-        preset: "baby",
-        batch_size: 64,
-        ..SEED
-    },
-    Recipe {
-        preset: "gpt2",
-        ..SEED
-    },
-    // microgpt's optimiser: a higher rate for a tiny model.
-    Recipe {
-        preset: "micro",
-        batch_size: 32,
-        max_iters: 1000,
-        learning_rate: 1e-2,
-        min_lr: 1e-3,
-        warmup_iters: 20,
-        weight_decay: 0.0,
-        beta1: 0.85,
-        beta2: 0.99,
-    },
-];
-
-/// The recipe of `preset` (the seed's for a preset without a row of its own).
-pub fn recipe(preset: &str) -> Recipe {
-    RECIPES
-        .iter()
-        .copied()
-        .find(|r| r.preset == preset)
-        .unwrap_or(SEED)
-}
 
 impl Recipe {
     pub fn optim(&self) -> OptimConfig {
@@ -125,8 +63,8 @@ impl Default for ModelPart {
 impl RunConfig {
     /// Defaults of a preset: its model, and its training recipe.
     pub fn for_preset(name: &str) -> Result<Self> {
-        let p = preset(name).map_err(user)?;
-        let r = recipe(p.name);
+        let p = preset(name)?;
+        let r = p.recipe;
         Ok(Self {
             model: ModelPart {
                 preset: p.name.into(),
@@ -161,19 +99,5 @@ impl RunConfig {
                 keep_checkpoints: 3,
             },
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn every_model_preset_has_its_own_recipe() {
-        for p in crate::model::PRESETS {
-            assert!(
-                super::RECIPES.iter().any(|r| r.preset == p.name),
-                "preset {} has no recipe",
-                p.name
-            );
-        }
     }
 }

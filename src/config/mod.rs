@@ -7,11 +7,12 @@
 
 pub mod defaults;
 pub mod overrides;
+pub mod presets;
 pub mod run_config;
 pub mod validate;
 
-pub use defaults::{recipe, Recipe, RECIPES};
 pub use overrides::{parse_assignment, read_config_file, resolve, resolve_resume, Origin};
+pub use presets::{preset, Preset, Recipe, PRESETS};
 pub use run_config::{
     CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
 };

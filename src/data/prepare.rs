@@ -4,7 +4,6 @@
 use super::source::{fetch, RawSource};
 use super::tokenizer::Tokenizer;
 use super::vocab::CharVocab;
-use crate::error::UserError;
 use crate::util::write_atomic;
 use anyhow::{Context, Result};
 use rand::seq::SliceRandom;
@@ -47,10 +46,10 @@ fn raw_source(name: &str) -> Result<RawSource> {
             shared_subdir: "names",
             url: "https://raw.githubusercontent.com/karpathy/makemore/master/names.txt",
         }),
-        other => Err(anyhow::Error::new(UserError(format!(
+        other => Err(crate::error::user(format!(
             "unknown dataset `{other}`: choose one of {}, or `text` with text_path",
             DATASETS.join(", ")
-        )))),
+        ))),
     }
 }
 
@@ -126,10 +125,10 @@ pub fn prepare(name: &str, root: &Path) -> Result<PathBuf> {
 fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
     let mut files = Vec::new();
     let special = |p: &Path| {
-        anyhow::Error::new(UserError(format!(
+        crate::error::user(format!(
             "text_path {} is not a regular file or a folder (a device, pipe or socket cannot be read to its end): give a UTF-8 file or a folder of them",
             p.display()
-        )))
+        ))
     };
     if path.is_file() {
         files.push(path.to_path_buf());
@@ -158,16 +157,16 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
         }
         files.sort();
     } else {
-        return Err(anyhow::Error::new(UserError(format!(
+        return Err(crate::error::user(format!(
             "text_path {} does not exist: give a UTF-8 file or a folder of them",
             path.display()
-        ))));
+        )));
     }
     if files.is_empty() {
-        return Err(anyhow::Error::new(UserError(format!(
+        return Err(crate::error::user(format!(
             "text_path {} holds no files",
             path.display()
-        ))));
+        )));
     }
     let mut sig = String::new();
     let mut total = 0u64;
@@ -182,12 +181,12 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
     // byte of text at most.
     if let Some(mem) = crate::util::host::physical_memory().filter(|m| total.saturating_mul(3) > *m)
     {
-        return Err(anyhow::Error::new(UserError(format!(
+        return Err(crate::error::user(format!(
             "text_path {} holds {:.1} GiB of text, more than this machine ({:.1} GiB) can tokenize at once: use a part of it",
             path.display(),
             total as f64 / (1u64 << 30) as f64,
             mem as f64 / (1u64 << 30) as f64
-        ))));
+        )));
     }
     Ok((files, sig))
 }
@@ -211,10 +210,10 @@ pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
     let mut ids: Vec<u32> = Vec::new();
     for (i, f) in files.iter().enumerate() {
         let text = std::fs::read_to_string(f).map_err(|e| {
-            anyhow::Error::new(UserError(format!(
+            crate::error::user(format!(
                 "{} is not readable UTF-8 text ({e}); remove it from text_path",
                 f.display()
-            )))
+            ))
         })?;
         if i > 0 {
             ids.push(super::tokenizer::GPT2_EOT);
@@ -222,11 +221,11 @@ pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
         ids.extend(tok.encode(&text)?);
     }
     if ids.len() < 20 {
-        return Err(anyhow::Error::new(UserError(format!(
+        return Err(crate::error::user(format!(
             "text_path {} holds only {} tokens: too little to train on",
             path.display(),
             ids.len()
-        ))));
+        )));
     }
     let ids: Vec<u16> = ids.into_iter().map(|i| i as u16).collect();
     let n = ids.len() * 9 / 10;

@@ -2,7 +2,6 @@
 //! folder (`TP_SHARED_DATASETS`, else `../shared/datasets`), or downloaded from the public
 //! source. Offline with none of these is one clear error.
 
-use crate::error::UserError;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,10 +56,10 @@ pub fn fetch(src: &RawSource, dir: &Path) -> Result<PathBuf> {
         return Ok(dest);
     }
     let _ = std::fs::remove_file(&tmp);
-    Err(anyhow::Error::new(UserError(format!(
+    Err(crate::error::user(format!(
         "dataset file {} is missing: no copy in ../shared/datasets/{} (or TP_SHARED_DATASETS) and the download from {url} failed; put the file at {} or run where that URL is reachable",
         src.file,
         src.shared_subdir,
         dest.display()
-    ))))
+    )))
 }

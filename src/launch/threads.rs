@@ -3,7 +3,6 @@
 use super::job::Job;
 use super::orchestrate::run_rank;
 use crate::comm::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
-use crate::error::UserError;
 use crate::train::context::RankContext;
 use crate::train::record::{RankOutcome, Reporter};
 use anyhow::{anyhow, Result};
@@ -174,7 +173,7 @@ pub fn run_threads(
     }
     if let Some((_, rank, e)) = first_err {
         if crate::error::is_user_error(&e) {
-            return Err(anyhow::Error::new(UserError(format!("{e:#}"))));
+            return Err(crate::error::user(format!("{e:#}")));
         }
         return Err(e.context(format!("rank {rank} failed")));
     }

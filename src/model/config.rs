@@ -1,4 +1,4 @@
-//! Model shape and options, and the named presets.
+//! Model shape and options.
 
 use crate::blocks::BlockConfig;
 use crate::device::{ComputeDtype, Kernels};
@@ -48,116 +48,24 @@ fn vocab_from_yaml<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<usize
     Ok(Option::<usize>::deserialize(d)?.unwrap_or(0))
 }
 
+/// GPT-2's conventions, for the fields a source does not give (a Hugging Face config's
+/// norms and activation; a stored config lacking a newer key). The presets, where runs
+/// take their models from, are `config::presets`.
 impl Default for ModelConfig {
     fn default() -> Self {
-        PRESETS[0].model()
-    }
-}
-
-/// A named model size. `vocab_size` is `None` where the dataset decides it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Preset {
-    pub name: &'static str,
-    pub n_layer: usize,
-    pub n_head: usize,
-    pub n_embd: usize,
-    pub block_size: usize,
-    pub bias: bool,
-    pub norm: NormKind,
-    pub activation: Activation,
-    pub vocab_size: Option<usize>,
-    /// The pattern used when none is given.
-    pub pattern: &'static str,
-    pub dataset: &'static str,
-}
-
-pub const PRESETS: [Preset; 4] = [
-    // The seed experiment: tiny Shakespeare, char level.
-    Preset {
-        name: "mini",
-        n_layer: 4,
-        n_head: 4,
-        n_embd: 128,
-        block_size: 64,
-        bias: false,
-        norm: NormKind::Layernorm,
-        activation: Activation::Gelu,
-        vocab_size: None,
-        pattern: "sppp",
-        dataset: "shakespeare_char",
-    },
-    Preset {
-        name: "baby",
-        n_layer: 6,
-        n_head: 6,
-        n_embd: 384,
-        block_size: 256,
-        bias: false,
-        norm: NormKind::Layernorm,
-        activation: Activation::Gelu,
-        vocab_size: None,
-        pattern: "6xt",
-        dataset: "shakespeare_char",
-    },
-    // GPT-2 124M.
-    Preset {
-        name: "gpt2",
-        n_layer: 12,
-        n_head: 12,
-        n_embd: 768,
-        block_size: 1024,
-        bias: true,
-        norm: NormKind::Layernorm,
-        activation: Activation::GeluTanh,
-        vocab_size: Some(50304),
-        pattern: "12xt",
-        dataset: "shakespeare_char",
-    },
-    // microgpt's names model: RMSNorm, ReLU, no biases, a few thousand parameters.
-    Preset {
-        name: "micro",
-        n_layer: 1,
-        n_head: 4,
-        n_embd: 16,
-        block_size: 16,
-        bias: false,
-        norm: NormKind::Rmsnorm,
-        activation: Activation::Relu,
-        vocab_size: None,
-        pattern: "t",
-        dataset: "names",
-    },
-];
-
-impl Preset {
-    /// The preset's model (vocabulary still the dataset's where it has none of its own).
-    pub fn model(&self) -> ModelConfig {
-        ModelConfig {
-            vocab_size: self.vocab_size.unwrap_or(0),
-            block_size: self.block_size,
-            n_layer: self.n_layer,
-            n_head: self.n_head,
-            n_embd: self.n_embd,
-            bias: self.bias,
-            norm: self.norm,
-            activation: self.activation,
+        Self {
+            vocab_size: 0,
+            block_size: 1024,
+            n_layer: 12,
+            n_head: 12,
+            n_embd: 768,
+            bias: true,
+            norm: NormKind::Layernorm,
+            activation: Activation::GeluTanh,
             norm_eps: 1e-5,
             kernels: Kernels::Fused,
             dtype: ComputeDtype::F32,
             vocab_parallel: false,
-        }
-    }
-}
-
-pub fn preset(name: &str) -> Result<Preset> {
-    match PRESETS.iter().find(|p| p.name == name) {
-        Some(p) => Ok(*p),
-        None => {
-            let names: Vec<_> = PRESETS.iter().map(|p| p.name).collect();
-            bail!(
-                "unknown preset `{name}`: choose one of {}",
-                names.join(", ")
-            )
         }
     }
 }

@@ -1,8 +1,8 @@
-//! GPT-2 built from a pattern of t/s/p blocks, and its presets.
+//! GPT-2 built from a pattern of t/s/p blocks, and the Hugging Face format.
 
 pub mod config;
 pub mod gpt;
 pub mod hf;
 
-pub use config::{preset, ModelConfig, Preset, PRESETS};
+pub use config::ModelConfig;
 pub use gpt::Gpt;

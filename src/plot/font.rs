@@ -2,7 +2,6 @@
 //! font; we register DejaVu Sans (Debian's fonts-dejavu-core, installed by setup.sh) or
 //! the file named by `TP_PLOT_FONT`.
 
-use crate::error::UserError;
 use anyhow::Result;
 use plotters::style::FontStyle;
 use std::sync::OnceLock;
@@ -31,5 +30,5 @@ pub fn ensure_font() -> Result<()> {
         Err("no TrueType font for plot text: install fonts-dejavu-core (scripts/setup.sh does) or set TP_PLOT_FONT=/path/to/font.ttf".into())
     })
     .clone()
-    .map_err(|m| anyhow::Error::new(UserError(m)))
+    .map_err(crate::error::user)
 }

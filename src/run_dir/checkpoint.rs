@@ -27,7 +27,6 @@
 
 use crate::comm::TallySnapshot;
 use crate::config::RunConfig;
-use crate::error::UserError;
 use crate::util::{fsync_dir, sha256_hex, write_atomic};
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
@@ -155,10 +154,10 @@ fn corrupt(dir: &Path, what: impl std::fmt::Display) -> anyhow::Error {
         ),
         None => "no earlier checkpoint of this run is kept: start a new run (or restore the file from a backup)".to_string(),
     };
-    anyhow::Error::new(UserError(format!(
+    crate::error::user(format!(
         "checkpoint {} is unusable: {what}; {instead}",
         dir.display()
-    )))
+    ))
 }
 
 /// The logical tensors of one checkpoint, by parameter name.

@@ -3,6 +3,7 @@
 //! is waiting for; the sweep waits for that run to end, starts no other, and stops. The
 //! run's checkpoints make the sweep resumable, so running it again continues.
 
+use crate::error::Stopped;
 use anyhow::{Context, Result};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -16,22 +17,6 @@ pub struct Interrupts {
     /// The pid of the run being waited for (0: none).
     child: AtomicI32,
 }
-
-/// The sweep stopped because of a signal; running it again resumes it.
-#[derive(Debug, Clone, Copy)]
-pub struct Interrupted(pub i32);
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "stopped by {} (forwarded to the run under way, which ended first); run the same tp-sweep again to resume",
-            signal_name(self.0)
-        )
-    }
-}
-
-impl std::error::Error for Interrupted {}
 
 pub fn signal_name(sig: i32) -> &'static str {
     match sig {
@@ -94,10 +79,17 @@ impl Interrupts {
         self.child.store(0, Ordering::SeqCst);
     }
 
-    /// Fails with [`Interrupted`] once a signal came.
+    /// Fails once a signal came: a [`Stopped`] with exit code 128 + the signal, saying
+    /// that running the sweep again resumes it.
     pub fn check(&self) -> Result<()> {
         match self.received() {
-            Some(sig) => Err(anyhow::Error::new(Interrupted(sig))),
+            Some(sig) => Err(anyhow::Error::new(Stopped {
+                code: 128 + sig,
+                message: format!(
+                    "stopped by {} (forwarded to the run under way, which ended first); run the same tp-sweep again to resume",
+                    signal_name(sig)
+                ),
+            })),
             None => Ok(()),
         }
     }

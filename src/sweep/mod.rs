@@ -5,7 +5,7 @@ pub mod runner;
 pub mod spec;
 pub mod summary;
 
-pub use interrupts::{Interrupted, Interrupts};
+pub use interrupts::Interrupts;
 pub use runner::{run_sweep, PointResult, Status};
 pub use spec::{Launcher, Point, Sweep};
 

@@ -75,7 +75,7 @@ fn run_child(cmd: &mut Command, interrupts: &Interrupts) -> std::io::Result<Outp
 
 /// Runs every point not yet finished under `out`; prints a line per run. The caller owns
 /// `out` (see [`crate::sweep::sweep_and_report`]). A signal in `interrupts` stops the
-/// sweep once the run under way has ended ([`super::interrupts::Interrupted`]).
+/// sweep once the run under way has ended ([`Interrupts::check`]).
 pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<Vec<PointResult>> {
     let tp_train = sibling_binary("tp-train")?;
     let configs = out.join(".configs");

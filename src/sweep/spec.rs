@@ -15,7 +15,7 @@
 //! replicates: the summary gives their mean, standard deviation and 95% interval.
 
 use crate::config::{resolve, Origin, RunConfig};
-use crate::error::{user, UserError};
+use crate::error::user;
 use crate::user_bail;
 use anyhow::Result;
 use serde::Deserialize;
@@ -188,7 +188,7 @@ impl Sweep {
             let cfg = crate::run_dir::inherit_init_from(overrides.clone())
                 .and_then(|o| resolve(&o))
                 .map_err(|e| {
-                    anyhow::Error::new(UserError(format!("sweep point {}: {e:#}", parts.join(","))))
+                    crate::error::user(format!("sweep point {}: {e:#}", parts.join(",")))
                 })?;
             if let Launcher::Mpirun(n) = spec.launcher {
                 if n == 0 || n % cfg.parallel.tp != 0 {

@@ -6,7 +6,7 @@
 //! no rank is left waiting in a collective.
 
 use super::console::ConsoleReporter;
-use super::job::{announce, finish, open_outputs, prepare_job, Job, Target};
+use super::job::{announce, finish, open_outputs, prepare_job, Target};
 use super::orchestrate::run_rank;
 use super::report::comm_report;
 use super::threads::configure_threads;
@@ -90,6 +90,40 @@ fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
     Err(anyhow::Error::new(AlreadyReported(code)))
 }
 
+/// `cfg` for the ranks mpirun started: they must divide into TP groups, and the DP
+/// size is what is left over.
+fn fit_to_world(mut cfg: RunConfig, world_size: usize) -> Result<RunConfig> {
+    let tp = cfg.parallel.tp;
+    if tp == 0 || !world_size.is_multiple_of(tp) {
+        return Err(user(format!(
+            "mpirun started {world_size} rank(s), which do not divide into tensor-parallel groups of tp {}: launch a multiple of {} ranks (mpirun -n {}) or change --tp",
+            tp,
+            tp,
+            2 * tp.max(1)
+        )));
+    }
+    let dp = world_size / tp;
+    if cfg.parallel.dp != 1 && cfg.parallel.dp != dp {
+        return Err(user(format!(
+            "dp {} does not match the {world_size} launched ranks at tp {tp} (dp = {dp}): drop --dp or launch {} ranks",
+            cfg.parallel.dp,
+            cfg.parallel.dp * tp
+        )));
+    }
+    cfg.parallel.dp = dp;
+    Ok(cfg)
+}
+
+/// This rank failed where the others may be waiting on it: says so and ends the whole
+/// job (MPI_Abort) with `code`.
+fn fail_job(mpi: &MpiWorld, rank: usize, e: &anyhow::Error, code: i32) -> ! {
+    eprintln!(
+        "tp-train: rank {rank}: error: {}",
+        crate::error::one_line(e)
+    );
+    mpi.abort(code)
+}
+
 pub fn run_mpi(
     resolve: &dyn Fn() -> Result<RunConfig>,
     target: &Target,
@@ -100,28 +134,9 @@ pub fn run_mpi(
     let (rank, world_size) = (mpi.rank(), mpi.size());
     let world = mpi.world_comm();
 
-    let setup = (|| -> Result<Job> {
-        let mut cfg = resolve()?;
-        let tp = cfg.parallel.tp;
-        if tp == 0 || world_size % tp != 0 {
-            return Err(user(format!(
-                "mpirun started {world_size} rank(s), which do not divide into tensor-parallel groups of tp {}: launch a multiple of {} ranks (mpirun -n {}) or change --tp",
-                tp,
-                tp,
-                2 * tp.max(1)
-            )));
-        }
-        let dp = world_size / tp;
-        if cfg.parallel.dp != 1 && cfg.parallel.dp != dp {
-            return Err(user(format!(
-                "dp {} does not match the {world_size} launched ranks at tp {tp} (dp = {dp}): drop --dp or launch {} ranks",
-                cfg.parallel.dp,
-                cfg.parallel.dp * tp
-            )));
-        }
-        cfg.parallel.dp = dp;
-        prepare_job(&cfg, target)
-    })();
+    let setup = resolve()
+        .and_then(|cfg| fit_to_world(cfg, world_size))
+        .and_then(|cfg| prepare_job(&cfg, target));
     let job = agree(&world, rank, setup)?;
     let dir = agree(
         &world,
@@ -143,15 +158,9 @@ pub fn run_mpi(
     let (device, tp_comm, dp_comm, world_comm) = match rank_collectives(cfg.parallel.device, groups)
     {
         Ok(c) => c,
-        Err(e) => {
-            // Forming groups is collective: a rank that cannot must end the job, not
-            // leave the others waiting in it.
-            eprintln!(
-                "tp-train: rank {rank}: error: {}",
-                crate::error::one_line(&e)
-            );
-            mpi.abort(1);
-        }
+        // Forming groups is collective: a rank that cannot must end the job, not leave
+        // the others waiting in it.
+        Err(e) => fail_job(&mpi, rank, &e, 1),
     };
     crate::device::set_tf32(cfg.parallel.tf32);
     let ctx = RankContext::new(groups_mesh, tp_comm, dp_comm, cfg.link(), device);
@@ -169,17 +178,7 @@ pub fn run_mpi(
         )
     }))
     .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
-    let mut outcome = match trained {
-        Ok(o) => o,
-        Err(e) => {
-            let code = exit_code(&e);
-            eprintln!(
-                "tp-train: rank {rank}: error: {}",
-                crate::error::one_line(&e)
-            );
-            mpi.abort(code);
-        }
-    };
+    let mut outcome = trained.unwrap_or_else(|e| fail_job(&mpi, rank, &e, exit_code(&e)));
     // Collective: every rank reaches it (a failed rank aborted the job above).
     outcome.hosts = mpi.hosts();
     let report = match &dir {

@@ -9,8 +9,8 @@ use crate::config::FinalEval;
 use crate::data::Split;
 use crate::run_dir::LogLine;
 use crate::train::context::RankContext;
-use crate::train::full_eval::split_loss;
-use crate::train::record::{ParamCounts, RankOutcome, Reporter};
+use crate::train::full_eval::{split_loss, SplitLoss};
+use crate::train::record::{ParamCounts, RankOutcome, Reporter, StepRecord};
 use crate::train::trainer::Trainer;
 use anyhow::Result;
 use std::collections::HashMap;
@@ -26,25 +26,7 @@ pub fn run_rank(
 ) -> Result<RankOutcome> {
     let cfg = &job.cfg;
     let mut trainer = Trainer::new(cfg, &job.data, ctx, &job.faults, job.checkpoint.as_ref())?;
-    if let (None, Some(init)) = (&job.checkpoint, &job.init) {
-        let unused = trainer.load_initial_weights(&init.checkpoint.weights)?;
-        if ctx.mesh.rank == 0 {
-            println!(
-                "initial weights from {} (step {}){}",
-                init.checkpoint.dir.display(),
-                init.checkpoint.meta.step,
-                if unused.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; pattern {} has no use for {}",
-                        cfg.model.pattern,
-                        unused.join(", ")
-                    )
-                }
-            );
-        }
-    }
+    take_initial_weights(job, ctx, &mut trainer)?;
     let counts = ParamCounts {
         logical: trainer.model().params().logical_numel(),
         local: trainer.model().params().local_numel(),
@@ -52,9 +34,77 @@ pub fn run_rank(
     if let Some(r) = reporter.as_deref_mut() {
         r.started(cfg, counts);
     }
-    let (max_iters, start) = (cfg.optim.max_iters, trainer.steps_done());
     let prior = trainer.tallied();
+    let (log, steps) = train_steps(job, ctx, &mut trainer, &mut reporter, run_dir)?;
+    job.faults.pause(ctx.mesh.rank);
+    let final_eval = final_eval(job, ctx, &trainer)?;
+    job.faults.pause(ctx.mesh.rank);
+    let sample = if job.opts.skip_sample || cfg.eval.sample_tokens == 0 {
+        String::new()
+    } else {
+        let ids = trainer.sample(cfg.eval.sample_tokens)?;
+        job.data.tokenizer().decode(&ids)
+    };
+    job.faults.pause(ctx.mesh.rank);
+    if let Some(r) = reporter {
+        r.finished();
+    }
+    Ok(RankOutcome {
+        rank: ctx.mesh.rank,
+        log,
+        steps,
+        tally: ctx.tally.snapshot(),
+        prior,
+        sample,
+        params: kept_params(job, ctx, &trainer)?,
+        logical_params: counts.logical,
+        local_params: counts.local,
+        best_val_loss: trainer.best_val_loss(),
+        final_eval,
+        hosts: Vec::new(),
+    })
+}
+
+/// A new run started from another run's weights (`init_from`) takes them now; rank 0
+/// says where from and what the new pattern does not use.
+fn take_initial_weights(job: &Job, ctx: &RankContext, trainer: &mut Trainer) -> Result<()> {
+    let (None, Some(init)) = (&job.checkpoint, &job.init) else {
+        return Ok(());
+    };
+    let unused = trainer.load_initial_weights(&init.checkpoint.weights)?;
+    if ctx.mesh.rank == 0 {
+        println!(
+            "initial weights from {} (step {}){}",
+            init.checkpoint.dir.display(),
+            init.checkpoint.meta.step,
+            if unused.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; pattern {} has no use for {}",
+                    job.cfg.model.pattern,
+                    unused.join(", ")
+                )
+            }
+        );
+    }
+    Ok(())
+}
+
+/// The schedule of a job from the trainer's step to `max_iters`: at each step, evaluate
+/// when due, take up a resumed run's history, checkpoint when due, then train and log.
+/// Returns the log lines and the step records of this invocation.
+fn train_steps(
+    job: &Job,
+    ctx: &RankContext,
+    trainer: &mut Trainer,
+    reporter: &mut Option<&mut dyn Reporter>,
+    run_dir: Option<&Path>,
+) -> Result<(Vec<LogLine>, Vec<StepRecord>)> {
+    let cfg = &job.cfg;
+    let (max_iters, start) = (cfg.optim.max_iters, trainer.steps_done());
     let (eval_interval, log_interval) = (cfg.eval.eval_interval, cfg.eval.log_interval);
+    let interval = cfg.checkpoints.checkpoint_interval;
     let tokens_per_step = cfg.tokens_per_step() as f64;
     // Only ranks of data-parallel index 0 hold what a checkpoint needs; all of them take
     // part in assembling it, rank 0 writes.
@@ -68,7 +118,6 @@ pub fn run_rank(
         log.push(line);
         Ok(())
     };
-
     for step in start..=max_iters {
         let eval_now = eval_interval > 0 && (step % eval_interval == 0 || step == max_iters);
         let mut line = LogLine {
@@ -83,7 +132,6 @@ pub fn run_rank(
         if step == start {
             trainer.take_up_history();
         }
-        let interval = cfg.checkpoints.checkpoint_interval;
         let checkpoint_now =
             step > start && (step == max_iters || (interval > 0 && step % interval == 0));
         if checkpoint_now && writes_checkpoints {
@@ -91,11 +139,10 @@ pub fn run_rank(
         }
         if step == max_iters {
             if eval_now {
-                emit(line, &mut reporter)?;
+                emit(line, reporter)?;
             }
             break;
         }
-
         let rec = trainer.step()?;
         let tokens_per_s = tokens_per_step / (rec.ms / 1e3);
         if let Some(r) = reporter.as_deref_mut() {
@@ -108,39 +155,34 @@ pub fn run_rank(
             line.tokens_per_s = Some(tokens_per_s);
         }
         if line.train_loss.is_some() || line.val_loss.is_some() {
-            emit(line, &mut reporter)?;
+            emit(line, reporter)?;
         }
         steps.push(rec);
         job.faults.pause(ctx.mesh.rank);
     }
-    job.faults.pause(ctx.mesh.rank);
+    Ok((log, steps))
+}
 
-    // The final model over the whole validation split (every TP rank takes part; each
-    // DP replica computes the same value).
-    let final_eval = if cfg.eval.final_eval == FinalEval::Full {
-        ctx.tally.set_phase(Phase::Eval);
-        let l = split_loss(
-            trainer.model(),
-            job.data.split(Split::Val),
-            cfg.model.arch.block_size,
-            cfg.optim.batch_size,
-        )?;
-        ctx.tally.set_phase(Phase::Train);
-        Some(l)
-    } else {
-        None
-    };
-    job.faults.pause(ctx.mesh.rank);
-    let sample = if job.opts.skip_sample || cfg.eval.sample_tokens == 0 {
-        String::new()
-    } else {
-        let ids = trainer.sample(cfg.eval.sample_tokens)?;
-        job.data.tokenizer().decode(&ids)
-    };
-    job.faults.pause(ctx.mesh.rank);
-    if let Some(r) = reporter {
-        r.finished();
+/// The final model over the whole validation split, with `final_eval: full` (every TP
+/// rank takes part; each DP replica computes the same value).
+fn final_eval(job: &Job, ctx: &RankContext, trainer: &Trainer) -> Result<Option<SplitLoss>> {
+    if job.cfg.eval.final_eval != FinalEval::Full {
+        return Ok(None);
     }
+    ctx.tally.set_phase(Phase::Eval);
+    let l = split_loss(
+        trainer.model(),
+        job.data.split(Split::Val),
+        job.cfg.model.arch.block_size,
+        job.cfg.optim.batch_size,
+    )?;
+    ctx.tally.set_phase(Phase::Train);
+    Ok(Some(l))
+}
+
+/// This rank's parameters where the job asks for them: written to `TP_DUMP_PARAMS`, and
+/// returned when `keep_params` (tests compare ranks).
+fn kept_params(job: &Job, ctx: &RankContext, trainer: &Trainer) -> Result<Vec<(String, Vec<f32>)>> {
     let reg = trainer.model().params();
     if let Some(dir) = &job.faults.dump_params {
         std::fs::create_dir_all(dir)?;
@@ -153,25 +195,10 @@ pub fn run_rank(
             dir.join(format!("rank{}.safetensors", ctx.mesh.rank)),
         )?;
     }
-    let params = if job.opts.keep_params {
-        reg.iter()
-            .map(|p| Ok((p.name.clone(), p.var.flatten_all()?.to_vec1::<f32>()?)))
-            .collect::<Result<Vec<_>>>()?
-    } else {
-        Vec::new()
-    };
-    Ok(RankOutcome {
-        rank: ctx.mesh.rank,
-        log,
-        steps,
-        tally: ctx.tally.snapshot(),
-        prior,
-        sample,
-        params,
-        logical_params: counts.logical,
-        local_params: counts.local,
-        best_val_loss: trainer.best_val_loss(),
-        final_eval,
-        hosts: Vec::new(),
-    })
+    if !job.opts.keep_params {
+        return Ok(Vec::new());
+    }
+    reg.iter()
+        .map(|p| Ok((p.name.clone(), p.var.flatten_all()?.to_vec1::<f32>()?)))
+        .collect()
 }

@@ -64,25 +64,13 @@ pub fn as_rank<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
-/// Runs every rank of the job on its own thread and returns their outcomes in rank order.
-/// A rank that fails (error or panic) aborts the world: the others leave their next
-/// collective with an error instead of waiting, and the first failure is returned.
-/// Rank 0 gets the reporter and `run_dir`.
-pub fn run_threads(
-    job: &Job,
-    reporter: Option<&mut (dyn Reporter + Send)>,
-    run_dir: Option<&Path>,
-) -> Result<Vec<RankOutcome>> {
-    let cfg = &job.cfg;
-    let (tp, dp) = (cfg.parallel.tp, cfg.parallel.dp);
+/// Each rank's TP and DP group communicators, in rank order.
+type RankComms = (Vec<Arc<dyn Comm>>, Vec<Arc<dyn Comm>>);
+
+fn thread_groups(world: &ThreadWorld, tp: usize, dp: usize) -> Result<RankComms> {
     let world_size = tp * dp;
-    let world = ThreadWorld::new();
     let mut tp_comms: Vec<Option<Arc<dyn Comm>>> = (0..world_size).map(|_| None).collect();
     let mut dp_comms: Vec<Option<Arc<dyn Comm>>> = (0..world_size).map(|_| None).collect();
-    // Thread ranks share one device (one GPU: one candle device, one stream), so their
-    // collectives can sum each other's tensors where they lie.
-    let device = cfg.parallel.device.open(0)?;
-    crate::device::set_tf32(cfg.parallel.tf32);
     let probe = Mesh::new(tp, dp, 0)?;
     for d in 0..dp {
         for (c, r) in world.group(tp).into_iter().zip(probe.tp_group(d)) {
@@ -94,70 +82,50 @@ pub fn run_threads(
             dp_comms[r] = Some(Arc::new(c));
         }
     }
-    let mut reporter = reporter;
-    let results: Vec<Result<RankOutcome>> = std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(world_size);
-        for rank in 0..world_size {
-            let ctx = RankContext::new(
-                Mesh::new(tp, dp, rank).expect("rank inside the world"),
-                tp_comms[rank].take().expect("tp comm"),
-                dp_comms[rank].take().expect("dp comm"),
-                cfg.link(),
-                device.clone(),
-            );
-            let rep = if rank == 0 { reporter.take() } else { None };
-            let dir = if rank == 0 { run_dir } else { None };
-            let (world, releaser) = (world.clone(), world.clone());
-            let rank_thread = std::thread::Builder::new()
-                .name(format!("rank-{rank}"))
-                .stack_size(RANK_STACK_BYTES);
-            let handle = rank_thread.spawn_scoped(s, move || {
-                let mut rep = rep;
-                let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    as_rank(|| {
-                        run_rank(
-                            job,
-                            &ctx,
-                            rep.as_deref_mut().map(|r| r as &mut dyn Reporter),
-                            dir,
-                        )
-                    })
-                }));
-                let res = match run {
-                    Ok(r) => r,
-                    Err(p) => {
-                        let msg = p
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_else(|| "panic".into());
-                        Err(anyhow!("panicked: {msg}"))
-                    }
-                };
-                if let Err(e) = &res {
-                    world.abort(&format!("rank {rank} failed: {e:#}"));
-                }
-                res
-            });
-            if let Err(e) = &handle {
-                // The ranks already started must not wait for this one.
-                releaser.abort(&format!("rank {rank} could not start: {e}"));
-            }
-            handles.push(handle);
-        }
-        handles
-            .into_iter()
-            .map(|h| match h {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow!("rank thread could not be joined"))),
-                Err(e) => Err(anyhow!("cannot start a rank thread: {e}")),
-            })
-            .collect()
-    });
-    // Report the failure that started it, not the ranks that were released by the abort.
+    let all =
+        |v: Vec<Option<Arc<dyn Comm>>>| v.into_iter().map(|c| c.expect("every rank is in a group"));
+    Ok((all(tp_comms).collect(), all(dp_comms).collect()))
+}
+
+/// The message of a panic's payload.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// One rank's program on its thread: a failure (error or panic) aborts the world, so the
+/// other ranks leave their next collective instead of waiting.
+fn run_one_rank(
+    job: &Job,
+    ctx: &RankContext,
+    mut reporter: Option<&mut (dyn Reporter + Send)>,
+    run_dir: Option<&Path>,
+    world: &ThreadWorld,
+) -> Result<RankOutcome> {
+    let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        as_rank(|| {
+            run_rank(
+                job,
+                ctx,
+                reporter.as_deref_mut().map(|r| r as &mut dyn Reporter),
+                run_dir,
+            )
+        })
+    }));
+    let res = run.unwrap_or_else(|p| Err(anyhow!("panicked: {}", panic_message(&*p))));
+    if let Err(e) = &res {
+        world.abort(&format!("rank {} failed: {e:#}", ctx.mesh.rank));
+    }
+    res
+}
+
+/// The ranks' outcomes in rank order, or the failure that started it all: not the ranks
+/// that were released by the abort.
+fn outcomes_or_first_failure(results: Vec<Result<RankOutcome>>) -> Result<Vec<RankOutcome>> {
     let mut first_err = None;
-    let mut outcomes = Vec::with_capacity(world_size);
+    let mut outcomes = Vec::with_capacity(results.len());
     for (rank, r) in results.into_iter().enumerate() {
         match r {
             Ok(o) => outcomes.push(o),
@@ -171,13 +139,67 @@ pub fn run_threads(
             }
         }
     }
-    if let Some((_, rank, e)) = first_err {
-        if crate::error::is_user_error(&e) {
-            return Err(crate::error::user(format!("{e:#}")));
+    match first_err {
+        None => Ok(outcomes),
+        Some((_, _, e)) if crate::error::is_user_error(&e) => {
+            Err(crate::error::user(format!("{e:#}")))
         }
-        return Err(e.context(format!("rank {rank} failed")));
+        Some((_, rank, e)) => Err(e.context(format!("rank {rank} failed"))),
     }
-    Ok(outcomes)
+}
+
+/// Runs every rank of the job on its own thread and returns their outcomes in rank order.
+/// A rank that fails (error or panic) aborts the world: the others leave their next
+/// collective with an error instead of waiting, and the first failure is returned.
+/// Rank 0 gets the reporter and `run_dir`.
+pub fn run_threads(
+    job: &Job,
+    reporter: Option<&mut (dyn Reporter + Send)>,
+    run_dir: Option<&Path>,
+) -> Result<Vec<RankOutcome>> {
+    let cfg = &job.cfg;
+    let (tp, dp) = (cfg.parallel.tp, cfg.parallel.dp);
+    let world = ThreadWorld::new();
+    let (tp_comms, dp_comms) = thread_groups(&world, tp, dp)?;
+    // Thread ranks share one device (one GPU: one candle device, one stream), so their
+    // collectives can sum each other's tensors where they lie.
+    let device = cfg.parallel.device.open(0)?;
+    crate::device::set_tf32(cfg.parallel.tf32);
+    let mut reporter = reporter;
+    let results: Vec<Result<RankOutcome>> = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(tp * dp);
+        for (rank, (tp_comm, dp_comm)) in tp_comms.into_iter().zip(dp_comms).enumerate() {
+            let ctx = RankContext::new(
+                Mesh::new(tp, dp, rank).expect("rank inside the world"),
+                tp_comm,
+                dp_comm,
+                cfg.link(),
+                device.clone(),
+            );
+            let rep = if rank == 0 { reporter.take() } else { None };
+            let dir = if rank == 0 { run_dir } else { None };
+            let world = &world;
+            let handle = std::thread::Builder::new()
+                .name(format!("rank-{rank}"))
+                .stack_size(RANK_STACK_BYTES)
+                .spawn_scoped(s, move || run_one_rank(job, &ctx, rep, dir, world));
+            if let Err(e) = &handle {
+                // The ranks already started must not wait for this one.
+                world.abort(&format!("rank {rank} could not start: {e}"));
+            }
+            handles.push(handle);
+        }
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow!("rank thread could not be joined"))),
+                Err(e) => Err(anyhow!("cannot start a rank thread: {e}")),
+            })
+            .collect()
+    });
+    outcomes_or_first_failure(results)
 }
 
 /// Runs `f` on the `tp` ranks of one tensor-parallel group, as threads, and returns the

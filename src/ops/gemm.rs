@@ -153,8 +153,7 @@ unsafe fn gemm_at_level(
     rhs_cs: isize,
     rhs_rs: isize,
 ) {
-    use super::simd::{detected, SimdLevel};
-    if level == detected() {
+    if level == super::simd::detected() {
         return gemm::gemm(
             m,
             n,
@@ -177,6 +176,34 @@ unsafe fn gemm_at_level(
             gemm::Parallelism::None,
         );
     }
+    gemm_below_detected(
+        level, m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
+    )
+}
+
+/// [`gemm_at_level`] at a level below the CPU's: gemm-common's generic driver with
+/// gemm-f32's micro-kernels of that level.
+///
+/// # Safety
+/// As [`gemm_at_level`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_below_detected(
+    level: super::simd::SimdLevel,
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_cs: isize,
+    dst_rs: isize,
+    read_dst: bool,
+    lhs: *const f32,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const f32,
+    rhs_cs: isize,
+    rhs_rs: isize,
+) {
+    use super::simd::SimdLevel;
     // gemm's own normalisation: its micro-kernels want a column-oriented destination, so
     // a row-oriented product is computed as its transpose.
     let (m, n, dst_cs, dst_rs, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs) =

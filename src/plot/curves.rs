@@ -24,6 +24,63 @@ const STEPS: XAxis<'static> = XAxis {
     desc: "step",
 };
 
+/// What a panel of curves shows: x from `first` to `last`, y over `lo..hi`.
+struct Window {
+    /// Points before this x are left out (the first tenth of the span).
+    from: f64,
+    first: f64,
+    last: f64,
+    lo: f64,
+    hi: f64,
+}
+
+/// The points of `r` a panel draws: its train or val curve from `from` on (all of it
+/// when nothing is left after `from`).
+fn series(r: &RunCurves, val: bool, from: f64) -> Vec<(f64, f64)> {
+    let all = if val { &r.val } else { &r.train };
+    let later: Vec<_> = all.iter().copied().filter(|p| p.0 >= from).collect();
+    if later.is_empty() {
+        all.clone()
+    } else {
+        later
+    }
+}
+
+fn window(runs: &[RunCurves], val: bool) -> Window {
+    let all = |r: &RunCurves| if val { r.val.clone() } else { r.train.clone() };
+    let last = runs.iter().flat_map(&all).map(|p| p.0).fold(0.0, f64::max);
+    // Steps or minutes: whatever the data spans (an empty plot gets a unit axis).
+    let last = if last > 0.0 { last } else { 1.0 };
+    // The first tenth of a run (losses falling from ~ln(vocab)) would squash the rest of
+    // the curves together, so it is left out, and the title says so.
+    let from = 0.1 * last;
+    let bands = |r: &RunCurves| -> Vec<f64> {
+        let b = if val { &r.val_band } else { &r.train_band };
+        b.iter()
+            .filter(|b| b.0 >= from)
+            .flat_map(|b| [b.1, b.2])
+            .collect()
+    };
+    let (lo, hi) = range(runs.iter().flat_map(|r| {
+        series(r, val, from)
+            .into_iter()
+            .map(|p| p.1)
+            .chain(bands(r))
+    }));
+    let first = runs
+        .iter()
+        .flat_map(|r| series(r, val, from))
+        .map(|p| p.0)
+        .fold(f64::INFINITY, f64::min);
+    Window {
+        from,
+        first: first.min(last),
+        last,
+        lo,
+        hi,
+    }
+}
+
 fn draw_curves<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     runs: &[RunCurves],
@@ -33,55 +90,31 @@ fn draw_curves<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let all = |r: &RunCurves| if val { r.val.clone() } else { r.train.clone() };
-    let max_step = runs.iter().flat_map(&all).map(|p| p.0).fold(0.0, f64::max);
-    // Steps or minutes: whatever the data spans (an empty plot gets a unit axis).
-    let max_step = if max_step > 0.0 { max_step } else { 1.0 };
-    // The first tenth of a run (losses falling from ~ln(vocab)) would squash the rest of
-    // the curves together, so it is left out, and the title says so.
-    let from = 0.1 * max_step;
-    let series = |r: &RunCurves| -> Vec<(f64, f64)> {
-        let later: Vec<_> = all(r).into_iter().filter(|p| p.0 >= from).collect();
-        if later.is_empty() {
-            all(r)
-        } else {
-            later
-        }
+    let w = window(runs, val);
+    // Steps are whole numbers; minutes get the decimals a short span needs.
+    let digits = match (x.unit, w.last) {
+        ("steps", _) => 0,
+        (_, m) if m < 10.0 => 2,
+        (_, m) if m < 100.0 => 1,
+        _ => 0,
     };
-    let bands = |r: &RunCurves| -> Vec<f64> {
-        let b = if val { &r.val_band } else { &r.train_band };
-        b.iter()
-            .filter(|b| b.0 >= from)
-            .flat_map(|b| [b.1, b.2])
-            .collect()
-    };
-    let (lo, hi) = range(
-        runs.iter()
-            .flat_map(|r| series(r).into_iter().map(|p| p.1).chain(bands(r))),
-    );
-    let first = runs
-        .iter()
-        .flat_map(&series)
-        .map(|p| p.0)
-        .fold(f64::INFINITY, f64::min);
-    let digits = if max_step < 100.0 { 1 } else { 0 };
     let title = format!(
-        "{} ({} {:.digits$}-{:.digits$})",
+        "{}, {} {:.digits$}-{:.digits$} (the first tenth left out)",
         if val {
             "validation loss"
         } else {
             "training loss"
         },
         x.unit,
-        first,
-        max_step
+        w.first,
+        w.last
     );
     let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 26))
+        .caption(title, ("sans-serif", 24))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(60)
-        .build_cartesian_2d(first.min(max_step)..max_step, lo..hi)?;
+        .build_cartesian_2d(w.first..w.last, w.lo..w.hi)?;
     chart
         .configure_mesh()
         .x_desc(x.desc)
@@ -92,7 +125,7 @@ where
         .draw()?;
     for (i, r) in runs.iter().enumerate() {
         let color = color(i);
-        let pts = series(r);
+        let pts = series(r, val, w.from);
         let band: Vec<_> = if val { &r.val_band } else { &r.train_band }
             .iter()
             .filter(|b| b.0 >= pts.first().map_or(0.0, |p| p.0))

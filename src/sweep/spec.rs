@@ -118,13 +118,97 @@ fn safe(s: &str) -> String {
         .collect()
 }
 
+/// A config override and where it came from.
+type Override = (String, Value, Origin);
+
+/// The grid's keys with their values (a scalar is a list of one), then `seed` over
+/// `seeds`, which varies fastest so that a point's replicates sit together.
+fn axes(spec: &SweepFile, file: &Path) -> Result<Vec<(String, Vec<Value>)>> {
+    let mut axes: Vec<(String, Vec<Value>)> = Vec::new();
+    for (k, v) in &spec.grid {
+        let values = match v {
+            Value::Sequence(s) => s.clone(),
+            other => vec![other.clone()],
+        };
+        if values.is_empty() {
+            user_bail!(
+                "grid key `{}` in {} has no values",
+                key_of(k, file)?,
+                file.display()
+            );
+        }
+        axes.push((key_of(k, file)?, values));
+    }
+    if !spec.seeds.is_empty() {
+        if spec.grid.contains_key("seed") {
+            user_bail!(
+                "{} gives both seeds and a seed grid key: keep one",
+                file.display()
+            );
+        }
+        axes.push((
+            "seed".into(),
+            spec.seeds.iter().map(|&s| Value::from(s)).collect(),
+        ));
+    }
+    if axes.is_empty() {
+        user_bail!(
+            "the grid of {} is empty: give at least one key with a list of values, e.g. grid: {{pattern: [tttt, sppp]}}",
+            file.display()
+        );
+    }
+    Ok(axes)
+}
+
+/// Point `idx` of the grid (the last axis varies fastest), resolved.
+fn point(
+    idx: usize,
+    axes: &[(String, Vec<Value>)],
+    base: &[Override],
+    launcher: &Launcher,
+    origin: &Origin,
+) -> Result<Point> {
+    let mut idx = idx;
+    let mut overrides = base.to_vec();
+    let mut parts = Vec::new();
+    let mut group = Vec::new();
+    for (k, values) in axes.iter().rev() {
+        let v = &values[idx % values.len()];
+        idx /= values.len();
+        overrides.push((k.clone(), v.clone(), origin.clone()));
+        parts.push(format!("{k}={}", scalar_text(v)));
+        if k != "seed" {
+            group.push(format!("{k}={}", scalar_text(v)));
+        }
+    }
+    parts.reverse();
+    group.reverse();
+    let cfg = crate::run_dir::inherit_init_from(overrides)
+        .and_then(|o| resolve(&o))
+        .map_err(|e| user(format!("sweep point {}: {e:#}", parts.join(","))))?;
+    if let Launcher::Mpirun(n) = launcher {
+        if *n == 0 || n % cfg.parallel.tp != 0 {
+            user_bail!(
+                "launcher mpirun {n} does not divide into tp {} groups (sweep point {})",
+                cfg.parallel.tp,
+                parts.join(",")
+            );
+        }
+    }
+    Ok(Point {
+        name: safe(&parts.join(",")),
+        group: safe(&group.join(",")),
+        cfg,
+    })
+}
+
 impl Sweep {
     pub fn load(file: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(file)
             .map_err(|e| user(format!("cannot read sweep {}: {e}", file.display())))?;
         let spec: SweepFile = serde_yaml_ng::from_str(&text)
             .map_err(|e| user(format!("sweep {} is not valid: {e}", file.display())))?;
-        let name = spec.name.unwrap_or_else(|| {
+        let name = spec.name.clone().unwrap_or_else(|| {
             file.file_stem()
                 .map(|s| s.to_string_lossy().to_string())
                 .unwrap_or_else(|| "sweep".into())
@@ -134,77 +218,11 @@ impl Sweep {
         for (k, v) in &spec.base {
             base.push((key_of(k, file)?, v.clone(), origin("base")));
         }
-        let mut axes: Vec<(String, Vec<Value>)> = Vec::new();
-        for (k, v) in &spec.grid {
-            let values = match v {
-                Value::Sequence(s) => s.clone(),
-                other => vec![other.clone()],
-            };
-            if values.is_empty() {
-                user_bail!(
-                    "grid key `{}` in {} has no values",
-                    key_of(k, file)?,
-                    file.display()
-                );
-            }
-            axes.push((key_of(k, file)?, values));
-        }
-        // Seeds vary fastest: a point's replicates sit together.
-        if !spec.seeds.is_empty() {
-            if spec.grid.contains_key("seed") {
-                user_bail!(
-                    "{} gives both seeds and a seed grid key: keep one",
-                    file.display()
-                );
-            }
-            axes.push((
-                "seed".into(),
-                spec.seeds.iter().map(|&s| Value::from(s)).collect(),
-            ));
-        }
-        if axes.is_empty() {
-            user_bail!(
-                "the grid of {} is empty: give at least one key with a list of values, e.g. grid: {{pattern: [tttt, sppp]}}",
-                file.display()
-            );
-        }
-        let mut points = Vec::new();
+        let axes = axes(&spec, file)?;
         let total: usize = axes.iter().map(|(_, v)| v.len()).product();
-        for mut idx in 0..total {
-            let mut overrides = base.clone();
-            let mut parts = Vec::new();
-            let mut group = Vec::new();
-            for (k, values) in axes.iter().rev() {
-                let v = &values[idx % values.len()];
-                idx /= values.len();
-                overrides.push((k.clone(), v.clone(), origin("grid")));
-                parts.push(format!("{k}={}", scalar_text(v)));
-                if k != "seed" {
-                    group.push(format!("{k}={}", scalar_text(v)));
-                }
-            }
-            parts.reverse();
-            group.reverse();
-            let cfg = crate::run_dir::inherit_init_from(overrides.clone())
-                .and_then(|o| resolve(&o))
-                .map_err(|e| {
-                    crate::error::user(format!("sweep point {}: {e:#}", parts.join(",")))
-                })?;
-            if let Launcher::Mpirun(n) = spec.launcher {
-                if n == 0 || n % cfg.parallel.tp != 0 {
-                    user_bail!(
-                        "launcher mpirun {n} does not divide into tp {} groups (sweep point {})",
-                        cfg.parallel.tp,
-                        parts.join(",")
-                    );
-                }
-            }
-            points.push(Point {
-                name: safe(&parts.join(",")),
-                group: safe(&group.join(",")),
-                cfg,
-            });
-        }
+        let points = (0..total)
+            .map(|idx| point(idx, &axes, &base, &spec.launcher, &origin("grid")))
+            .collect::<Result<Vec<_>>>()?;
         let mut names: Vec<&str> = points.iter().map(|p| p.name.as_str()).collect();
         names.sort();
         names.dedup();

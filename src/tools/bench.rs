@@ -7,7 +7,7 @@ use crate::launch::job::{checked_dataset, Job, RankOptions};
 use crate::launch::threads::{configure_threads, run_threads};
 use crate::ops::profile::OpKind;
 use crate::run_dir::bench::{BenchResult, OpShare};
-use crate::train::record::RankOutcome;
+use crate::train::record::{RankOutcome, StepRecord};
 use anyhow::Result;
 
 /// The configuration a benchmark runs: `warmup + steps` steps, no evaluation, no sample.
@@ -18,6 +18,61 @@ pub fn bench_config(cfg: &RunConfig, warmup: usize, steps: usize) -> RunConfig {
     cfg.eval.sample_tokens = 0;
     cfg.eval.final_eval = crate::config::FinalEval::Sampled;
     cfg
+}
+
+/// The mean step's time by kind of op (then communication, then the rest), and its
+/// FLOPs: all of them on this rank, and the matmuls' with their seconds.
+struct Profile {
+    ops: Vec<OpShare>,
+    rank_flops: f64,
+    mm_flops: f64,
+    mm_seconds: f64,
+}
+
+fn profile(measured: &[StepRecord], comm_ms: f64, threads: usize) -> Profile {
+    let steps = measured.len().max(1) as f64;
+    let mean_step_ms = measured.iter().map(|s| s.ms).sum::<f64>() / steps;
+    let mut ops = Vec::new();
+    let (mut rank_flops, mut mm_flops, mut mm_seconds) = (0.0, 0.0, 0.0);
+    for k in OpKind::ALL {
+        let (sec, fl) = measured
+            .iter()
+            .map(|s| s.ops.get(k))
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let (sec, fl) = (sec / steps, fl / steps);
+        if k != OpKind::AdamW {
+            rank_flops += fl;
+        }
+        if matches!(k, OpKind::MatmulFwd | OpKind::MatmulBwd) {
+            mm_flops += fl;
+            mm_seconds += sec;
+        }
+        ops.push(OpShare {
+            op: k.name().into(),
+            ms: sec * 1e3,
+            share: sec * 1e3 / mean_step_ms,
+            gflops_per_core: (fl > 0.0 && sec > 0.0).then(|| fl / sec / 1e9 / threads as f64),
+        });
+    }
+    ops.push(OpShare {
+        op: "communication".into(),
+        ms: comm_ms,
+        share: comm_ms / mean_step_ms,
+        gflops_per_core: None,
+    });
+    let accounted: f64 = ops.iter().map(|p| p.ms).sum();
+    ops.push(OpShare {
+        op: "other".into(),
+        ms: mean_step_ms - accounted,
+        share: (mean_step_ms - accounted) / mean_step_ms,
+        gflops_per_core: None,
+    });
+    Profile {
+        ops,
+        rank_flops,
+        mm_flops,
+        mm_seconds,
+    }
 }
 
 /// Step-time figures from a benchmark run's rank-0 outcome.
@@ -38,44 +93,9 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    let steps = measured.len().max(1) as f64;
-    let mean_step_ms = measured.iter().map(|s| s.ms).sum::<f64>() / steps;
-    let mut profile = Vec::new();
-    let (mut rank_flops, mut mm_flops, mut mm_s) = (0.0, 0.0, 0.0);
-    for k in OpKind::ALL {
-        let (sec, fl) = measured
-            .iter()
-            .map(|s| s.ops.get(k))
-            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
-        let (sec, fl) = (sec / steps, fl / steps);
-        if k != OpKind::AdamW {
-            rank_flops += fl;
-        }
-        if matches!(k, OpKind::MatmulFwd | OpKind::MatmulBwd) {
-            mm_flops += fl;
-            mm_s += sec;
-        }
-        profile.push(OpShare {
-            op: k.name().into(),
-            ms: sec * 1e3,
-            share: sec * 1e3 / mean_step_ms,
-            gflops_per_core: (fl > 0.0 && sec > 0.0).then(|| fl / sec / 1e9 / threads as f64),
-        });
-    }
     let comm_ms = comm / n * 1e3;
-    profile.push(OpShare {
-        op: "communication".into(),
-        ms: comm_ms,
-        share: comm_ms / mean_step_ms,
-        gflops_per_core: None,
-    });
-    let accounted: f64 = profile.iter().map(|p| p.ms).sum();
-    profile.push(OpShare {
-        op: "other".into(),
-        ms: mean_step_ms - accounted,
-        share: (mean_step_ms - accounted) / mean_step_ms,
-        gflops_per_core: None,
-    });
+    let p = profile(measured, comm_ms, threads);
+    let (rank_flops, mm_flops, mm_s, profile) = (p.rank_flops, p.mm_flops, p.mm_seconds, p.ops);
     let ranks = cfg.parallel.tp * cfg.parallel.dp;
     let cores = ranks * threads;
     let flops_per_step = rank_flops * ranks as f64;

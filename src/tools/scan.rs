@@ -79,6 +79,7 @@ pub fn scan_run(
         .map_err(crate::error::user)?;
     configure_threads(tp);
     let base_pattern = cfg.layout()?.expanded();
+    // The t blocks, from the last down.
     let candidates: Vec<usize> = base_pattern
         .char_indices()
         .filter(|&(_, c)| c == 't')
@@ -90,90 +91,145 @@ pub fn scan_run(
             "pattern {base_pattern} has no t block to convert: scan a run with t blocks"
         );
     }
-    let eval = |p: &str| loss_of(&cfg, &data, &ck.weights, p, tp);
-    let allreduces = |p: &str| -> Result<usize> {
-        Ok(Layout::parse(p)
-            .map_err(crate::error::user)?
-            .forward_allreduces())
+    let scan = Scanner {
+        cfg: &cfg,
+        data: &data,
+        weights: &ck.weights,
+        tp,
+        to,
+        base_pattern: &base_pattern,
     };
-    let base = eval(&base_pattern)?;
-    let mut blocks = Vec::new();
-    for &i in &candidates {
-        let pattern = with_block(&base_pattern, i, to);
-        let loss = eval(&pattern)?;
-        blocks.push(ScanBlock {
-            block: i,
-            pattern,
-            loss,
-            rise: loss - base,
-            tier: Tier::of(loss - base, base),
-        });
-    }
-    // As the paper drops syncs: the last block, then the last two, and so on.
-    let mut cumulative = Vec::new();
-    let mut pattern = base_pattern.clone();
-    for &i in &candidates {
-        pattern = with_block(&pattern, i, to);
-        cumulative.push(ScanStep {
-            forward_allreduces: allreduces(&pattern)?,
-            loss: eval(&pattern)?,
-            pattern: pattern.clone(),
-        });
-    }
-    // For each budget: convert the least sensitive blocks until the pattern fits.
-    let mut order: Vec<&ScanBlock> = blocks.iter().collect();
-    order.sort_by(|a, b| a.rise.total_cmp(&b.rise));
-    let mut recommended: Vec<ScanStep> = Vec::new();
-    let mut pattern = base_pattern.clone();
-    for b in order {
-        pattern = with_block(&pattern, b.block, to);
-        let n = allreduces(&pattern)?;
-        if recommended
-            .last()
-            .is_some_and(|r| r.forward_allreduces <= n)
-        {
-            continue;
-        }
-        recommended.push(ScanStep {
-            forward_allreduces: n,
-            loss: eval(&pattern)?,
-            pattern: pattern.clone(),
-        });
-    }
-    // Converting to p, budgets between the p-only ones come from s: the k least sensitive
-    // blocks as p and the other t blocks as s (tttt -> sppp for 2 all-reduces), kept
-    // where they reach a budget the p-only list does not, or reach one at a lower loss.
+    let base = scan.loss(&base_pattern)?;
+    let blocks = scan.single_blocks(&candidates, base)?;
+    let cumulative = scan.cumulative(&candidates)?;
+    let mut recommended = scan.least_sensitive_first(&blocks)?;
     if to == BlockKind::P {
+        scan.mixes_with_s(&blocks, &mut recommended)?;
+    }
+    drop_dominated(&mut recommended);
+    Ok(ScanReport {
+        checkpoint: ck.dir.display().to_string(),
+        step: ck.meta.step,
+        tp,
+        to,
+        base_pattern: base_pattern.clone(),
+        base_forward_allreduces: forward_allreduces(&base_pattern)?,
+        base_loss: base,
+        val_tokens: data.split(Split::Val).len().saturating_sub(1),
+        blocks,
+        cumulative,
+        recommended,
+    })
+}
+
+fn forward_allreduces(pattern: &str) -> Result<usize> {
+    Ok(Layout::parse(pattern)
+        .map_err(crate::error::user)?
+        .forward_allreduces())
+}
+
+/// One checkpoint's weights, evaluated under other patterns.
+struct Scanner<'a> {
+    cfg: &'a crate::config::RunConfig,
+    data: &'a crate::data::Dataset,
+    weights: &'a HashMap<String, Tensor>,
+    tp: usize,
+    to: BlockKind,
+    base_pattern: &'a str,
+}
+
+impl Scanner<'_> {
+    fn loss(&self, pattern: &str) -> Result<f64> {
+        loss_of(self.cfg, self.data, self.weights, pattern, self.tp)
+    }
+
+    fn step(&self, pattern: String) -> Result<ScanStep> {
+        Ok(ScanStep {
+            forward_allreduces: forward_allreduces(&pattern)?,
+            loss: self.loss(&pattern)?,
+            pattern,
+        })
+    }
+
+    /// Each t block converted alone.
+    fn single_blocks(&self, candidates: &[usize], base: f64) -> Result<Vec<ScanBlock>> {
+        candidates
+            .iter()
+            .map(|&i| {
+                let pattern = with_block(self.base_pattern, i, self.to);
+                let loss = self.loss(&pattern)?;
+                Ok(ScanBlock {
+                    block: i,
+                    pattern,
+                    loss,
+                    rise: loss - base,
+                    tier: Tier::of(loss - base, base),
+                })
+            })
+            .collect()
+    }
+
+    /// As the paper drops syncs: the last block, then the last two, and so on.
+    fn cumulative(&self, candidates: &[usize]) -> Result<Vec<ScanStep>> {
+        let mut pattern = self.base_pattern.to_string();
+        candidates
+            .iter()
+            .map(|&i| {
+                pattern = with_block(&pattern, i, self.to);
+                self.step(pattern.clone())
+            })
+            .collect()
+    }
+
+    /// For each budget: the least sensitive blocks converted until the pattern fits.
+    fn least_sensitive_first(&self, blocks: &[ScanBlock]) -> Result<Vec<ScanStep>> {
+        let mut order: Vec<&ScanBlock> = blocks.iter().collect();
+        order.sort_by(|a, b| a.rise.total_cmp(&b.rise));
+        let mut recommended: Vec<ScanStep> = Vec::new();
+        let mut pattern = self.base_pattern.to_string();
+        for b in order {
+            pattern = with_block(&pattern, b.block, self.to);
+            let n = forward_allreduces(&pattern)?;
+            if recommended
+                .last()
+                .is_some_and(|r| r.forward_allreduces <= n)
+            {
+                continue;
+            }
+            recommended.push(self.step(pattern.clone())?);
+        }
+        Ok(recommended)
+    }
+
+    /// Converting to p, budgets between the p-only ones come from s: the k least
+    /// sensitive blocks as p and the other t blocks as s (tttt -> sppp for 2
+    /// all-reduces), kept where they reach a budget the p-only list does not, or reach
+    /// one at a lower loss.
+    fn mixes_with_s(&self, blocks: &[ScanBlock], recommended: &mut Vec<ScanStep>) -> Result<()> {
         let mut by_rise: Vec<&ScanBlock> = blocks.iter().collect();
         by_rise.sort_by(|a, b| a.rise.total_cmp(&b.rise));
         for k in 1..by_rise.len() {
-            let mut p: Vec<char> = base_pattern.chars().collect();
+            let mut p: Vec<char> = self.base_pattern.chars().collect();
             for (rank, b) in by_rise.iter().enumerate() {
                 p[b.block] = if rank < k { 'p' } else { 's' };
             }
-            let pattern: String = p.into_iter().collect();
-            let n = allreduces(&pattern)?;
-            let known = recommended.iter().position(|r| r.forward_allreduces == n);
-            let loss = eval(&pattern)?;
-            match known {
-                Some(at) if recommended[at].loss <= loss => {}
-                Some(at) => {
-                    recommended[at] = ScanStep {
-                        pattern,
-                        forward_allreduces: n,
-                        loss,
-                    }
-                }
-                None => recommended.push(ScanStep {
-                    pattern,
-                    forward_allreduces: n,
-                    loss,
-                }),
+            let mix = self.step(p.into_iter().collect())?;
+            match recommended
+                .iter()
+                .position(|r| r.forward_allreduces == mix.forward_allreduces)
+            {
+                Some(at) if recommended[at].loss <= mix.loss => {}
+                Some(at) => recommended[at] = mix,
+                None => recommended.push(mix),
             }
         }
+        Ok(())
     }
-    // Most all-reduces first; a recommendation no better than one with fewer all-reduces
-    // is dropped (it would never be the pattern to pick).
+}
+
+/// Most all-reduces first; a recommendation no better than one with fewer all-reduces
+/// is dropped (it would never be the pattern to pick).
+fn drop_dominated(recommended: &mut Vec<ScanStep>) {
     recommended.sort_by_key(|r| std::cmp::Reverse(r.forward_allreduces));
     let mut best_below = f64::INFINITY;
     for r in recommended.iter_mut().rev() {
@@ -184,19 +240,6 @@ pub fn scan_run(
         }
     }
     recommended.retain(|r| r.forward_allreduces != usize::MAX);
-    Ok(ScanReport {
-        checkpoint: ck.dir.display().to_string(),
-        step: ck.meta.step,
-        tp,
-        to,
-        base_pattern: base_pattern.clone(),
-        base_forward_allreduces: allreduces(&base_pattern)?,
-        base_loss: base,
-        val_tokens: data.split(Split::Val).len().saturating_sub(1),
-        blocks,
-        cumulative,
-        recommended,
-    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,240 @@
+//! Reading a checkpoint back: the one `latest` names, each file verified against
+//! `SHA256SUMS` and refused if it holds NaN or infinite values; the weights alone for the
+//! tools that need nothing else.
+
+use super::meta::{
+    corrupt, CheckpointMeta, CHECKPOINTS, FORMAT, META_FILE, MODEL_FILE, M_FILE, SUMS_FILE, V_FILE,
+};
+use crate::config::RunConfig;
+use crate::util::sha256_hex;
+use anyhow::Result;
+use candle_core::{Device, Tensor};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// AdamW's first and second moments, logical shapes, by parameter name.
+pub struct Moments {
+    pub m: HashMap<String, Tensor>,
+    pub v: HashMap<String, Tensor>,
+}
+
+pub struct Checkpoint {
+    pub dir: PathBuf,
+    pub meta: CheckpointMeta,
+    pub weights: HashMap<String, Tensor>,
+    /// Loaded for resuming ([`Checkpoint::load`]); `None` from [`Checkpoint::load_weights`].
+    pub moments: Option<Moments>,
+}
+
+/// The checkpoint a run continues from: the one `checkpoints/latest` names (a user may
+/// point it at an earlier one), or, where a kill came between a checkpoint's rename into
+/// place and the update of `latest`, the newest checkpoint directory (a `step-N`
+/// directory is only ever renamed into place complete). None if the run has none.
+pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
+    let base = run_dir.join(CHECKPOINTS);
+    let Ok(name) = std::fs::read_to_string(base.join("latest")) else {
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            return Ok(None);
+        };
+        let newest = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("step-") && base.join(n).join(META_FILE).is_file())
+            .max();
+        return Ok(newest.map(|n| base.join(n)));
+    };
+    let dir = base.join(name.trim());
+    if !dir.is_dir() {
+        return Err(corrupt(
+            &dir,
+            "`latest` names a checkpoint that does not exist",
+        ));
+    }
+    Ok(Some(dir))
+}
+
+/// `SHA256SUMS`: file name -> hex digest.
+fn read_sums(dir: &Path) -> Result<Option<BTreeMap<String, String>>> {
+    let path = dir.join(SUMS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(corrupt(dir, format!("{SUMS_FILE} cannot be read ({e})"))),
+    };
+    let mut sums = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let Some((hash, file)) = line.split_once("  ") else {
+            return Err(corrupt(
+                dir,
+                format!("{SUMS_FILE} is damaged (line `{line}`)"),
+            ));
+        };
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(corrupt(
+                dir,
+                format!("{SUMS_FILE} is damaged (line `{line}`)"),
+            ));
+        }
+        sums.insert(file.to_string(), hash.to_string());
+    }
+    Ok(Some(sums))
+}
+
+/// The bytes of `file`, verified against `sums` when the checkpoint has them.
+fn read_verified(
+    dir: &Path,
+    file: &str,
+    sums: Option<&BTreeMap<String, String>>,
+) -> Result<Vec<u8>> {
+    let path = dir.join(file);
+    if !path.is_file() {
+        return Err(corrupt(dir, format!("{file} is missing")));
+    }
+    let bytes =
+        std::fs::read(&path).map_err(|e| corrupt(dir, format!("{file} cannot be read ({e})")))?;
+    if let Some(sums) = sums {
+        match sums.get(file) {
+            None => return Err(corrupt(dir, format!("{SUMS_FILE} has no checksum for {file}"))),
+            Some(want) if *want != sha256_hex(&bytes) => {
+                return Err(corrupt(
+                    dir,
+                    format!("{file} does not match its SHA-256 in {SUMS_FILE} (it changed on disk after it was written)"),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(bytes)
+}
+
+/// The tensors of a verified safetensors file, refusing NaN and infinite values.
+fn tensors_of(dir: &Path, file: &str, bytes: &[u8]) -> Result<HashMap<String, Tensor>> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        corrupt(
+            dir,
+            format!("{file} cannot be read ({e}); the file is truncated or damaged"),
+        )
+    };
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| unreadable(&e))?;
+    let mut names = st.names();
+    names.sort();
+    for name in names {
+        let view = st.tensor(name).map_err(|e| unreadable(&e))?;
+        if view.dtype() != safetensors::Dtype::F32 {
+            continue;
+        }
+        let bad = view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .find(|x| !x.is_finite());
+        if let Some(x) = bad {
+            return Err(corrupt(
+                dir,
+                format!("`{name}` in {file} holds a non-finite value ({x})"),
+            ));
+        }
+    }
+    // Loaded to host memory; each rank moves its part to its own device.
+    candle_core::safetensors::load_buffer(bytes, &Device::Cpu).map_err(|e| unreadable(&e))
+}
+
+impl Checkpoint {
+    /// Everything a resume needs: weights, moments and meta, each file verified.
+    pub fn load(dir: &Path) -> Result<Self> {
+        Self::load_parts(dir, true)
+    }
+
+    /// The weights and meta alone (evaluation, sampling, export, scans, `init_from`): a
+    /// missing or damaged optimiser file does not stop them.
+    pub fn load_weights(dir: &Path) -> Result<Self> {
+        Self::load_parts(dir, false)
+    }
+
+    fn load_parts(dir: &Path, with_moments: bool) -> Result<Self> {
+        let sums = read_sums(dir)?;
+        let meta_bytes = read_verified(dir, META_FILE, sums.as_ref())?;
+        let meta: CheckpointMeta = serde_json::from_slice(&meta_bytes)
+            .map_err(|e| corrupt(dir, format!("{META_FILE}: {e}")))?;
+        if meta.format > FORMAT || meta.format == 0 {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "format {} (this tp-harness reads 1 to {FORMAT})",
+                    meta.format
+                ),
+            ));
+        }
+        if meta.format >= 2 && sums.is_none() {
+            return Err(corrupt(dir, format!("{SUMS_FILE} is missing")));
+        }
+        let load = |file: &str| -> Result<HashMap<String, Tensor>> {
+            tensors_of(dir, file, &read_verified(dir, file, sums.as_ref())?)
+        };
+        let weights = load(MODEL_FILE)?;
+        let moments = if with_moments {
+            Some(Moments {
+                m: load(M_FILE)?,
+                v: load(V_FILE)?,
+            })
+        } else {
+            None
+        };
+        let ck = Self {
+            weights,
+            moments,
+            dir: dir.to_path_buf(),
+            meta,
+        };
+        for p in &ck.meta.params {
+            let mut sets = vec![("weights", &ck.weights)];
+            if let Some(mo) = &ck.moments {
+                sets.push(("first moments", &mo.m));
+                sets.push(("second moments", &mo.v));
+            }
+            for (what, set) in sets {
+                match set.get(&p.name) {
+                    None => return Err(corrupt(dir, format!("the {what} lack `{}`", p.name))),
+                    Some(t) if t.dims() != p.shape.as_slice() => {
+                        return Err(corrupt(
+                            dir,
+                            format!(
+                                "`{}` in the {what} has shape {:?}, meta.json says {:?}",
+                                p.name,
+                                t.dims(),
+                                p.shape
+                            ),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(ck)
+    }
+
+    /// The checkpoint must hold exactly the model `cfg` describes (every model key
+    /// equal); says what differs.
+    pub fn check_matches(&self, cfg: &RunConfig) -> Result<()> {
+        let as_map = |c: &RunConfig| match serde_json::to_value(&c.model) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        let (ours, theirs) = (as_map(&self.meta.config), as_map(cfg));
+        let diffs: Vec<String> = ours
+            .iter()
+            .filter(|(k, v)| theirs.get(*k) != Some(*v))
+            .map(|(k, v)| {
+                let other = theirs.get(k).map_or("null".to_string(), |o| o.to_string());
+                format!("{k} {v} (checkpoint) vs {other}")
+            })
+            .collect();
+        if !diffs.is_empty() {
+            crate::user_bail!(
+                "checkpoint {} does not match this run: {}",
+                self.dir.display(),
+                diffs.join(", ")
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! What a checkpoint's `meta.json` says besides its tensors, the names of its files, and
+//! the one line for a checkpoint that cannot be used.
+
+use crate::comm::TallySnapshot;
+use crate::config::RunConfig;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const CHECKPOINTS: &str = "checkpoints";
+/// 2: SHA256SUMS and the run history. Format 1 (neither) still loads, unverified.
+pub const FORMAT: u32 = 2;
+pub const MODEL_FILE: &str = "model.safetensors";
+pub const M_FILE: &str = "optimizer.m.safetensors";
+pub const V_FILE: &str = "optimizer.v.safetensors";
+pub const META_FILE: &str = "meta.json";
+pub const SUMS_FILE: &str = "SHA256SUMS";
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ParamInfo {
+    pub name: String,
+    pub shape: Vec<usize>,
+    /// sharded / replicated / replicated-partial-grad (informational: the layout of the
+    /// model that wrote it; any tp can load it).
+    pub kind: String,
+}
+
+/// What the run had communicated by the checkpoint, as rank 0 tallied it: a resumed run
+/// continues from it, so its comm.json covers the whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunHistory {
+    /// Training steps and forward passes the tally covers.
+    pub steps: usize,
+    pub passes: usize,
+    /// What the tally's counts depend on (a resume that changes it starts a new tally).
+    pub shape: CommShape,
+    pub tally: TallySnapshot,
+}
+
+/// The settings a run's communication per step depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommShape {
+    pub tp: usize,
+    pub dp: usize,
+    pub vocab_parallel: bool,
+    pub gradient_accumulation_steps: usize,
+}
+
+impl CommShape {
+    pub fn of(cfg: &RunConfig) -> Self {
+        Self {
+            tp: cfg.parallel.tp,
+            dp: cfg.parallel.dp,
+            vocab_parallel: cfg.parallel.vocab_parallel,
+            gradient_accumulation_steps: cfg.optim.gradient_accumulation_steps,
+        }
+    }
+}
+
+impl std::fmt::Display for CommShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tp {} x dp {}, vocab_parallel {}, gradient_accumulation_steps {}",
+            self.tp, self.dp, self.vocab_parallel, self.gradient_accumulation_steps
+        )
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    pub format: u32,
+    /// Optimiser steps completed; training resumes at this step.
+    pub step: usize,
+    pub config: RunConfig,
+    /// AdamW's step count (bias correction).
+    pub adam_steps: u64,
+    pub best_val_loss: Option<f32>,
+    /// Where the data stream stands: batches are keyed by (seed, step).
+    pub data_step: usize,
+    pub rng: String,
+    pub params: Vec<ParamInfo>,
+    /// The run's communication so far (format 2 on).
+    #[serde(default)]
+    pub history: Option<RunHistory>,
+}
+
+/// The newest checkpoint of the same run older than `dir`, if one is kept.
+fn earlier_checkpoint(dir: &Path) -> Option<PathBuf> {
+    let base = dir.parent()?;
+    let this = dir.file_name()?.to_str()?;
+    let mut older: Vec<String> = std::fs::read_dir(base)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("step-") && n.as_str() < this)
+        .filter(|n| base.join(n).join(META_FILE).is_file())
+        .collect();
+    older.sort();
+    older.pop().map(|n| base.join(n))
+}
+
+/// The one line for a checkpoint that cannot be used: what is wrong, and what to use
+/// instead.
+pub fn corrupt(dir: &Path, what: impl std::fmt::Display) -> anyhow::Error {
+    let instead = match earlier_checkpoint(dir) {
+        Some(e) => format!(
+            "the earlier checkpoint {} is kept: resume from it by writing `{}` into {}, or pass it to tp-eval/tp-sample/tp-scan with --checkpoint",
+            e.display(),
+            e.file_name().unwrap_or_default().to_string_lossy(),
+            dir.parent().unwrap_or(dir).join("latest").display()
+        ),
+        None => "no earlier checkpoint of this run is kept: start a new run (or restore the file from a backup)".to_string(),
+    };
+    crate::error::user(format!(
+        "checkpoint {} is unusable: {what}; {instead}",
+        dir.display()
+    ))
+}

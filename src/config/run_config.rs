@@ -26,6 +26,40 @@ pub struct ModelPart {
     pub arch: ModelConfig,
 }
 
+impl ModelPart {
+    /// The model keys set away from the preset's, as `key value (preset: value)`, so a
+    /// banner naming the preset does not pass for its model when a key was overridden.
+    pub fn changed_from_preset(&self) -> Vec<String> {
+        let Ok(p) = super::presets::preset(&self.preset) else {
+            return Vec::new();
+        };
+        let mut base = p.model();
+        if p.vocab_size.is_none() {
+            base.vocab_size = self.arch.vocab_size; // the dataset's, not a choice
+        }
+        let (Ok(Value::Mapping(now)), Ok(Value::Mapping(was))) = (
+            serde_yaml_ng::to_value(&self.arch),
+            serde_yaml_ng::to_value(&base),
+        ) else {
+            return Vec::new();
+        };
+        let plain = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            v => serde_yaml_ng::to_string(v)
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        };
+        now.iter()
+            .filter(|(k, v)| was.get(k) != Some(v))
+            .map(|(k, v)| {
+                let before = was.get(k).map_or("none".to_string(), plain);
+                format!("{} {} ({}: {before})", plain(k), plain(v), self.preset)
+            })
+            .collect()
+    }
+}
+
 /// The optimiser (AdamW with a cosine schedule and clipping) and the batches it sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -217,5 +251,19 @@ impl RunConfig {
         }
         serde_yaml_ng::from_value(value)
             .map_err(|e| user(format!("{what} is not a valid run config: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_key_set_away_from_the_preset_is_named_with_the_presets_value() {
+        let mut cfg = RunConfig::default();
+        cfg.model.arch.vocab_size = 65; // the dataset's: not a change
+        assert!(cfg.model.changed_from_preset().is_empty());
+        cfg.model.arch.n_embd = 64;
+        assert_eq!(cfg.model.changed_from_preset(), ["n_embd 64 (mini: 128)"]);
     }
 }

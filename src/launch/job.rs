@@ -232,11 +232,21 @@ pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
     Ok(dir)
 }
 
+/// The preset's name, followed by the model keys the run set away from it.
+fn preset_as_run(model: &crate::config::ModelPart) -> String {
+    let changed = model.changed_from_preset();
+    if changed.is_empty() {
+        model.preset.clone()
+    } else {
+        format!("{} with {}", model.preset, changed.join(", "))
+    }
+}
+
 pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
     let (cfg, data) = (&job.cfg, &job.data);
     println!(
         "tp-train: {} on {} ({} tokens of vocab {}), {} rank(s) as {backend} x {threads} math thread(s) each, {} kernels, {} {}",
-        cfg.model.preset,
+        preset_as_run(&cfg.model),
         cfg.model.dataset,
         data.train.len(),
         data.vocab_size(),

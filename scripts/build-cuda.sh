@@ -22,7 +22,7 @@
 # with nothing built or packed: the test command's check that no change breaks the GPU
 # code while no GPU runs it. It needs only the compiler's wheels (~0.3 GB) and compiles
 # our kernels/*.cu with the real nvcc, but gives candle's pinned kernels empty stand-ins
-# (scripts/nvcc-lint.sh): 3-5 minutes cold instead of 15-25.
+# (scripts/cuda/nvcc-lint.sh): 3-5 minutes cold instead of 15-25.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -62,7 +62,7 @@ if [ "$lint" = 1 ]; then
   started=$(date +%s)
   export CUDA_HOME="$cuda" PATH="$cuda/bin:$PATH"
   export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
-  export NVCC="$repo/scripts/nvcc-lint.sh" TP_REAL_NVCC="$cuda/bin/nvcc"
+  export NVCC="$repo/scripts/cuda/nvcc-lint.sh" TP_REAL_NVCC="$cuda/bin/nvcc"
   echo "build-cuda: lint of the cuda + mpi features (nvcc $(nvcc --version | grep -o 'release [0-9.]*'), candle's kernels stubbed)"
   cargo clippy --release --target-dir "$repo/target/cuda-lint" --features "cuda mpi" --all-targets -- -D warnings
   echo "build-cuda: lint clean in $(( $(date +%s) - started )) s"
@@ -114,7 +114,7 @@ rm -rf "$out" && mkdir -p "$out/golden" "$out/data"
 strip -o "$out/tp-train" "$target/release/tp-train"
 strip -o "$out/gpu-tests" "$gpu_tests"
 xz -T0 -6 "$out/tp-train" "$out/gpu-tests"
-cp scripts/gpu-check.sh scripts/pytorch_gpt2_bench.py "$out/"
+cp scripts/cuda/gpu-check.sh scripts/bench/pytorch-gpt2.py "$out/"
 golden=${TP_GOLDEN_DIR:-$repo/../shared/golden}
 if [ -d "$golden" ]; then cp "$golden"/*.json "$golden"/*.safetensors "$out/golden/"; else echo "build-cuda: no golden cases at $golden; the GPU golden test will fail" >&2; fi
 for d in shakespeare_char names; do

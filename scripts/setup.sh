@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up tp-harness on a Debian/Ubuntu machine: system packages (a C toolchain, OpenMPI
-# and libclang for the MPI backend's bindings, iproute2 for scripts/netns-cluster.sh),
+# and libclang for the MPI backend's bindings, iproute2 for scripts/cluster/netns.sh),
 # the release build, and the datasets (copied from ../shared/datasets when present, else
 # downloaded). DejaVu fonts label plots.
 set -euo pipefail

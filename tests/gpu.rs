@@ -1,6 +1,6 @@
 //! The GPU test set: the CPU suite's equivalence proofs rerun on CUDA, the GPU kernels
 //! against the portable path, and the GPU collectives. Built by `scripts/build-cuda.sh`
-//! (feature `cuda`), run on the GPU machine by `scripts/gpu-check.sh`; CI has no GPU and
+//! (feature `cuda`), run on the GPU machine by `scripts/cuda/gpu-check.sh`; CI has no GPU and
 //! never builds it.
 //!
 //! Tolerances, f32 (TF32 off): loss 1e-5 relative and every gradient 1e-4 relative (L2

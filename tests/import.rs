@@ -212,7 +212,7 @@ fn what_the_harness_cannot_compute_is_one_clear_line_and_writes_nothing() {
     assert!(!d.join("run").exists());
 }
 
-/// The last-position logits `scripts/hf_crosscheck.py` wrote next to a model.
+/// The last-position logits `tests/oracle/hf-crosscheck.py` wrote next to a model.
 fn hf_reference(dir: &Path) -> (Tensor, Tensor) {
     let r =
         candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu).unwrap();
@@ -227,7 +227,7 @@ fn hf_reference(dir: &Path) -> (Tensor, Tensor) {
 fn transformers_computes_the_logits_of_imported_and_exported_models() {
     let python = std::env::var("TP_HF_PYTHON")
         .expect("set TP_HF_PYTHON to a python with torch and transformers");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/hf_crosscheck.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/hf-crosscheck.py");
     let d = scratch("import-transformers");
     let py = |mode: &str, dir: &str| {
         let o = std::process::Command::new(&python)

@@ -448,7 +448,7 @@ fn a_checkpoint_written_under_mpirun_resumes_in_threads_exactly() {
     assert!(w("split") == w("whole"), "final weights differ");
 }
 
-/// Two hosts (network namespaces, scripts/netns-cluster.sh) of two ranks each, joined by
+/// Two hosts (network namespaces, scripts/cluster/netns.sh) of two ranks each, joined by
 /// a 1 Gbit/s shaped link, OpenMPI over TCP between them: tp 2 x dp 2 with each TP group
 /// inside a host trains exactly as the threads backend (bit for bit), and comm.json
 /// records which host each rank ran on. Needs root, as the test command runs.
@@ -467,7 +467,7 @@ fn two_netns_hosts_tp2_dp2_over_a_shaped_link_equal_the_threads_backend_bitwise(
         "network namespaces need root: run the test command (scripts/test.sh) as root"
     );
     let d = scratch("netns");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/netns-cluster.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/netns.sh");
     let o = with_env(Command::new(&script), &d)
         .args(["run", "2", "--slots", "2", "--rate", "1gbit", "--"])
         .arg(env!("CARGO_BIN_EXE_tp-train"))

@@ -282,7 +282,7 @@ fn seeds_with_a_seed_grid_key_or_an_unknown_baseline_are_refused_up_front() {
 }
 
 /// `tp-plot --link-calibration`: runs listed in runs.csv (here the "link" runs emulate
-/// a 1 Gbit/s link in-process; scripts/link-calibration.sh makes real ones) become the
+/// a 1 Gbit/s link in-process; scripts/cluster/link-calibration.sh makes real ones) become the
 /// measured-vs-modelled table and figure, and with training runs given, their val curves
 /// in wall-clock time on each link with the minutes to a common loss.
 #[test]
@@ -344,7 +344,7 @@ fn tp_plot_sets_link_runs_against_the_model_and_draws_curves_in_link_time() {
     let o = bin("tp-plot", &d, &["--link-calibration", "out"], &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("scripts/link-calibration.sh"), "{err}");
+    assert!(err.contains("scripts/cluster/link-calibration.sh"), "{err}");
 }
 
 /// Waits up to a minute for `cond`.

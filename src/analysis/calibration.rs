@@ -1,5 +1,5 @@
 //! The link model held to real links: `tp-plot --link-calibration DIR` reads the runs
-//! `scripts/link-calibration.sh` made (tp 2 over two network-namespace hosts joined by a
+//! `scripts/cluster/link-calibration.sh` made (tp 2 over two network-namespace hosts joined by a
 //! tc-shaped link, and the same patterns with both ranks in one process) and sets each
 //! measured step time next to what the model predicts for it:
 //!
@@ -108,7 +108,7 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
     let csv = dir.join("runs.csv");
     let text = std::fs::read_to_string(&csv).map_err(|_| {
         crate::error::user(format!(
-            "{} is missing: make the runs with scripts/link-calibration.sh {}",
+            "{} is missing: make the runs with scripts/cluster/link-calibration.sh {}",
             csv.display(),
             dir.display()
         ))

@@ -21,7 +21,7 @@ struct Args {
     /// Run directories (each with config.yaml and log.jsonl).
     #[arg(required_unless_present = "link_calibration")]
     runs: Vec<PathBuf>,
-    /// Instead of loss curves: the step times scripts/link-calibration.sh measured on
+    /// Instead of loss curves: the step times scripts/cluster/link-calibration.sh measured on
     /// shaped links in DIR against the link model (calibration.{md,csv,png,svg}); with
     /// run directories too, their val curves in wall-clock time on those links
     /// (real_links.{md,png,svg}).

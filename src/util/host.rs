@@ -1,6 +1,6 @@
 //! Which host a process runs on, as the network sees it (the host name and the network
 //! namespace), and how much memory it has. Namespaces on one machine
-//! (scripts/netns-cluster.sh) are separate hosts with their own addresses and links,
+//! (scripts/cluster/netns.sh) are separate hosts with their own addresses and links,
 //! though they share the name.
 
 /// `NAME` or `NAME/net:[INODE]` where the namespace can be read (Linux).

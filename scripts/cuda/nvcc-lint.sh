@@ -34,7 +34,7 @@ if [ "$lib" = 1 ]; then
   rm -f "$out" && ar rcs "$out" "${objs[@]}"
 elif [ "$ptx" = 1 ]; then
   stem=$(basename "$source" .cu)
-  printf '// stand-in for %s (scripts/nvcc-lint.sh): never loaded\n' "$stem" >"${outdir:-.}/$stem.ptx"
+  printf '// stand-in for %s (scripts/cuda/nvcc-lint.sh): never loaded\n' "$stem" >"${outdir:-.}/$stem.ptx"
 else
   cc -x c -c /dev/null -o "$out"
 fi

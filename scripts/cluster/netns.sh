@@ -3,10 +3,10 @@
 # joined through veth pairs to one bridge, each host's outgoing link shaped with tc.
 # Commands run across them with OpenMPI over TCP, as on a real cluster.
 #
-#   scripts/netns-cluster.sh up N [--rate R] [--delay D]
-#   scripts/netns-cluster.sh run N [--slots S] [--rate R] [--delay D] -- CMD ARGS...
-#   scripts/netns-cluster.sh down
-#   scripts/netns-cluster.sh status
+#   scripts/cluster/netns.sh up N [--rate R] [--delay D]
+#   scripts/cluster/netns.sh run N [--slots S] [--rate R] [--delay D] -- CMD ARGS...
+#   scripts/cluster/netns.sh down
+#   scripts/cluster/netns.sh status
 #
 # Hosts tpn-h1..tpn-hN are 10.231.0.1..N/24, the bridge tpn-br 10.231.0.254 (mpirun runs
 # in the root namespace and reaches the hosts through it). R is a tc rate (1gbit,

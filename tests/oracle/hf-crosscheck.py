@@ -5,10 +5,10 @@ Needs torch and transformers (not part of the test setup: tests/import.rs runs t
 in its ignored cross-check, `TP_HF_PYTHON=/path/to/python cargo test --release --test
 import -- --ignored`).
 
-  hf_crosscheck.py make DIR      a random GPT2LMHeadModel saved with save_pretrained, and
+  hf-crosscheck.py make DIR      a random GPT2LMHeadModel saved with save_pretrained, and
                                  DIR/reference.safetensors: token ids and the last
                                  position's logits
-  hf_crosscheck.py logits DIR    the same reference for the model already in DIR (e.g.
+  hf-crosscheck.py logits DIR    the same reference for the model already in DIR (e.g.
                                  written by tp-export)
 """
 import sys

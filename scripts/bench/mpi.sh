@@ -3,7 +3,7 @@
 # with a 10 GbE-like emulated link (10 Gb/s, 25 us), interleaved; prints each and the
 # ratio to tttt. Extra arguments go to every tp-train call (e.g. --set n_embd=256).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${BENCH_OUT:-runs/bench-mpi-$(date +%Y%m%d-%H%M%S)}
 steps=${BENCH_STEPS:-30}
 mkdir -p "$out"
@@ -11,7 +11,7 @@ for link in none 10gbe; do
   extra=()
   [ "$link" = 10gbe ] && extra=(--set link_gbps=10 --set link_latency_us=25)
   for p in tttt tstt sppp pppp; do
-    scripts/mpirun.sh -n 2 target/release/tp-train --bench --bench-steps "$steps" --pattern "$p" \
+    scripts/cluster/mpirun.sh -n 2 target/release/tp-train --bench --bench-steps "$steps" --pattern "$p" \
       --out "$out/$link-$p" "${extra[@]}" "$@" | grep "ms/step,"
   done
 done

@@ -1,4 +1,4 @@
-"""Driver of scripts/bench-vs-pytorch.sh: runs PyTorch eager (pytorch_gpt2_bench.py) and
+"""Driver of scripts/bench/vs-pytorch.sh: runs PyTorch eager (pytorch-gpt2.py) and
 `tp-train --bench` on the same model, alternating them round by round so that drift in
 the machine's speed hits both, and reports medians and ratios."""
 
@@ -17,7 +17,7 @@ LAYERS = {"mini": 4, "baby": 6}
 
 def run_pytorch(preset, threads, warmup, steps):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
-    cmd = [sys.executable, "scripts/pytorch_gpt2_bench.py", "--preset", preset,
+    cmd = [sys.executable, "scripts/bench/pytorch-gpt2.py", "--preset", preset,
            "--threads", str(threads), "--warmup", str(warmup), "--steps", str(steps)]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 """PyTorch reference for `tp-train --bench`: the same GPT-2 (pre-LN blocks, LayerNorm
 without bias, exact-erf GELU, learned positions, tied head, GPT-2 init), the same AdamW
-step and shapes. On the CPU in fp32 (scripts/bench-vs-pytorch.sh); on a GPU
-(scripts/gpu-check.sh) also bf16 autocast, SDPA (flash) attention and `torch.compile`.
+step and shapes. On the CPU in fp32 (scripts/bench/vs-pytorch.sh); on a GPU
+(scripts/cuda/gpu-check.sh) also bf16 autocast, SDPA (flash) attention and `torch.compile`.
 Prints one JSON object with the median ms/step after warm-up, like our bench.json, with
 MFU and peak GPU memory on CUDA, and optionally the profiler's top ops.
 

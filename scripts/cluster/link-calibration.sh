@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Measures step time on real shaped links and sets it next to the link model.
 #
-#   scripts/link-calibration.sh [OUT] [--rates "1gbit 500mbit 200mbit 100mbit"]
+#   scripts/cluster/link-calibration.sh [OUT] [--rates "1gbit 500mbit 200mbit 100mbit"]
 #                               [--patterns "tttt sppp pppp"] [--steps 40] [--append]
 #
 # For every pattern: one run with both ranks as threads of one process (the compute,
 # nothing on a wire), then for every rate a run of tp 2 over two hosts
-# (scripts/netns-cluster.sh, one rank per host, so every TP all-reduce crosses the
+# (scripts/cluster/netns.sh, one rank per host, so every TP all-reduce crosses the
 # shaped link). Each run is the mini model, batch 12 x 64, `steps` steps. The runs land
 # in OUT/ (default runs/link-calibration) with OUT/runs.csv listing them, and
 # `tp-plot --link-calibration OUT` turns them into the table and figure (`--append` adds
 # patterns to an OUT measured before). Root only.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 out=runs/link-calibration
 rates="1gbit 500mbit 200mbit 100mbit"
@@ -45,7 +45,7 @@ for p in $patterns; do
   for r in $rates; do
     dir="$out/$r-$p"
     rm -rf "$dir"
-    scripts/netns-cluster.sh run 2 --slots 1 --rate "$r" -- \
+    scripts/cluster/netns.sh run 2 --slots 1 --rate "$r" -- \
       "$bin" --pattern "$p" "${common[@]}" --out "$dir" >/dev/null
     echo "link,$r,$p,$r-$p" >>"$out/runs.csv"
     echo "link-calibration: $p at $r: $(grep -o '"step_ms": [0-9.]*' "$dir/summary.json")"

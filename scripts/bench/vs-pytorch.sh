@@ -2,14 +2,14 @@
 # Our training step against PyTorch eager on this CPU: the same GPT-2 (all-t pattern, i.e.
 # plain GPT-2), the same shapes, fp32, the same thread counts, interleaved, medians.
 #
-#   scripts/bench-vs-pytorch.sh                  # mini and baby, 1 and 2 threads, 3 rounds
-#   PRESETS=mini ROUNDS=5 scripts/bench-vs-pytorch.sh
+#   scripts/bench/vs-pytorch.sh                  # mini and baby, 1 and 2 threads, 3 rounds
+#   PRESETS=mini ROUNDS=5 scripts/bench/vs-pytorch.sh
 #
 # Installs PyTorch into a throwaway venv (TORCH_VENV, default target/torch-venv). PyPI's
 # wheel is the CUDA build, about 5 GB; it runs on the CPU. A tool, not part of the tests.
 # Writes comparison.md and comparison.json under OUT (default runs/bench-vs-pytorch-<time>).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
 VENV=${TORCH_VENV:-target/torch-venv}
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
@@ -20,5 +20,5 @@ fi
 cargo build --release --bins --quiet
 [ -f datasets/shakespeare_char/train.bin ] || ./target/release/tp-prepare shakespeare_char
 OUT=${OUT:-runs/bench-vs-pytorch-$(date +%Y%m%d-%H%M%S)}
-exec "$VENV/bin/python" scripts/compare_with_pytorch.py --out "$OUT" \
+exec "$VENV/bin/python" scripts/bench/vs-pytorch.py --out "$OUT" \
     --presets ${PRESETS:-mini baby} --threads ${THREADS:-1 2} --rounds "${ROUNDS:-3}"

@@ -131,7 +131,7 @@ EOF
   for variant in "--dtype bf16" "--dtype bf16 --sdpa" "--dtype bf16 --sdpa --compile" "--dtype f32 --sdpa"; do
     for batch in ${BATCHES:-16 8 4}; do
       o="$res/pytorch-$(echo "$variant" | tr -d ' -')-b$batch"
-      if with_gpu_peak "$o.peak" $py "$here/pytorch_gpt2_bench.py" --device cuda --preset gpt2 --vocab 50304 \
+      if with_gpu_peak "$o.peak" $py "$here/pytorch-gpt2.py" --device cuda --preset gpt2 --vocab 50304 \
         --batch-size "$batch" --warmup 5 --steps 10 --profile $variant >"$o.json" 2>"$o.log"; then
         $py - "$o.json" "$(cat "$o.peak")" <<'EOF' | tee -a "$report"
 import json, sys

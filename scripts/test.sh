@@ -23,7 +23,7 @@ cargo test --release 2>&1 | tee "$log"
 for level in avx2 scalar; do
   echo "test: kernels and equivalence tests at TP_SIMD=$level"
   TP_SIMD=$level cargo test --release --lib -- ops:: 2>&1 | tee -a "$log"
-  TP_SIMD=$level cargo test --release --test t_equals_gpt2 --test s_and_p_equal_blocks_md --test golden_vectors 2>&1 | tee -a "$log"
+  TP_SIMD=$level cargo test --release --test it -- t_equals_gpt2:: s_and_p_equal_blocks_md:: golden_vectors:: 2>&1 | tee -a "$log"
 done
 # The CUDA code, compiled and linted without a GPU (clippy -D warnings over the cuda and
 # mpi features; our kernels through the real nvcc): no change may break it silently while

@@ -9,6 +9,7 @@
 //! 1e-5 (f32) and 2e-2 (bf16) relative.
 #![cfg(feature = "cuda")]
 
+#[path = "it/common/mod.rs"]
 mod common;
 use candle_core::{DType, Device, Tensor, Var};
 use common::checks::{self, check_golden_cases, On};

@@ -1,8 +1,7 @@
 //! `tp-sweep` and `tp-plot` as a user runs them: summaries and plots, skipping finished
 //! runs, resuming half-done ones, reporting failures, and rejecting bad grids up front.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 
 const BASE: &str = "base: {n_embd: 32, max_iters: 6, eval_interval: 3, eval_iters: 2, checkpoint_interval: 3, sample_tokens: 0, log_interval: 1}\n";
@@ -107,14 +106,17 @@ fn a_run_made_to_fail_is_reported_and_the_other_still_completes() {
 
 #[test]
 fn unknown_grid_keys_and_an_empty_grid_are_clear_errors_before_anything_runs() {
-    for (body, needle) in [
+    for (i, (body, needle)) in [
         ("grid: {patern: [tttt]}\n", "unknown config key `patern`"),
         ("grid: {}\n", "grid of sweep.yaml is empty"),
         ("", "grid of sweep.yaml is empty"),
         ("grid: {pattern: []}\n", "grid key `pattern`"),
         ("grid: {pattern: [tttt, tsxq]}\n", "bad pattern \"tsxq\""),
-    ] {
-        let d = scratch("sweepbad");
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = scratch(&format!("sweepbad-{i}"));
         let o = sweep(&d, body);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{body}: {err}");

@@ -7,9 +7,7 @@
 //! bit, and the same `log.jsonl`, `summary.json`, `comm.json`, `eval.json` and
 //! `sample.txt`, timings aside.
 
-mod common;
-
-use common::{assert_ok, command, scratch};
+use crate::common::{assert_ok, command, scratch};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use std::path::Path;

@@ -3,8 +3,7 @@
 //! Each is loaded into our model at the case's tp; loss must agree to 1e-5 relative and
 //! every logical gradient to 1e-4.
 
-mod common;
-use common::checks::{check_golden_cases, On};
+use crate::common::checks::{check_golden_cases, On};
 use tp_harness::device::Kernels;
 
 #[test]

@@ -3,8 +3,7 @@
 //! exact loss of the source; t -> p leaves the attention/MLP output biases out and says
 //! so; what cannot be filled or does not fit is one clear error.
 
-mod common;
-use common::{assert_ok, bin, scratch};
+use crate::common::{assert_ok, bin, scratch};
 use std::path::Path;
 
 fn train(dir: &Path, out: &str, extra: &[&str]) -> std::process::Output {

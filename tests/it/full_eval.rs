@@ -3,8 +3,7 @@
 //! tp for a t-only model (t == dense GPT-2), and at the run's tp equals what the run
 //! itself wrote.
 
-mod common;
-use common::{assert_ok, bin, scratch};
+use crate::common::{assert_ok, bin, scratch};
 use std::path::Path;
 
 /// A short run of `pattern` at tp 2 with a small model, into `dir/run`.

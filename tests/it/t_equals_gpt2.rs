@@ -2,8 +2,7 @@
 //! ones gathered to full shape) and the input gradient of a plain dense GPT-2 with the
 //! same weights.
 
-mod common;
-use common::checks::{self, On};
+use crate::common::checks::{self, On};
 use tp_harness::device::Kernels;
 
 fn check_against_dense(pattern: &str, tp: usize, bias: bool) {

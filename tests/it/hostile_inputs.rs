@@ -3,9 +3,7 @@
 //! read-only place are said the same way, naming the file and the fix, and a run stopped
 //! by a full disk resumes once there is room.
 
-mod common;
-
-use common::{assert_ok, command, one_clear_error, scratch, with_test_data};
+use crate::common::{assert_ok, command, one_clear_error, scratch, with_test_data};
 use std::path::Path;
 use std::process::Output;
 

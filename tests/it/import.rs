@@ -4,9 +4,8 @@
 //! prefix, attention-mask buffers) imports from random weights and samples with GPT-2's
 //! BPE; what the harness cannot compute is one clear line.
 
-mod common;
+use crate::common::*;
 use candle_core::{DType, Device, Tensor};
-use common::*;
 use std::collections::HashMap;
 use std::path::Path;
 use tp_harness::blocks::Layout;
@@ -223,7 +222,7 @@ fn hf_reference(dir: &Path) -> (Tensor, Tensor) {
 /// logits, and our export loaded by `from_pretrained` gives ours. Needs a Python with
 /// torch and transformers (`TP_HF_PYTHON`), so it is not part of the suite.
 #[test]
-#[ignore = "needs torch + transformers: TP_HF_PYTHON=python cargo test --test import -- --ignored"]
+#[ignore = "needs torch + transformers: TP_HF_PYTHON=python cargo test --release --test it -- import:: --ignored"]
 fn transformers_computes_the_logits_of_imported_and_exported_models() {
     let python = std::env::var("TP_HF_PYTHON")
         .expect("set TP_HF_PYTHON to a python with torch and transformers");

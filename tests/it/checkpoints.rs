@@ -1,9 +1,8 @@
 //! Runs that survive and travel: exact resume, re-sharding, crash-safe writes, the NaN
 //! guard, clear errors for damaged checkpoints, GPT-2 BPE text and the Hugging Face export.
 
-mod common;
+use crate::common::*;
 use candle_core::{Device, Tensor, Var};
-use common::*;
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};

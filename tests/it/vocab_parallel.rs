@@ -4,9 +4,8 @@
 //! cases), its collectives are tallied at their own sites, and each rank holds only its
 //! rows of the table.
 
-mod common;
-use common::checks::{check_against_dense, check_against_literal, check_golden_cases, On};
-use common::*;
+use crate::common::checks::{check_against_dense, check_against_literal, check_golden_cases, On};
+use crate::common::*;
 use tp_harness::blocks::{Fwd, Layout};
 use tp_harness::comm::{CommKind, Site};
 use tp_harness::config::preset;

@@ -2,8 +2,7 @@
 //! all-reduces blocks.md's formula predicts (`2 t + s + p-runs`, backward = forward), and
 //! attributes them to the right layers.
 
-mod common;
-use common::*;
+use crate::common::*;
 use tp_harness::blocks::{BlockKind, Fwd, Layout};
 use tp_harness::comm::{CommKind, Site};
 use tp_harness::model::Gpt;

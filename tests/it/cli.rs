@@ -1,33 +1,8 @@
 //! `tp-train` as a user runs it: bad input gives one line and exit code 2 and writes
 //! nothing; a short run writes its outputs; the default experiment learns.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn shared_datasets() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tp-harness-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn tp_train(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tp-train"))
-        .args(args)
-        .arg("--quiet")
-        .current_dir(dir)
-        .env("TP_SHARED_DATASETS", shared_datasets())
-        .env(
-            "TP_DATA_DIR",
-            std::env::temp_dir().join("tp-harness-test-datasets"),
-        )
-        .output()
-        .expect("tp-train runs")
-}
+use crate::common::{command, scratch, tp_train};
+use std::path::Path;
 
 fn assert_user_error(dir: &Path, args: &[&str], needle: &str) {
     let out = tp_train(dir, &[args, &["--out", "run"]].concat());
@@ -77,7 +52,7 @@ fn cuda_in_the_cpu_build_and_unknown_devices_are_one_line_errors() {
 #[test]
 fn unknown_tp_simd_level_is_a_one_line_error() {
     let d = scratch("simd");
-    let out = Command::new(env!("CARGO_BIN_EXE_tp-train"))
+    let out = command("tp-train", &d)
         .args(["--quiet", "--out", "run"])
         .current_dir(&d)
         .env("TP_SIMD", "neon")
@@ -134,7 +109,7 @@ fn unknown_config_key_and_wrong_type_are_errors() {
 #[test]
 fn missing_dataset_offline_is_one_clear_line() {
     let d = scratch("offline");
-    let out = Command::new(env!("CARGO_BIN_EXE_tp-train"))
+    let out = command("tp-train", &d)
         .args(["--quiet", "--out", "run"])
         .current_dir(&d)
         .env("TP_SHARED_DATASETS", d.join("nowhere"))
@@ -269,9 +244,9 @@ fn default_experiment_300_iterations_bring_val_loss_under_2_6() {
 
 #[test]
 fn a_rank_that_fails_ends_the_whole_job_with_its_message_and_nobody_hangs() {
-    let d = scratch("fault");
+    let d = scratch("rank-fault");
     let start = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_tp-train"))
+    let out = command("tp-train", &d)
         .args([
             "--quiet",
             "--out",
@@ -286,11 +261,6 @@ fn a_rank_that_fails_ends_the_whole_job_with_its_message_and_nobody_hangs() {
             "n_embd=32",
         ])
         .current_dir(&d)
-        .env("TP_SHARED_DATASETS", shared_datasets())
-        .env(
-            "TP_DATA_DIR",
-            std::env::temp_dir().join("tp-harness-test-datasets"),
-        )
         .env("TP_INJECT_FAULT", "1:3")
         .output()
         .unwrap();
@@ -416,7 +386,7 @@ fn a_block_size_beyond_the_data_is_refused_before_any_memory_is_taken() {
 #[test]
 fn a_second_trainer_on_a_run_directory_being_written_stops_with_one_line() {
     let d = scratch("lock");
-    let mut first = Command::new(env!("CARGO_BIN_EXE_tp-train"))
+    let mut first = command("tp-train", &d)
         .args([
             "--quiet",
             "--out",
@@ -427,11 +397,6 @@ fn a_second_trainer_on_a_run_directory_being_written_stops_with_one_line() {
             "eval_interval=0",
         ])
         .current_dir(&d)
-        .env("TP_SHARED_DATASETS", shared_datasets())
-        .env(
-            "TP_DATA_DIR",
-            std::env::temp_dir().join("tp-harness-test-datasets"),
-        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -3,9 +3,8 @@
 //! that writes every rank's path out literally in one autograd graph. Patterns cover
 //! p-runs of length 1 and 3, and mixes with `t`.
 
-mod common;
-use common::checks::{self, On};
-use common::*;
+use crate::common::checks::{self, On};
+use crate::common::*;
 use tp_harness::device::Kernels;
 
 fn check_against_literal(pattern: &str, tp: usize, bias: bool) {

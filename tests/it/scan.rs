@@ -4,8 +4,7 @@
 //! p-only conversion skips), and the report and plot are written; scans that cannot
 //! measure anything are one clear error.
 
-mod common;
-use common::{assert_ok, bin, scratch};
+use crate::common::{assert_ok, bin, scratch};
 use tp_harness::blocks::Layout;
 
 #[test]

@@ -2,29 +2,16 @@
 //! data parallelism across processes, replicas, failures and bad world sizes.
 #![cfg(feature = "mpi")]
 
+use crate::common::{scratch, with_test_data};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tp-harness-mpi-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn with_env(mut c: Command, dir: &Path) -> Command {
-    c.current_dir(dir)
-        .env(
-            "TP_SHARED_DATASETS",
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
-        )
-        .env(
-            "TP_DATA_DIR",
-            std::env::temp_dir().join("tp-harness-test-datasets"),
-        )
+    with_test_data(&mut c)
+        .current_dir(dir)
         // OpenMPI refuses root without these; tests run as root in CI.
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
@@ -324,7 +311,7 @@ fn after_20_steps_every_replicated_parameter_is_bit_identical_on_all_4_ranks() {
 
 #[test]
 fn an_injected_fault_on_rank_1_ends_the_whole_mpirun_within_30_seconds() {
-    let d = scratch("fault");
+    let d = scratch("mpi-fault");
     let start = Instant::now();
     let o = mpirun(
         &d,

@@ -329,16 +329,21 @@ pub fn command(name: &str, dir: &std::path::Path) -> std::process::Command {
     c
 }
 
+/// The datasets the setup script copies from (`../shared/datasets`).
+pub fn shared_datasets() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets")
+}
+
+/// Where the tests' binaries prepare datasets: one folder for every test, so each
+/// dataset is prepared once.
+pub fn test_data_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join("tp-harness-test-datasets")
+}
+
 /// Points a command at the shared datasets and the tests' prepared-data folder.
 pub fn with_test_data(c: &mut std::process::Command) -> &mut std::process::Command {
-    c.env(
-        "TP_SHARED_DATASETS",
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"),
-    )
-    .env(
-        "TP_DATA_DIR",
-        std::env::temp_dir().join("tp-harness-test-datasets"),
-    )
+    c.env("TP_SHARED_DATASETS", shared_datasets())
+        .env("TP_DATA_DIR", test_data_dir())
 }
 
 /// Runs a tp-harness binary in `dir` with the shared datasets and extra environment.
@@ -356,7 +361,21 @@ pub fn bin(
     c.output().expect("binary runs")
 }
 
+/// `tp-train ARGS --quiet` in `dir` with the test data.
+pub fn tp_train(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    bin("tp-train", dir, &[args, &["--quiet"]].concat(), &[])
+}
+
+/// A fresh, empty directory for one test. Every test of the binary shares the process
+/// id, so a name asked for twice is a bug in the tests (two tests would share files).
 pub fn scratch(name: &str) -> std::path::PathBuf {
+    static TAKEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        !taken.iter().any(|t| t == name),
+        "scratch directory `{name}` asked for twice: give each test its own name"
+    );
+    taken.push(name.to_string());
     let d = std::env::temp_dir().join(format!("tp-harness-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();

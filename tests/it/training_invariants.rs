@@ -1,8 +1,7 @@
 //! Invariants of real training steps on ranks as threads: replicated parameters stay
 //! bit-identical across ranks, and every parameter receives a gradient.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::sync::Arc;
 use tp_harness::blocks::{Fwd, Layout};
 use tp_harness::config::{resolve, Origin};

@@ -1,0 +1,23 @@
+//! The integration tests, one binary (one link instead of seventeen): each module the
+//! tests of one subject, named for what it proves; `common` the helpers they all share.
+//! One subject alone: `cargo test --release --test it -- cli::`.
+
+mod common;
+
+mod checkpoints;
+mod cli;
+mod full_eval;
+mod golden_vectors;
+mod hostile_inputs;
+mod import;
+mod init_from;
+mod kill_resume;
+mod mpi;
+mod no_import_cycles;
+mod s_and_p_equal_blocks_md;
+mod scan;
+mod sweep;
+mod t_equals_gpt2;
+mod tally_counts;
+mod training_invariants;
+mod vocab_parallel;

@@ -1,21 +1,22 @@
 //! tp-harness: communication-efficient tensor parallelism of GPT-2 on candle.
 //!
-//! From the bottom up (no file imports a file that imports it back):
-//! - `util`: atomic writes, a stable hash
-//! - `device`: the device a rank computes on (cpu, cuda), the passes' dtype, the kernels
-//! - `comm`: collectives (the `Comm` trait, backends incl. NCCL in the CUDA build, mesh,
-//!   the counting layer and tally, the link model)
-//! - `tp`: tensor-parallel maths over them (f/g, parallel linears, vocab-parallel
-//!   embedding and loss, the parameter registry)
-//! - `ops`: linears, norms, activations, attention, loss: portable and fused kernels
-//!   (CPU; GPU attention in the CUDA build)
-//! - `blocks`: the t / s / p blocks and the pattern parser
-//! - `model`: GPT-2 and presets
-//! - `data`: datasets and loaders
-//! - `config`: the run configuration, its defaults and checks
+//! The modules, top first; each imports only those below it (`docs/architecture.md`,
+//! held by `tests/it/layering.rs`):
+//! - `sweep`, `plot`: grids of runs; drawing what `analysis` computes
+//! - `tools`: evaluation, sampling, the SPD scan, HF import, the benchmark
+//! - `launch`: per-process setup, the threads and MPI launchers, rank orchestration
+//! - `analysis`: medians, replicate statistics, step and compute time, time on a link
+//! - `train`: the Trainer (step, evaluate, save/restore), AdamW, schedule, generation
 //! - `run_dir`: the typed reader/writer of a run directory
-//! - `train`: the Trainer, the orchestrator, launchers, bench
-//! - `sweep`, `plot`: grids of runs and their plots
+//! - `config`: the run configuration, presets, validation
+//! - `model`: GPT-2 from a pattern, the Hugging Face format
+//! - `data`: tokenizers, datasets, loaders sharded by DP rank
+//! - `blocks`: the t / s / p blocks and the pattern parser
+//! - `tp`: TP maths for any model (f/g, parallel linears, vocab-parallel loss)
+//! - `comm`: the `Comm` trait, threads / MPI / NCCL backends, mesh, tally, link model
+//! - `ops`: kernels (fused CPU per SIMD level, CUDA, portable)
+//! - `device`, `error`, `util`, `alloc`: the device and kernels in use, user errors,
+//!   small helpers, the allocator
 
 pub mod alloc;
 pub mod analysis;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Step time under mpirun -n 2 (tp 2) for tttt, tstt, sppp, pppp, without emulation and
-# with a 10 GbE-like emulated link (10 Gb/s, 25 us), interleaved; prints each and the
+# with a 10 GbE-like emulated link (10 Gbit/s, 25 us), interleaved; prints each and the
 # ratio to tttt. Extra arguments go to every tp-train call (e.g. --set n_embd=256).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

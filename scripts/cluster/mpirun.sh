@@ -3,7 +3,7 @@
 # cores (--oversubscribe), no core binding (ranks share cores), and TCP messages up to
 # 4 MB sent eagerly: above OpenMPI's default 64 KB the sender waits for the receiver's
 # clear-to-send, which on a busy link queues behind the receiver's own data (measured:
-# +30-40% per step at 200-500 Mbit/s, README "Real links"). Harmless on one machine.
+# +30-40% per step at 200-500 Mbit/s, docs/links.md). Harmless on one machine.
 # Usage: scripts/cluster/mpirun.sh -n 4 target/release/tp-train --pattern 3xsppp
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

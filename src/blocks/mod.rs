@@ -1,4 +1,4 @@
-//! The transformer blocks `t`, `s` and `p` exactly as `shared/design/blocks.md` defines
+//! The transformer blocks `t`, `s` and `p` exactly as `docs/blocks.md` defines
 //! them, the shared attention/MLP shards they are made of, and the pattern parser.
 //!
 //! Blocks talk to their tensor-parallel group only through [`crate::comm::CountedComm`] and the

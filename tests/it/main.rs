@@ -6,14 +6,15 @@ mod common;
 
 mod checkpoints;
 mod cli;
+mod docs;
 mod full_eval;
 mod golden_vectors;
 mod hostile_inputs;
 mod import;
 mod init_from;
 mod kill_resume;
+mod layering;
 mod mpi;
-mod no_import_cycles;
 mod s_and_p_equal_blocks_md;
 mod scan;
 mod sweep;

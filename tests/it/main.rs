@@ -17,6 +17,7 @@ mod layering;
 mod mpi;
 mod s_and_p_equal_blocks_md;
 mod scan;
+mod sizes;
 mod sweep;
 mod t_equals_gpt2;
 mod tally_counts;

@@ -1,0 +1,178 @@
+//! Runs in and out of other formats: a text corpus through GPT-2's BPE, and the
+//! Hugging Face export of a t-only model.
+
+use super::train;
+use crate::common::*;
+use candle_core::{Device, Tensor, Var};
+use std::collections::HashMap;
+use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::data::{prepare_text, Dataset, Tokenizer};
+use tp_harness::launch::threads::on_tp_threads;
+use tp_harness::model::Gpt;
+use tp_harness::run_dir::{latest, read_config as read_run_config, Checkpoint};
+use tp_harness::tp::StoredParams;
+
+#[test]
+fn the_bpe_text_dataset_round_trips_a_text_file_and_trains() {
+    let d = scratch("bpe");
+    let text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Ünïcödé — ok?\n".repeat(40);
+    std::fs::write(d.join("corpus.txt"), &text).unwrap();
+    let dir = prepare_text(&d.join("corpus.txt"), &d.join("datasets")).unwrap();
+    let data = Dataset::load(&dir).unwrap();
+    assert_eq!(data.tokenizer(), &Tokenizer::Gpt2Bpe);
+    assert_eq!(data.vocab_size(), 50257);
+    let ids: Vec<u32> = data
+        .train
+        .iter()
+        .chain(data.val.iter())
+        .map(|&t| t as u32)
+        .collect();
+    assert_eq!(data.tokenizer().decode_exact(&ids).unwrap(), text);
+    let corpus = d.join("corpus.txt").to_string_lossy().to_string();
+    let o = bin(
+        "tp-train",
+        &d,
+        &[
+            "--quiet",
+            "--set",
+            "dataset=text",
+            "--set",
+            &format!("text_path={corpus}"),
+            "--set",
+            "n_embd=32",
+            "--set",
+            "block_size=32",
+            "--set",
+            "max_iters=3",
+            "--set",
+            "eval_interval=3",
+            "--set",
+            "eval_iters=1",
+            "--set",
+            "sample_tokens=8",
+            "--out",
+            "run",
+        ],
+        &[],
+    );
+    assert_ok(&o);
+}
+
+#[test]
+fn the_hf_export_has_gpt2_names_and_shapes_and_a_dense_model_from_it_gives_our_logits() {
+    let d = scratch("export");
+    assert_ok(&train(
+        &d,
+        &[
+            "--pattern",
+            "tttt",
+            "--set",
+            "bias=true",
+            "--set",
+            "activation=gelu_tanh",
+            "--set",
+            "max_iters=20",
+            "--out",
+            "run",
+        ],
+        &[],
+    ));
+    assert_ok(&bin("tp-export", &d, &["run", "--format", "hf"], &[]));
+    let exported =
+        candle_core::safetensors::load(d.join("run/export-hf/model.safetensors"), &Device::Cpu)
+            .unwrap();
+    let expected = hf_expected(4, 64, 65, 64);
+    let mut names: Vec<_> = exported.keys().cloned().collect();
+    names.sort();
+    let mut want: Vec<_> = expected.keys().cloned().collect();
+    want.sort();
+    assert_eq!(names, want);
+    for (n, s) in &expected {
+        assert_eq!(exported[n].dims(), s.as_slice(), "{n}");
+    }
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join("run/export-hf/config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config["model_type"], "gpt2");
+    assert_eq!(config["activation_function"], "gelu_new");
+    assert_eq!(
+        (config["n_layer"].as_u64(), config["n_embd"].as_u64()),
+        (Some(4), Some(64))
+    );
+
+    // A dense GPT-2 (tests/common/dense.rs) fed the exported tensors by HF name.
+    let hf_to_dense = |hf: &str| -> String {
+        let s = hf
+            .trim_start_matches("transformer.")
+            .replace(".weight", ".w")
+            .replace(".bias", ".b");
+        s.replace("wte.w", "wte")
+            .replace("wpe.w", "wpe")
+            .replace("ln_f.", "lnf.")
+            .replace("ln_1.", "ln1.")
+            .replace("ln_2.", "ln2.")
+            .replace("attn.c_attn.", "qkv.")
+            .replace("attn.c_proj.", "o.")
+            .replace("mlp.c_fc.", "fc.")
+            .replace("mlp.c_proj.", "pr.")
+    };
+    let vars: HashMap<String, Var> = exported
+        .iter()
+        .map(|(k, t)| (hf_to_dense(k), Var::from_tensor(t).unwrap()))
+        .collect();
+    let cfg = read_run_config(&d.join("run")).unwrap();
+    let mcfg = cfg.model_config(65).unwrap();
+    let (idx, _) = batch(8, 2, 64, 65);
+    let x = dense::embed(&vars, &idx);
+    let dense_logits = dense_logits(&vars, &mcfg, &x);
+    let ck = Checkpoint::load(&latest(&d.join("run")).unwrap().unwrap()).unwrap();
+    let layout = Layout::parse("tttt").unwrap();
+    let ours = on_tp_threads(2, |comm| {
+        let model = Gpt::build(
+            &mcfg,
+            &layout,
+            &StoredParams {
+                tensors: ck.weights.clone(),
+            },
+            &comm,
+        )?;
+        model.forward(&idx, &Fwd::eval())
+    })
+    .unwrap()
+    .remove(0);
+    let e = rel_err(
+        &ours.flatten_all().unwrap(),
+        &dense_logits.flatten_all().unwrap(),
+    );
+    assert!(e < 1e-5, "logits differ by {e:e}");
+
+    // s/p models are not GPT-2: a clear refusal.
+    assert_ok(&train(&d, &["--set", "max_iters=5", "--out", "spd"], &[]));
+    let o = bin("tp-export", &d, &["spd"], &[]);
+    one_clear_error(&o, "only t-only models are GPT-2");
+}
+
+fn dense_logits(
+    vars: &HashMap<String, Var>,
+    cfg: &tp_harness::model::ModelConfig,
+    x: &Tensor,
+) -> Tensor {
+    // The dense reference's loss path without the loss: blocks, final norm, tied head.
+    let mut h = x.clone();
+    for i in 0..cfg.n_layer {
+        h = dense::block_pub(vars, cfg, i, &h);
+    }
+    let h = tp_harness::ops::layer_norm_composed(
+        &h,
+        vars["lnf.w"].as_tensor(),
+        Some(vars["lnf.b"].as_tensor()),
+        cfg.norm_eps,
+    )
+    .unwrap();
+    let (b, t, c) = h.dims3().unwrap();
+    h.reshape((b * t, c))
+        .unwrap()
+        .matmul(&vars["wte"].as_tensor().t().unwrap())
+        .unwrap()
+}

@@ -46,7 +46,7 @@ pub enum NormKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
-    /// Exact erf form (nanoGPT, the seed's code).
+    /// Exact erf form (nanoGPT, and the predecessor project's PyTorch code).
     Gelu,
     /// GPT-2's tanh approximation.
     GeluTanh,

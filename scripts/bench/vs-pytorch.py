@@ -1,6 +1,8 @@
-"""Driver of scripts/bench/vs-pytorch.sh: runs PyTorch eager (pytorch-gpt2.py) and
-`tp-train --bench` on the same model, alternating them round by round so that drift in
-the machine's speed hits both, and reports medians and ratios."""
+"""Driver of scripts/bench/vs-pytorch.sh: runs PyTorch (pytorch-gpt2.py: eager, eager with
+SDPA attention, and SDPA + torch.compile) and `tp-train --bench` on the same model,
+alternating them round by round so that drift in the machine's speed hits all of them,
+and reports medians and ratios. `--simd avx2` caps both sides at AVX2 (ours with
+TP_SIMD, PyTorch with ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA)."""
 
 import argparse
 import json
@@ -15,16 +17,43 @@ STEPS = {"mini": (3, 20), "baby": (1, 3)}
 LAYERS = {"mini": 4, "baby": 6}
 
 
-def run_pytorch(preset, threads, warmup, steps):
+# PyTorch's ways of running the same model: the flags of pytorch-gpt2.py.
+PYTORCH_VARIANTS = {
+    "eager": [],
+    "sdpa": ["--sdpa"],
+    "compile": ["--sdpa", "--compile"],
+}
+# What caps each side at a SIMD level below the machine's.
+PYTORCH_CAPS = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def run_pytorch(preset, threads, warmup, steps, variant, simd):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    env.update(PYTORCH_CAPS.get(simd, {}))
     cmd = [sys.executable, "scripts/bench/pytorch-gpt2.py", "--preset", preset,
            "--threads", str(threads), "--warmup", str(warmup), "--steps", str(steps)]
+    cmd += PYTORCH_VARIANTS[variant]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run_ours(preset, tp, threads_per_rank, warmup, steps, out_dir):
+def run_ours(preset, tp, threads_per_rank, warmup, steps, out_dir, simd):
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads_per_rank))
+    if simd:
+        env["TP_SIMD"] = simd
     env.pop("CANDLE_NUM_THREADS", None)
     cmd = ["./target/release/tp-train", "--bench", "--quiet", "--preset", preset,
            "--pattern", f"{LAYERS[preset]}xt", "--tp", str(tp),
@@ -39,6 +68,9 @@ def main():
     ap.add_argument("--presets", nargs="+", default=["mini", "baby"])
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pytorch", nargs="+", default=["eager", "compile"],
+                    choices=sorted(PYTORCH_VARIANTS))
+    ap.add_argument("--simd", choices=sorted(PYTORCH_CAPS), help="cap both sides at this level")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -48,13 +80,15 @@ def main():
         warmup, steps = STEPS[preset]
         for r in range(a.rounds):
             for th in a.threads:
-                runs = [("pytorch", lambda: run_pytorch(preset, th, warmup, steps)),
-                        ("ours tp 1", lambda: run_ours(preset, 1, th, warmup, steps,
-                                                       out / f"{preset}-tp1-{th}t-r{r}"))]
+                runs = [(f"pytorch {v}", lambda v=v: run_pytorch(preset, th, warmup, steps, v,
+                                                                 a.simd)) for v in a.pytorch]
+                runs.append(("ours tp 1", lambda: run_ours(
+                    preset, 1, th, warmup, steps, out / f"{preset}-tp1-{th}t-r{r}", a.simd)))
                 if th % 2 == 0:
                     # tp 2 on the same cores: two ranks (threads) of th/2 math threads.
                     runs.append(("ours tp 2", lambda: run_ours(
-                        preset, 2, th // 2, warmup, steps, out / f"{preset}-tp2-{th}t-r{r}")))
+                        preset, 2, th // 2, warmup, steps, out / f"{preset}-tp2-{th}t-r{r}",
+                        a.simd)))
                 for who, fn in runs:
                     res = fn()
                     ms.setdefault((preset, th, who), []).append(res["ms_per_step"])
@@ -62,23 +96,33 @@ def main():
                     print(f"round {r + 1}/{a.rounds} {preset} {th} thread(s) {who}: "
                           f"{res['ms_per_step']:.1f} ms/step", flush=True)
     rows = []
-    lines = ["| preset | threads | run | ms/step | tokens/s | tokens/s vs PyTorch | peak RSS MB |",
-             "|---|---|---|---|---|---|---|"]
+    head = " | ".join(f"vs PyTorch {v}" for v in a.pytorch)
+    lines = [f"| preset | threads | run | ms/step | tokens/s | {head} | peak RSS MB |",
+             "|---|---|---|---|---|" + "---|" * len(a.pytorch) + "---|"]
     for (preset, th, who), v in ms.items():
         med = statistics.median(v)
-        base = statistics.median(ms[(preset, th, "pytorch")])
         res = last[(preset, th, who)]
         tokens = res["batch_size"] * res["block_size"]
         rss = res.get("peak_rss_mb")
+        # tokens/s relative to each PyTorch variant: its ms/step over ours.
+        ratios = {p: statistics.median(ms[(preset, th, f"pytorch {p}")]) / med
+                  for p in a.pytorch}
         rows.append({"preset": preset, "threads": th, "run": who, "ms_per_step": med,
                      "rounds": v, "tokens_per_s": tokens / (med / 1e3),
-                     "speedup_vs_pytorch": base / med, "peak_rss_mb": rss})
+                     "speedup_vs_pytorch": ratios, "peak_rss_mb": rss})
+        cells = " | ".join(f"{ratios[p]:.2f}x" for p in a.pytorch)
         lines.append(f"| {preset} | {th} | {who} | {med:.1f} | {tokens / (med / 1e3):.0f} | "
-                     f"{base / med:.2f}x | {'' if rss is None else f'{rss:.0f}'} |")
+                     f"{cells} | {'' if rss is None else f'{rss:.0f}'} |")
     torch_version = next((r["torch"] for r in last.values() if "torch" in r), "?")
+    simd = (f"both capped at {a.simd} (TP_SIMD; PyTorch: "
+            + ", ".join(f"{k}={v}" for k, v in PYTORCH_CAPS[a.simd].items()) + ")"
+            if a.simd else "each at the machine's best SIMD level")
     lines.append("")
-    lines.append(f"Medians of {a.rounds} interleaved round(s); PyTorch {torch_version} eager, "
-                 "OMP_WAIT_POLICY=PASSIVE; ours: pattern all-t (plain GPT-2), ranks as threads.")
+    lines.append(f"{cpu_model()}, {os.cpu_count()} logical CPUs; medians of {a.rounds} "
+                 f"interleaved round(s); PyTorch {torch_version} (eager: plain attention; "
+                 "sdpa: F.scaled_dot_product_attention; compile: SDPA + torch.compile, "
+                 "inductor), OMP_WAIT_POLICY=PASSIVE; ours: pattern all-t (plain GPT-2), "
+                 f"ranks as threads; {simd}.")
     (out / "comparison.json").write_text(json.dumps(rows, indent=2))
     (out / "comparison.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Our training step against PyTorch eager on this CPU: the same GPT-2 (all-t pattern, i.e.
+# Our training step against PyTorch (eager, and SDPA + torch.compile) on this CPU: the same GPT-2 (all-t pattern, i.e.
 # plain GPT-2), the same shapes, fp32, the same thread counts, interleaved, medians.
 #
 #   scripts/bench/vs-pytorch.sh                  # mini and baby, 1 and 2 threads, 3 rounds
 #   PRESETS=mini ROUNDS=5 scripts/bench/vs-pytorch.sh
+#   SIMD=avx2 PYTORCH="eager sdpa compile" scripts/bench/vs-pytorch.sh   # both capped at AVX2
 #
 # Installs PyTorch into a throwaway venv (TORCH_VENV, default target/torch-venv). PyPI's
 # wheel is the CUDA build, about 5 GB; it runs on the CPU. A tool, not part of the tests.
@@ -21,4 +22,5 @@ cargo build --release --bins --quiet
 [ -f datasets/shakespeare_char/train.bin ] || ./target/release/tp-prepare shakespeare_char
 OUT=${OUT:-runs/bench-vs-pytorch-$(date +%Y%m%d-%H%M%S)}
 exec "$VENV/bin/python" scripts/bench/vs-pytorch.py --out "$OUT" \
-    --presets ${PRESETS:-mini baby} --threads ${THREADS:-1 2} --rounds "${ROUNDS:-3}"
+    --presets ${PRESETS:-mini baby} --threads ${THREADS:-1 2} --rounds "${ROUNDS:-3}" \
+    --pytorch ${PYTORCH:-eager compile} ${SIMD:+--simd "$SIMD"}

@@ -10,6 +10,8 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod fastmath;
+#[cfg(target_arch = "x86_64")]
+pub mod fastmath_avx2;
 pub mod fused;
 pub mod gemm;
 pub mod peak;

@@ -75,7 +75,7 @@ def main():
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     # (preset, threads, who) -> ms per step of each round
-    ms, last = {}, {}
+    ms, last, failed = {}, {}, {}
     for preset in a.presets:
         warmup, steps = STEPS[preset]
         for r in range(a.rounds):
@@ -90,7 +90,16 @@ def main():
                         preset, 2, th // 2, warmup, steps, out / f"{preset}-tp2-{th}t-r{r}",
                         a.simd)))
                 for who, fn in runs:
-                    res = fn()
+                    try:
+                        res = fn()
+                    except subprocess.CalledProcessError as e:
+                        # One way of running failing (torch.compile can crash on some
+                        # CPUs) leaves the others' figures standing; the table says so.
+                        why = (e.stderr or "").strip().splitlines()[-1:] or [str(e)]
+                        failed[(preset, th, who)] = why[0][:200]
+                        print(f"round {r + 1}/{a.rounds} {preset} {th} thread(s) {who}: "
+                              f"failed: {why[0][:200]}", flush=True)
+                        continue
                     ms.setdefault((preset, th, who), []).append(res["ms_per_step"])
                     last[(preset, th, who)] = res
                     print(f"round {r + 1}/{a.rounds} {preset} {th} thread(s) {who}: "
@@ -106,13 +115,22 @@ def main():
         rss = res.get("peak_rss_mb")
         # tokens/s relative to each PyTorch variant: its ms/step over ours.
         ratios = {p: statistics.median(ms[(preset, th, f"pytorch {p}")]) / med
-                  for p in a.pytorch}
+                  for p in a.pytorch if (preset, th, f"pytorch {p}") in ms}
         rows.append({"preset": preset, "threads": th, "run": who, "ms_per_step": med,
                      "rounds": v, "tokens_per_s": tokens / (med / 1e3),
                      "speedup_vs_pytorch": ratios, "peak_rss_mb": rss})
-        cells = " | ".join(f"{ratios[p]:.2f}x" for p in a.pytorch)
+        cells = " | ".join(f"{ratios[p]:.2f}x" if p in ratios else "failed" for p in a.pytorch)
         lines.append(f"| {preset} | {th} | {who} | {med:.1f} | {tokens / (med / 1e3):.0f} | "
                      f"{cells} | {'' if rss is None else f'{rss:.0f}'} |")
+    for (preset, th, who), why in sorted(failed.items()):
+        if (preset, th, who) not in ms:
+            lines.append(f"| {preset} | {th} | {who} | failed | | "
+                         + " | ".join("" for _ in a.pytorch) + " | |")
+        rows.append({"preset": preset, "threads": th, "run": who, "failed": why})
+    if failed:
+        lines.append("")
+        lines.append("Failed runs: " + "; ".join(
+            f"{p} {t} thread(s) {w}: {why}" for (p, t, w), why in sorted(failed.items())))
     torch_version = next((r["torch"] for r in last.values() if "torch" in r), "?")
     simd = (f"both capped at {a.simd} (TP_SIMD; PyTorch: "
             + ", ".join(f"{k}={v}" for k, v in PYTORCH_CAPS[a.simd].items()) + ")"

@@ -43,6 +43,17 @@ impl<'a> Mat<'a> {
         }
     }
 
+    /// Rows `r0..r1` and columns `c0..c1` of this view.
+    pub fn block(self, r0: usize, r1: usize, c0: usize, c1: usize) -> Self {
+        assert!(r0 <= r1 && r1 <= self.rows && c0 <= c1 && c1 <= self.cols);
+        let at = if r1 > r0 && c1 > c0 {
+            r0 * self.rs + c0 * self.cs
+        } else {
+            0
+        };
+        Self::strided(&self.data[at..], r1 - r0, c1 - c0, self.rs, self.cs)
+    }
+
     fn fits(&self, len: usize) -> bool {
         self.rows == 0
             || self.cols == 0

@@ -169,14 +169,18 @@ mod tests {
 
     #[test]
     fn fused_causal_attention_matches_the_composed_one_in_values_and_gradients() {
-        // 2 sequences of 7 tokens, 3 heads of 4: Q, K, V blocks of 12 columns each.
-        let qkv = rand_var(&[2, 7, 36], 7, 1.5);
-        check(
-            &[&qkv],
-            || causal_attention(Kernels::Fused, &qkv, 3, 4).unwrap(),
-            || causal_attention_composed(&qkv, 3, 4).unwrap(),
-            "causal attention",
-        );
+        // 2 sequences of 7 tokens, 3 heads of 4: Q, K, V blocks of 12 columns each; then
+        // sequences long enough to be split into 2 (70 = 35 + 35) and 4 ragged causal
+        // row blocks (133 = 3 x 34 + 31).
+        for (t, seed) in [(7, 7), (70, 12), (133, 13)] {
+            let qkv = rand_var(&[2, t, 36], seed, 1.5);
+            check(
+                &[&qkv],
+                || causal_attention(Kernels::Fused, &qkv, 3, 4).unwrap(),
+                || causal_attention_composed(&qkv, 3, 4).unwrap(),
+                "causal attention",
+            );
+        }
     }
 
     #[test]

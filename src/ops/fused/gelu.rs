@@ -2,9 +2,13 @@
 
 use super::storage::{map_blocks, slice_of, with_f32};
 use crate::ops::fastmath;
+#[cfg(target_arch = "x86_64")]
+use crate::ops::fastmath_avx2::{erf_and_gauss8, tanh8};
 use crate::ops::profile::{timed, OpKind};
 use crate::ops::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
 
 struct Gelu {
     tanh: bool,
@@ -38,12 +42,12 @@ fn gelu_tanh_grad(x: f32) -> f32 {
     0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
 }
 
-/// `y = gelu(x)` on a block: by hand at AVX2 ([`avx2`]), auto-vectorised otherwise.
+/// `y = gelu(x)` on a block: by hand at AVX2 ([`forward_avx2`]), auto-vectorised otherwise.
 fn forward_block(x: &[f32], y: &mut [f32], tanh: bool) {
     #[cfg(target_arch = "x86_64")]
     if crate::ops::simd::level() == crate::ops::simd::SimdLevel::Avx2 {
         // SAFETY: the level is AVX2 only where the CPU has AVX2 and FMA.
-        return unsafe { avx2::forward(x, y, tanh) };
+        return unsafe { forward_avx2(x, y, tanh) };
     }
     forward_block_auto(x, y, tanh)
 }
@@ -53,7 +57,7 @@ fn backward_block(x: &[f32], g: &[f32], dx: &mut [f32], tanh: bool) {
     #[cfg(target_arch = "x86_64")]
     if crate::ops::simd::level() == crate::ops::simd::SimdLevel::Avx2 {
         // SAFETY: as in forward_block.
-        return unsafe { avx2::backward(x, g, dx, tanh) };
+        return unsafe { backward_avx2(x, g, dx, tanh) };
     }
     backward_block_auto(x, g, dx, tanh)
 }
@@ -81,93 +85,94 @@ fn backward_block_auto(x: &[f32], g: &[f32], dx: &mut [f32], tanh: bool) {
 }
 }
 
-/// GELU eight lanes at a time with FMAs: the same formulas as the scalar functions above,
-/// on `fastmath_avx2`'s erf and tanh; the last `len % 8` values take the scalar ones.
+// GELU eight lanes at a time with FMAs: the same formulas as the scalar functions above,
+// on `fastmath_avx2`'s erf and tanh; the last `len % 8` values take the scalar ones.
+
+/// `sqrt(2/pi) * (x + 0.044715 x^3)`, tanh-GELU's argument.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::{gelu_erf, gelu_erf_grad, gelu_tanh, gelu_tanh_grad};
-    use super::{INV_SQRT_2, INV_SQRT_2PI, SQRT_2_OVER_PI};
-    use crate::ops::fastmath_avx2::{erf_and_gauss8, tanh8};
-    use std::arch::x86_64::*;
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_tanh_arg(x: __m256) -> __m256 {
+    let x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), _mm256_set1_ps(0.044715));
+    _mm256_mul_ps(_mm256_fmadd_ps(x3, x, x), _mm256_set1_ps(SQRT_2_OVER_PI))
+}
 
-    /// `sqrt(2/pi) * (x + 0.044715 x^3)`, tanh-GELU's argument.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn tanh_arg(x: __m256) -> __m256 {
-        let x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), _mm256_set1_ps(0.044715));
-        _mm256_mul_ps(_mm256_fmadd_ps(x3, x, x), _mm256_set1_ps(SQRT_2_OVER_PI))
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_value(x: __m256, tanh: bool) -> __m256 {
+    let half_x = _mm256_mul_ps(x, _mm256_set1_ps(0.5));
+    let f = if tanh {
+        tanh8(avx2_tanh_arg(x))
+    } else {
+        erf_and_gauss8(_mm256_mul_ps(x, _mm256_set1_ps(INV_SQRT_2))).0
+    };
+    _mm256_fmadd_ps(half_x, f, half_x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_slope(x: __m256, tanh: bool) -> __m256 {
+    let half = _mm256_set1_ps(0.5);
+    if tanh {
+        let t = tanh8(avx2_tanh_arg(x));
+        let du = _mm256_mul_ps(
+            _mm256_fmadd_ps(
+                _mm256_mul_ps(x, x),
+                _mm256_set1_ps(3.0 * 0.044715),
+                _mm256_set1_ps(1.0),
+            ),
+            _mm256_set1_ps(SQRT_2_OVER_PI),
+        );
+        let one_minus_t2 = _mm256_fnmadd_ps(t, t, _mm256_set1_ps(1.0));
+        let tail = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), one_minus_t2), du);
+        _mm256_add_ps(_mm256_fmadd_ps(half, t, half), tail)
+    } else {
+        let (erf, gauss) = erf_and_gauss8(_mm256_mul_ps(x, _mm256_set1_ps(INV_SQRT_2)));
+        let phi = _mm256_mul_ps(_mm256_mul_ps(x, gauss), _mm256_set1_ps(INV_SQRT_2PI));
+        _mm256_add_ps(_mm256_fmadd_ps(half, erf, half), phi)
     }
+}
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn value(x: __m256, tanh: bool) -> __m256 {
-        let half_x = _mm256_mul_ps(x, _mm256_set1_ps(0.5));
-        let f = if tanh {
-            tanh8(tanh_arg(x))
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn forward_avx2(x: &[f32], y: &mut [f32], tanh: bool) {
+    assert_eq!(x.len(), y.len());
+    let full = x.len() / 8 * 8;
+    for i in (0..full).step_by(8) {
+        let v = _mm256_loadu_ps(x.as_ptr().add(i));
+        _mm256_storeu_ps(y.as_mut_ptr().add(i), avx2_value(v, tanh));
+    }
+    for i in full..x.len() {
+        y[i] = if tanh {
+            gelu_tanh(x[i])
         } else {
-            erf_and_gauss8(_mm256_mul_ps(x, _mm256_set1_ps(INV_SQRT_2))).0
+            gelu_erf(x[i])
         };
-        _mm256_fmadd_ps(half_x, f, half_x)
     }
+}
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn slope(x: __m256, tanh: bool) -> __m256 {
-        let half = _mm256_set1_ps(0.5);
-        if tanh {
-            let t = tanh8(tanh_arg(x));
-            let du = _mm256_mul_ps(
-                _mm256_fmadd_ps(
-                    _mm256_mul_ps(x, x),
-                    _mm256_set1_ps(3.0 * 0.044715),
-                    _mm256_set1_ps(1.0),
-                ),
-                _mm256_set1_ps(SQRT_2_OVER_PI),
-            );
-            let one_minus_t2 = _mm256_fnmadd_ps(t, t, _mm256_set1_ps(1.0));
-            let tail = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), one_minus_t2), du);
-            _mm256_add_ps(_mm256_fmadd_ps(half, t, half), tail)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn backward_avx2(x: &[f32], g: &[f32], dx: &mut [f32], tanh: bool) {
+    assert!(x.len() == g.len() && x.len() == dx.len());
+    let full = x.len() / 8 * 8;
+    for i in (0..full).step_by(8) {
+        let v = _mm256_loadu_ps(x.as_ptr().add(i));
+        let gv = _mm256_loadu_ps(g.as_ptr().add(i));
+        _mm256_storeu_ps(
+            dx.as_mut_ptr().add(i),
+            _mm256_mul_ps(gv, avx2_slope(v, tanh)),
+        );
+    }
+    for i in full..x.len() {
+        let d = if tanh {
+            gelu_tanh_grad(x[i])
         } else {
-            let (erf, gauss) = erf_and_gauss8(_mm256_mul_ps(x, _mm256_set1_ps(INV_SQRT_2)));
-            let phi = _mm256_mul_ps(_mm256_mul_ps(x, gauss), _mm256_set1_ps(INV_SQRT_2PI));
-            _mm256_add_ps(_mm256_fmadd_ps(half, erf, half), phi)
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn forward(x: &[f32], y: &mut [f32], tanh: bool) {
-        assert_eq!(x.len(), y.len());
-        let full = x.len() / 8 * 8;
-        for i in (0..full).step_by(8) {
-            let v = _mm256_loadu_ps(x.as_ptr().add(i));
-            _mm256_storeu_ps(y.as_mut_ptr().add(i), value(v, tanh));
-        }
-        for i in full..x.len() {
-            y[i] = if tanh {
-                gelu_tanh(x[i])
-            } else {
-                gelu_erf(x[i])
-            };
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn backward(x: &[f32], g: &[f32], dx: &mut [f32], tanh: bool) {
-        assert!(x.len() == g.len() && x.len() == dx.len());
-        let full = x.len() / 8 * 8;
-        for i in (0..full).step_by(8) {
-            let v = _mm256_loadu_ps(x.as_ptr().add(i));
-            let gv = _mm256_loadu_ps(g.as_ptr().add(i));
-            _mm256_storeu_ps(dx.as_mut_ptr().add(i), _mm256_mul_ps(gv, slope(v, tanh)));
-        }
-        for i in full..x.len() {
-            let d = if tanh {
-                gelu_tanh_grad(x[i])
-            } else {
-                gelu_erf_grad(x[i])
-            };
-            dx[i] = g[i] * d;
-        }
+            gelu_erf_grad(x[i])
+        };
+        dx[i] = g[i] * d;
     }
 }
 

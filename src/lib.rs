@@ -1,7 +1,7 @@
 //! tp-harness: communication-efficient tensor parallelism of GPT-2 on candle.
 //!
 //! The modules, top first; each imports only those below it (`docs/architecture.md`,
-//! held by `tests/it/layering.rs`):
+//! held by `tests/it/layering/`):
 //! - `sweep`, `plot`: grids of runs; drawing what `analysis` computes
 //! - `tools`: evaluation, sampling, the SPD scan, HF import, the benchmark
 //! - `launch`: per-process setup, the threads and MPI launchers, rank orchestration

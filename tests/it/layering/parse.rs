@@ -1,23 +1,15 @@
-//! The layering of `src/`: no file imports a file that imports it back, directly or
-//! through others, and each folder imports only the folders below it that
-//! `docs/architecture.md` lists.
-//!
-//! Reads every library file, expands its `use` trees and inline `crate::`/`super::`/
-//! `self::` paths, and resolves each to the file that defines the item: through child
-//! modules, and through a module file's `pub use` re-exports to the file they point at
-//! (so importing `crate::comm::CountedComm` is an edge to `comm/counted.rs`, not to
-//! `comm/mod.rs`). `mod` declarations are not imports; `#[cfg(test)]` modules are left out.
-//! Then it looks for a cycle in that graph, and holds the folders to the layers and the
-//! import table of `docs/architecture.md`.
+//! Reading `src/` into an import graph: every library file's `use` trees and inline
+//! `crate::`/`super::`/`self::` paths, resolved to the files that define the items
+//! (through child modules and `pub use` re-exports).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-type Module = Vec<String>;
+pub(super) type Module = Vec<String>;
 /// A file's module, its `use` paths (`pub` or not) and its inline paths.
-type Parsed = (Module, Vec<(bool, String)>, Vec<String>);
+pub(super) type Parsed = (Module, Vec<(bool, String)>, Vec<String>);
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(super) fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.is_dir() {
@@ -30,7 +22,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn module_of(src: &Path, file: &Path) -> Module {
+pub(super) fn module_of(src: &Path, file: &Path) -> Module {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
     let mut m: Module = rel
         .iter()
@@ -43,7 +35,7 @@ fn module_of(src: &Path, file: &Path) -> Module {
 }
 
 /// The code without comments, string literals and test modules.
-fn code(text: &str) -> String {
+pub(super) fn code(text: &str) -> String {
     let mut out = String::new();
     for line in text.lines() {
         let line = match line.find("//") {
@@ -72,8 +64,64 @@ fn code(text: &str) -> String {
     clean
 }
 
+/// The code with paths inside inline modules (`mod x { ... }`) rewritten as the file
+/// itself would spell them: inside one level, `super::a` is the file's `self::a` and
+/// `super::super::a` its `super::a`. (An inline module's items are the file's: its
+/// imports are the file's imports.)
+pub(super) fn inline_modules_flattened(code: &str) -> String {
+    let bytes = code.as_bytes();
+    let (mut out, mut depth, mut i) = (String::with_capacity(code.len()), 0usize, 0);
+    let mut opened: Vec<usize> = Vec::new(); // brace depth inside each open inline module
+    let word_start = |i: usize| {
+        i == 0
+            || !(bytes[i - 1].is_ascii_alphanumeric()
+                || bytes[i - 1] == b'_'
+                || bytes[i - 1] == b':')
+    };
+    while i < code.len() {
+        let rest = &code[i..];
+        if word_start(i) && rest.starts_with("mod ") {
+            let after = rest[4..].trim_start();
+            let name_len = after
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(0);
+            if name_len > 0 && after[name_len..].trim_start().starts_with('{') {
+                opened.push(depth + 1);
+            }
+        }
+        if word_start(i) && !opened.is_empty() && rest.starts_with("super::") {
+            let mut supers = 0;
+            while code[i + 7 * supers..].starts_with("super::") {
+                supers += 1;
+            }
+            let kept = supers.saturating_sub(opened.len());
+            out.push_str(&if kept == 0 {
+                "self::".to_string()
+            } else {
+                "super::".repeat(kept)
+            });
+            i += 7 * supers;
+            continue;
+        }
+        let c = rest.chars().next().unwrap();
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                if opened.last() == Some(&depth) {
+                    opened.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            _ => {}
+        }
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
 /// Expands a use tree like `a::{b, c::{d, e}}` into full paths.
-fn expand(tree: &str) -> Vec<String> {
+pub(super) fn expand(tree: &str) -> Vec<String> {
     let tree = tree.trim();
     let Some(open) = tree.find('{') else {
         let base = tree.split(" as ").next().unwrap().trim();
@@ -113,7 +161,7 @@ fn expand(tree: &str) -> Vec<String> {
 }
 
 /// `(is_pub, path)` of every `use` in the code, and the inline paths outside them.
-fn paths(code: &str) -> (Vec<(bool, String)>, Vec<String>) {
+pub(super) fn paths(code: &str) -> (Vec<(bool, String)>, Vec<String>) {
     let mut uses = Vec::new();
     let mut rest = String::new();
     let mut s = code;
@@ -160,9 +208,9 @@ fn paths(code: &str) -> (Vec<(bool, String)>, Vec<String>) {
     (uses, inline)
 }
 
-struct Crate {
+pub(super) struct Crate {
     /// module -> its file
-    files: BTreeMap<Module, PathBuf>,
+    pub(super) files: BTreeMap<Module, PathBuf>,
     /// module -> (public `use` paths, resolved against that module)
     reexports: BTreeMap<Module, Vec<Vec<String>>>,
 }
@@ -236,10 +284,10 @@ impl Crate {
     }
 }
 
-type Graph = BTreeMap<Module, BTreeSet<Module>>;
+pub(super) type Graph = BTreeMap<Module, BTreeSet<Module>>;
 
 /// The library's files and which file imports which.
-fn import_graph() -> (PathBuf, Crate, Graph) {
+pub(super) fn import_graph() -> (PathBuf, Crate, Graph) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut all = Vec::new();
     files(&src, &mut all);
@@ -253,7 +301,8 @@ fn import_graph() -> (PathBuf, Crate, Graph) {
     let parsed: Vec<Parsed> = all
         .iter()
         .map(|f| {
-            let (u, i) = paths(&code(&std::fs::read_to_string(f).unwrap()));
+            let text = code(&std::fs::read_to_string(f).unwrap());
+            let (u, i) = paths(&inline_modules_flattened(&text));
             (module_of(&src, f), u, i)
         })
         .collect();
@@ -281,164 +330,4 @@ fn import_graph() -> (PathBuf, Crate, Graph) {
         "the import graph is implausibly small: the parser is broken"
     );
     (src, krate, edges)
-}
-
-#[test]
-fn no_file_in_src_imports_a_file_that_imports_it_back() {
-    let (src, krate, edges) = import_graph();
-    // Depth-first search for a back edge.
-    fn visit(
-        m: &Module,
-        edges: &BTreeMap<Module, BTreeSet<Module>>,
-        state: &mut BTreeMap<Module, u8>,
-        stack: &mut Vec<Module>,
-    ) -> Option<Vec<Module>> {
-        state.insert(m.clone(), 1);
-        stack.push(m.clone());
-        for t in edges.get(m).into_iter().flatten() {
-            match state.get(t).copied().unwrap_or(0) {
-                1 => {
-                    let at = stack.iter().position(|s| s == t).unwrap();
-                    let mut cycle = stack[at..].to_vec();
-                    cycle.push(t.clone());
-                    return Some(cycle);
-                }
-                0 => {
-                    if let Some(c) = visit(t, edges, state, stack) {
-                        return Some(c);
-                    }
-                }
-                _ => {}
-            }
-        }
-        stack.pop();
-        state.insert(m.clone(), 2);
-        None
-    }
-    let mut state = BTreeMap::new();
-    for m in edges.keys() {
-        if state.get(m).copied().unwrap_or(0) == 0 {
-            if let Some(cycle) = visit(m, &edges, &mut state, &mut Vec::new()) {
-                let names: Vec<String> = cycle
-                    .iter()
-                    .map(|m| {
-                        krate.files[m]
-                            .strip_prefix(&src)
-                            .unwrap()
-                            .display()
-                            .to_string()
-                    })
-                    .collect();
-                panic!("import cycle: {}", names.join(" -> "));
-            }
-        }
-    }
-}
-
-/// The lines of `docs/architecture.md` between `<!-- NAME` and `<!-- end NAME -->`.
-fn architecture_section(name: &str) -> Vec<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md");
-    let doc = std::fs::read_to_string(path).unwrap();
-    let start = doc
-        .find(&format!("<!-- {name}"))
-        .unwrap_or_else(|| panic!("docs/architecture.md has no `<!-- {name}` section"));
-    let end = doc[start..]
-        .find(&format!("<!-- end {name} -->"))
-        .unwrap_or_else(|| panic!("docs/architecture.md's {name} section has no end"))
-        + start;
-    doc[start..end]
-        .lines()
-        .skip(1)
-        .map(str::to_string)
-        .collect()
-}
-
-/// The layers, top first: `src/NAME/` or `src/NAME.rs` at the start of a line.
-fn documented_layers() -> Vec<String> {
-    architecture_section("layers")
-        .iter()
-        .filter_map(|l| l.trim_start().strip_prefix("src/"))
-        .map(|rest| {
-            let name = rest
-                .split(|c: char| c == '/' || c.is_whitespace())
-                .next()
-                .unwrap();
-            name.trim_end_matches(".rs").to_string()
-        })
-        .collect()
-}
-
-/// The import table: folder -> the folders it imports.
-fn documented_imports() -> BTreeMap<String, BTreeSet<String>> {
-    architecture_section("imports")
-        .iter()
-        .filter_map(|l| {
-            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            match cells.as_slice() {
-                ["", folder, imports, ""]
-                    if !folder.is_empty() && *folder != "folder" && !folder.starts_with('-') =>
-                {
-                    Some((
-                        folder.to_string(),
-                        imports.split_whitespace().map(str::to_string).collect(),
-                    ))
-                }
-                _ => None,
-            }
-        })
-        .collect()
-}
-
-#[test]
-fn each_folder_imports_only_the_folders_below_it_that_docs_architecture_lists() {
-    let (_, krate, edges) = import_graph();
-    let layers = documented_layers();
-    assert!(
-        layers.len() > 10,
-        "docs/architecture.md lists {} layers",
-        layers.len()
-    );
-    let position = |top: &str| layers.iter().position(|l| l == top);
-    for m in krate.files.keys() {
-        if let Some(top) = m.first() {
-            assert!(
-                position(top).is_some(),
-                "src/{top} is not in docs/architecture.md's layer list: add it where it belongs"
-            );
-        }
-    }
-    let mut actual: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (from, targets) in &edges {
-        let Some(a) = from.first() else { continue };
-        for b in targets.iter().filter_map(|t| t.first()).filter(|b| *b != a) {
-            actual.entry(a.clone()).or_default().insert(b.clone());
-        }
-    }
-    for (a, bs) in &actual {
-        for b in bs {
-            assert!(
-                position(a) < position(b),
-                "src/{a} imports src/{b}, which docs/architecture.md lists above it"
-            );
-        }
-    }
-    let table = documented_imports();
-    let differing: Vec<String> = layers
-        .iter()
-        .filter(|l| *l != "bin")
-        .filter_map(|layer| {
-            let real = actual.get(layer).cloned().unwrap_or_default();
-            let written = table.get(layer).cloned().unwrap_or_default();
-            (real != written).then(|| {
-                let real: Vec<_> = real.into_iter().collect();
-                format!("| {layer} | {} |", real.join(" "))
-            })
-        })
-        .collect();
-    assert!(
-        differing.is_empty(),
-        "docs/architecture.md's import table is not what the code imports (a new dependency \
-         is a decision to write down); these rows are true:\n{}",
-        differing.join("\n")
-    );
 }

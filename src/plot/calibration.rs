@@ -3,7 +3,7 @@
 //! each shaped link, and the time each pattern's training takes on each measured link.
 
 use super::font;
-use super::style::{color, PlotResult};
+use super::style::{color, draw_legend, PlotResult};
 use crate::analysis::calibration::{real_links_markdown, Calibration, Cell, OnRealLinks};
 use anyhow::{bail, Context, Result};
 use plotters::coord::Shift;
@@ -100,13 +100,7 @@ where
                 .map(|&q| Cross::new(q, 5, col.stroke_width(2))),
         )?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    draw_legend(&mut chart, 14)?;
     root.present()?;
     Ok(())
 }
@@ -200,13 +194,7 @@ where
                     PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(3))
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()?;
+        draw_legend(&mut chart, 13)?;
     }
     root.present()?;
     Ok(())

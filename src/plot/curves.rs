@@ -3,7 +3,7 @@
 //! ms per step on a link).
 
 use super::font;
-use super::style::{color, range, PlotResult};
+use super::style::{color, draw_legend, range, PlotResult};
 use crate::analysis::{Link, RunCurves};
 use crate::error::user;
 use anyhow::{Context, Result};
@@ -153,13 +153,7 @@ where
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
         }
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 16))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    draw_legend(&mut chart, 16)?;
     Ok(())
 }
 

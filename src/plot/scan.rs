@@ -1,7 +1,7 @@
 //! The sensitivity scan's figure (`tp-scan`).
 
 use super::font;
-use super::style::{color, range, PlotResult};
+use super::style::{color, draw_legend, range, PlotResult};
 use crate::run_dir::records::Tier;
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
@@ -95,13 +95,7 @@ where
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
         chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 16))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    draw_legend(&mut chart, 16)?;
     root.present()?;
     Ok(())
 }

@@ -69,3 +69,20 @@ pub fn color(i: usize) -> RGBAColor {
         None => Palette99::pick(i).to_rgba(),
     }
 }
+
+/// The legend every figure draws: upper right, on a translucent white box, at `size` pt.
+pub fn draw_legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>, size: u32) -> PlotResult
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", size))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    Ok(())
+}

@@ -2,6 +2,7 @@
 //! refuse before computing anything.
 
 use crate::common::*;
+use std::path::Path;
 use std::time::{Duration, Instant};
 use tp_harness::run_dir::latest;
 
@@ -33,14 +34,7 @@ fn a_reader_racing_a_live_run_that_keeps_one_checkpoint_always_loads_a_healthy_o
         .spawn()
         .unwrap();
     let run = d.join("run");
-    let t0 = Instant::now();
-    while latest(&run).ok().flatten().is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "no checkpoint appeared"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_first_checkpoint(&run);
     let (mut loads, mut steps) = (0, std::collections::BTreeSet::new());
     while writer.try_wait().unwrap().is_none() {
         let (_, ck) = load_checkpoint(&run, None, "sample from", Need::Weights)
@@ -77,14 +71,7 @@ fn tp_eval_and_tp_scan_refuse_a_live_run_before_computing_anything() {
         .spawn()
         .unwrap();
     let run = d.join("run");
-    let t0 = Instant::now();
-    while latest(&run).ok().flatten().is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "no checkpoint appeared"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_first_checkpoint(&run);
     // Without its data an evaluation could not even start: the refusal must come first.
     let no_data = [
         ("TP_DATA_DIR", "/nonexistent/data"),
@@ -103,4 +90,16 @@ fn tp_eval_and_tp_scan_refuse_a_live_run_before_computing_anything() {
     writer.kill().unwrap();
     writer.wait().unwrap();
     assert!(!run.join("eval.json").exists() && !run.join("scan.json").exists());
+}
+
+/// Waits (60 s at most) until the live run in `run` has written its first checkpoint.
+fn wait_for_first_checkpoint(run: &Path) {
+    let t0 = Instant::now();
+    while latest(run).ok().flatten().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no checkpoint appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -17,6 +17,8 @@ pub mod gemm;
 pub mod peak;
 pub mod profile;
 pub mod simd;
+#[cfg(target_arch = "x86_64")]
+pub mod small_gemm_avx2;
 
 pub use crate::device::Kernels;
 use candle_core::{DType, Result, Tensor, D};

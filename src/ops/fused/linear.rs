@@ -3,7 +3,7 @@
 //! transposed views too: `dx = dy W^T`, `dW = x^T dy`, `db` = column sums of `dy`.
 
 use super::storage::slice_of;
-use crate::ops::gemm::{matmul, threads, Mat, MatMut};
+use crate::ops::gemm::{matmul, matmul_new, threads, Mat, MatMut};
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 
@@ -44,13 +44,13 @@ fn forward(x: &CpuStorage, lx: &Layout, w: Mat, b: Option<&[f32]>) -> Result<(Cp
     }
     let flops = 2.0 * (rows * n_in * n_out) as f64;
     let y = timed(OpKind::MatmulFwd, flops, || {
-        let mut y = vec![0f32; rows * n_out];
-        if let Some(b) = b {
-            // Start from the bias and accumulate the product onto it.
-            y.chunks_exact_mut(n_out).for_each(|r| r.copy_from_slice(b));
-        }
-        let dst = MatMut::rows(&mut y, rows, n_out);
-        matmul(dst, Mat::rows(x, rows, n_in), w, b.is_some(), threads());
+        let x = Mat::rows(x, rows, n_in);
+        let Some(b) = b else {
+            return matmul_new(x, w, threads());
+        };
+        // Start from the bias and accumulate the product onto it.
+        let mut y = b.repeat(rows);
+        matmul(MatMut::rows(&mut y, rows, n_out), x, w, true, threads());
         y
     });
     let mut dims = lx.dims().to_vec();
@@ -90,34 +90,14 @@ fn backward(
     let flops = 4.0 * (rows * n_in * n_out) as f64;
     let (dx, dw, db) = timed(OpKind::MatmulBwd, flops, || {
         let g = Mat::rows(gv, rows, n_out);
-        let mut dx = vec![0f32; rows * n_in];
-        matmul(
-            MatMut::rows(&mut dx, rows, n_in),
-            g,
-            wm.t(),
-            false,
-            threads(),
-        );
+        let dx = matmul_new(g, wm.t(), threads());
         // The weight's gradient in the weight argument's own layout.
-        let mut dw = vec![0f32; n_in * n_out];
         let x_rows = Mat::rows(xv, rows, n_in);
-        if op.w_out_in {
-            matmul(
-                MatMut::rows(&mut dw, n_out, n_in),
-                g.t(),
-                x_rows,
-                false,
-                threads(),
-            );
+        let dw = if op.w_out_in {
+            matmul_new(g.t(), x_rows, threads())
         } else {
-            matmul(
-                MatMut::rows(&mut dw, n_in, n_out),
-                x_rows.t(),
-                g,
-                false,
-                threads(),
-            );
-        }
+            matmul_new(x_rows.t(), g, threads())
+        };
         let db = with_bias.then(|| {
             let mut db = vec![0f32; n_out];
             for r in gv.chunks_exact(n_out) {

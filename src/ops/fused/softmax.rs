@@ -27,25 +27,39 @@ pub(super) fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
 unsafe fn causal_softmax_row_avx2(row: &mut [f32], i: usize, scale: f32) {
     use crate::ops::fastmath_avx2::exp8;
     use std::arch::x86_64::*;
-    let (live, masked) = row.split_at_mut(i + 1);
-    let max = fastmath::max(live) * scale;
-    let full = live.len() / 8 * 8;
+    let max = fastmath::max(&row[..=i]) * scale;
+    let full = (i + 1) / 8 * 8;
+    let tail = i + 1 - full;
     let (vscale, vmax) = (_mm256_set1_ps(scale), _mm256_set1_ps(max));
     let mut acc = _mm256_setzero_ps();
     for at in (0..full).step_by(8) {
-        let p = live.as_mut_ptr().add(at);
+        let p = row.as_mut_ptr().add(at);
         let e = exp8(_mm256_fmsub_ps(_mm256_loadu_ps(p), vscale, vmax));
         _mm256_storeu_ps(p, e);
         acc = _mm256_add_ps(acc, e);
     }
+    let mut total = 0.0;
+    if tail > 0 && full + 8 <= row.len() {
+        // The last 1-7 live values as one vector that runs into the masked part (rows
+        // are short: a scalar tail was a quarter of the work); the lanes past `i` become
+        // zeros, which the masked part is anyway.
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail as i32), lane);
+        let p = row.as_mut_ptr().add(full);
+        let e = exp8(_mm256_fmsub_ps(_mm256_loadu_ps(p), vscale, vmax));
+        let e = _mm256_and_ps(e, _mm256_castsi256_ps(keep));
+        _mm256_storeu_ps(p, e);
+        acc = _mm256_add_ps(acc, e);
+    } else {
+        for v in &mut row[full..=i] {
+            *v = fastmath::exp(*v * scale - max);
+            total += *v;
+        }
+    }
     let mut lanes = [0f32; 8];
     _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-    let mut total = fastmath::sum(&lanes);
-    for v in &mut live[full..] {
-        *v = fastmath::exp(*v * scale - max);
-        total += *v;
-    }
-    let inv = 1.0 / total;
+    let inv = 1.0 / (fastmath::sum(&lanes) + total);
+    let (live, masked) = row.split_at_mut(i + 1);
     live.iter_mut().for_each(|v| *v *= inv);
     masked.iter_mut().for_each(|v| *v = 0.0);
 }

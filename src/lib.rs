@@ -11,7 +11,7 @@
 //! - `config`: the run configuration, presets, validation
 //! - `model`: GPT-2 from a pattern, the Hugging Face format
 //! - `data`: tokenizers, datasets, loaders sharded by DP rank
-//! - `blocks`: the t / s / p blocks and the pattern parser
+//! - `blocks`: the t / s / p / l blocks and the pattern parser
 //! - `tp`: TP maths for any model (f/g, parallel linears, vocab-parallel loss)
 //! - `comm`: the `Comm` trait, threads / MPI / NCCL backends, mesh, tally, link model
 //! - `ops`: kernels (fused CPU per SIMD level, CUDA, portable)

@@ -1,4 +1,4 @@
-//! The transformer blocks `t`, `s` and `p` exactly as `docs/blocks.md` defines
+//! The transformer blocks `t`, `s`, `p` and `l` exactly as `docs/blocks.md` defines
 //! them, the shared attention/MLP shards they are made of, and the pattern parser.
 //!
 //! Blocks talk to their tensor-parallel group only through [`crate::comm::CountedComm`] and the
@@ -7,6 +7,7 @@
 pub mod attention;
 pub mod config;
 pub mod fwd;
+pub mod l;
 pub mod mlp;
 pub mod p;
 pub mod params;
@@ -19,6 +20,7 @@ pub use attention::AttentionShard;
 pub use config::BlockConfig;
 pub use fwd::Fwd;
 pub(crate) use fwd::{add_bias, DropSite};
+pub use l::LadderRun;
 pub use mlp::MlpShard;
 pub use p::ParallelRun;
 pub use params::{BlockParams, BlockTags};

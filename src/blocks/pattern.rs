@@ -4,7 +4,7 @@
 //! pattern := seq
 //! seq     := element*
 //! element := kind | "(" seq ")" | count "x" "(" seq ")" | count "x" seq   (rest of seq)
-//! kind    := "t" | "s" | "p"
+//! kind    := "t" | "s" | "p" | "l"
 //! count   := decimal integer >= 1
 //! ```
 
@@ -22,6 +22,9 @@ pub enum BlockKind {
     /// ParallelBlock: one forward all-reduce per maximal run.
     #[serde(rename = "p")]
     P,
+    /// LadderBlock: two forward all-reduces, each waited for one module later.
+    #[serde(rename = "l")]
+    L,
 }
 
 impl fmt::Display for BlockKind {
@@ -36,6 +39,7 @@ impl BlockKind {
             BlockKind::T => 't',
             BlockKind::S => 's',
             BlockKind::P => 'p',
+            BlockKind::L => 'l',
         }
     }
 }
@@ -71,12 +75,16 @@ impl Layout {
     }
     /// Maximal runs of consecutive `p` blocks as (first layer, length).
     pub fn p_runs(&self) -> Vec<(usize, usize)> {
+        self.runs_of(BlockKind::P)
+    }
+    /// Maximal runs of consecutive blocks of `kind` as (first layer, length).
+    pub fn runs_of(&self, kind: BlockKind) -> Vec<(usize, usize)> {
         let mut runs = Vec::new();
         let mut i = 0;
         while i < self.kinds.len() {
-            if self.kinds[i] == BlockKind::P {
+            if self.kinds[i] == kind {
                 let start = i;
-                while i < self.kinds.len() && self.kinds[i] == BlockKind::P {
+                while i < self.kinds.len() && self.kinds[i] == kind {
                     i += 1;
                 }
                 runs.push((start, i - start));
@@ -86,11 +94,14 @@ impl Layout {
         }
         runs
     }
-    /// blocks.md's count: `2 * count(t) + count(s) + number of maximal p-runs`.
+    /// blocks.md's count: `2 * count(t) + 2 * count(l) + count(s) + number of maximal
+    /// p-runs`.
     pub fn forward_allreduces(&self) -> usize {
-        let t = self.kinds.iter().filter(|k| **k == BlockKind::T).count();
-        let s = self.kinds.iter().filter(|k| **k == BlockKind::S).count();
-        2 * t + s + self.p_runs().len()
+        let count = |kind| self.kinds.iter().filter(|k| **k == kind).count();
+        2 * count(BlockKind::T)
+            + 2 * count(BlockKind::L)
+            + count(BlockKind::S)
+            + self.p_runs().len()
     }
 }
 
@@ -112,7 +123,7 @@ impl fmt::Display for PatternError {
         };
         write!(
             f,
-            "bad pattern \"{}\": {} at position {} (use t, s, p, groups \"(..)\" and repeats like \"3xsppp\")",
+            "bad pattern \"{}\": {} at position {} (use t, s, p, l, groups \"(..)\" and repeats like \"3xsppp\")",
             shown,
             self.message,
             self.position + 1
@@ -175,12 +186,13 @@ impl Parser<'_> {
                     }
                     break;
                 }
-                't' | 's' | 'p' => {
+                't' | 's' | 'p' | 'l' => {
                     self.room(&out, 1, 1, self.pos)?;
                     out.push(match c {
                         't' => BlockKind::T,
                         's' => BlockKind::S,
-                        _ => BlockKind::P,
+                        'p' => BlockKind::P,
+                        _ => BlockKind::L,
                     });
                     self.pos += 1;
                 }

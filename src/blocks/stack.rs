@@ -1,7 +1,7 @@
 //! The block stack a pattern describes: `t` and `s` blocks one by one, each maximal run of
-//! `p` blocks as one [`ParallelRun`].
+//! `p` blocks as one [`ParallelRun`], each maximal run of `l` blocks as one [`LadderRun`].
 
-use super::{BlockConfig, BlockKind, Fwd, Layout, ParallelRun, SpdBlock, TpBlock};
+use super::{BlockConfig, BlockKind, Fwd, LadderRun, Layout, ParallelRun, SpdBlock, TpBlock};
 use crate::comm::CountedComm;
 use crate::tp::ParamBuilder;
 use anyhow::Result;
@@ -11,6 +11,7 @@ enum Stage {
     T(TpBlock),
     S(SpdBlock),
     P(ParallelRun),
+    L(LadderRun),
 }
 
 pub struct BlockStack {
@@ -31,12 +32,13 @@ impl BlockStack {
             match kinds[i] {
                 BlockKind::T => stages.push(Stage::T(TpBlock::build(b, cfg, i, tp)?)),
                 BlockKind::S => stages.push(Stage::S(SpdBlock::build(b, cfg, i, tp)?)),
-                BlockKind::P => {
-                    let len = kinds[i..]
-                        .iter()
-                        .take_while(|k| **k == BlockKind::P)
-                        .count();
-                    stages.push(Stage::P(ParallelRun::build(b, cfg, i, len, tp)?));
+                run @ (BlockKind::P | BlockKind::L) => {
+                    let len = kinds[i..].iter().take_while(|k| **k == run).count();
+                    stages.push(if run == BlockKind::P {
+                        Stage::P(ParallelRun::build(b, cfg, i, len, tp)?)
+                    } else {
+                        Stage::L(LadderRun::build(b, cfg, i, len, tp)?)
+                    });
                     i += len;
                     continue;
                 }
@@ -53,6 +55,7 @@ impl BlockStack {
                 Stage::T(b) => b.forward(&x, fwd)?,
                 Stage::S(b) => b.forward(&x, fwd)?,
                 Stage::P(r) => r.forward(&x, fwd)?,
+                Stage::L(r) => r.forward(&x, fwd)?,
             };
         }
         Ok(x)

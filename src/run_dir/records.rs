@@ -12,7 +12,7 @@ use std::fmt::Write;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerComm {
     pub layer: usize,
-    /// Block kind: t, s or p.
+    /// Block kind: t, s, p or l.
     pub kind: String,
     /// TP all-reduces issued by this layer per forward pass.
     pub forward_allreduces: f64,

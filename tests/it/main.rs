@@ -13,6 +13,7 @@ mod hostile_inputs;
 mod import;
 mod init_from;
 mod kill_resume;
+mod ladder_equals_blocks_md;
 mod layering;
 mod mpi;
 mod s_and_p_equal_blocks_md;

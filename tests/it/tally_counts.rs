@@ -1,5 +1,5 @@
 //! The communication tally counts, per forward and per backward pass, exactly the TP
-//! all-reduces blocks.md's formula predicts (`2 t + s + p-runs`, backward = forward), and
+//! all-reduces blocks.md's formula predicts (`2 t + 2 l + s + p-runs`, backward = forward), and
 //! attributes them to the right layers.
 
 use crate::common::*;
@@ -55,6 +55,9 @@ fn counted_allreduces_per_pass_equal_the_formula_at_tp2() {
         ("3xsppp", 6),
         ("12xt", 24),
         ("12xs", 12),
+        ("llll", 8),
+        ("tllp", 7),
+        ("lsll", 7),
     ] {
         let (f, b, _) = count(pattern, 2);
         assert_eq!(f, expected, "{pattern}: forward all-reduces");
@@ -68,12 +71,12 @@ fn counted_allreduces_per_pass_equal_the_formula_at_tp2() {
 
 #[test]
 fn allreduces_are_attributed_to_their_layers() {
-    let pattern = "tspppsp";
+    let pattern = "tspppspll";
     let layout = Layout::parse(pattern).unwrap();
     let (_, _, per_layer) = count(pattern, 2);
     for (i, (f, b)) in per_layer.iter().enumerate() {
         let expect = match layout.kinds[i] {
-            BlockKind::T => (2, 2),
+            BlockKind::T | BlockKind::L => (2, 2),
             BlockKind::S => (1, 1),
             // A p-run's one all-reduce sits at its last layer, its backward one at its first.
             BlockKind::P => {

@@ -4,7 +4,10 @@
 //! cases), its collectives are tallied at their own sites, and each rank holds only its
 //! rows of the table.
 
-use crate::common::checks::{check_against_dense, check_against_literal, check_golden_cases, On};
+use crate::common::checks::{
+    check_against_dense, check_against_literal, check_golden_cases, golden_dir, golden_ladder_dir,
+    On,
+};
 use crate::common::*;
 use tp_harness::blocks::{Fwd, Layout};
 use tp_harness::comm::{CommKind, Site};
@@ -74,7 +77,8 @@ fn vocab_parallel_equals_the_replicated_table_in_loss_and_every_gradient_at_tp_2
 
 #[test]
 fn every_golden_case_matches_with_the_vocab_parallel_table() {
-    assert!(check_golden_cases(&ons()) >= 1);
+    assert!(check_golden_cases(&golden_dir(), &ons()) >= 1);
+    assert!(check_golden_cases(&golden_ladder_dir(), &ons()) >= 2);
 }
 
 /// One forward + backward pass at tp 2: the lookup's all-reduce, the head's max and

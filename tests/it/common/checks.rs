@@ -128,10 +128,22 @@ pub fn check_against_literal(pattern: &str, tp: usize, bias: bool, on: &On) {
     compare(&what, on, &ours, ref_loss, &ref_grads, Some(ref_xg));
 }
 
+/// `../shared/golden` (the t/s/p cases), or `TP_GOLDEN_DIR`.
 pub fn golden_dir() -> PathBuf {
-    match std::env::var("TP_GOLDEN_DIR") {
+    shared_dir("TP_GOLDEN_DIR", "golden")
+}
+
+/// `../shared/golden-ladder` (the cases with `l` blocks), or `TP_GOLDEN_LADDER_DIR`.
+pub fn golden_ladder_dir() -> PathBuf {
+    shared_dir("TP_GOLDEN_LADDER_DIR", "golden-ladder")
+}
+
+fn shared_dir(var: &str, name: &str) -> PathBuf {
+    match std::env::var(var) {
         Ok(d) => PathBuf::from(d),
-        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/golden"),
+        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared")
+            .join(name),
     }
 }
 
@@ -152,11 +164,10 @@ struct Case {
     forward_allreduces: usize,
 }
 
-/// Every golden case (an independent implementation's weights, batch, loss and
+/// Every golden case in `dir` (an independent implementation's weights, batch, loss and
 /// gradients) at its own tp, under each of `ons`. Returns how many cases ran.
-pub fn check_golden_cases(ons: &[On]) -> usize {
-    let dir = golden_dir();
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+pub fn check_golden_cases(dir: &std::path::Path, ons: &[On]) -> usize {
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("golden folder {} unreadable: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))

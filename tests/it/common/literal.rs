@@ -1,6 +1,6 @@
 //! blocks.md computed literally in one process: every rank's path of every block written
 //! out with `sum_r`, all in one autograd graph over the shared logical parameters. The
-//! reference that `s` and `p` (and `t`) must equal at any tp.
+//! reference that `s`, `p` and `l` (and `t`) must equal at any tp.
 
 use super::dense;
 use candle_core::{Tensor, Var};
@@ -141,6 +141,31 @@ impl Ctx<'_> {
         Self::add_opt(y, self.p(&format!("h.{i}.pr.b")))
     }
 
+    /// blocks.md's ladder: each module's sum joins the stream one module later; both
+    /// pending sums join where the run ends.
+    fn l_run(&self, first: usize, len: usize, x: &Tensor) -> Tensor {
+        let mut x = x.clone();
+        let (mut p_a, mut p_m): (Option<Tensor>, Option<Tensor>) = (None, None);
+        for i in first..first + len {
+            if let Some(p) = p_a.take() {
+                x = (x + p).unwrap();
+            }
+            let h = self.ln(&x, &format!("h.{i}.ln1"));
+            let a = Self::sum((0..self.n).map(|r| self.attn_r(i, &h, r)).collect());
+            p_a = Some(Self::add_opt(a, self.p(&format!("h.{i}.o.b"))));
+            if let Some(p) = p_m.take() {
+                x = (x + p).unwrap();
+            }
+            let h = self.ln(&x, &format!("h.{i}.ln2"));
+            let m = Self::sum((0..self.n).map(|r| self.mlp_r(i, &h, r)).collect());
+            p_m = Some(Self::add_opt(m, self.p(&format!("h.{i}.pr.b"))));
+        }
+        for p in [p_a, p_m].into_iter().flatten() {
+            x = (x + p).unwrap();
+        }
+        x
+    }
+
     fn p_run(&self, first: usize, len: usize, x: &Tensor) -> Tensor {
         let mut xs: Vec<Tensor> = vec![x.clone(); self.n];
         let mut zs: Vec<Tensor> = Vec::new();
@@ -178,12 +203,13 @@ pub fn loss_embedded(
         match kinds[i] {
             BlockKind::T => x = ctx.t_block(i, &x),
             BlockKind::S => x = ctx.s_block(i, &x),
-            BlockKind::P => {
-                let len = kinds[i..]
-                    .iter()
-                    .take_while(|k| **k == BlockKind::P)
-                    .count();
-                x = ctx.p_run(i, len, &x);
+            run @ (BlockKind::P | BlockKind::L) => {
+                let len = kinds[i..].iter().take_while(|k| **k == run).count();
+                x = if run == BlockKind::P {
+                    ctx.p_run(i, len, &x)
+                } else {
+                    ctx.l_run(i, len, &x)
+                };
                 i += len;
                 continue;
             }

@@ -1,0 +1,75 @@
+//! `l` — LadderBlock (Ladder Residual), two forward all-reduces each waited for one module
+//! later, over a maximal run of consecutive `l` blocks:
+//!
+//! ```text
+//! x1   = x + P_a                      # the previous l block's attention sum
+//! P_a' = sum_r A_r(LN1(x1)) + b_o     # all-reduce 1, waited for in the next block
+//! x2   = x1 + P_m                     # the previous l block's MLP sum
+//! P_m' = sum_r M_r(LN2(x2)) + b_pr    # all-reduce 2, waited for in the next block
+//! y    = x2 + P_a' + P_m'             # where the run ends
+//! ```
+//! Like `t`, every replicated parameter is used on replicated values only (tag
+//! `Replicated`), and `f` after each LayerNorm all-reduces the input gradient.
+
+use super::{add_bias, BlockConfig, BlockParams, DropSite, Fwd};
+use crate::comm::{CountedComm, Site};
+use crate::tp::{copy_to_tp, reduce_from_tp, ParamBuilder};
+use anyhow::Result;
+use candle_core::Tensor;
+
+/// A maximal run of `l` blocks: layers `first .. first + len`.
+pub struct LadderRun {
+    blocks: Vec<BlockParams>,
+    tp: CountedComm,
+}
+
+impl LadderRun {
+    pub fn build(
+        b: &mut ParamBuilder,
+        cfg: &BlockConfig,
+        first: usize,
+        len: usize,
+        tp: &CountedComm,
+    ) -> Result<Self> {
+        let blocks = (first..first + len)
+            .map(|layer| BlockParams::build(b, cfg, layer, super::t::TAGS))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            blocks,
+            tp: tp.clone(),
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        let mut x = x.clone();
+        let (mut p_a, mut p_m): (Option<Tensor>, Option<Tensor>) = (None, None);
+        for blk in &self.blocks {
+            let site = Site::Layer(blk.layer);
+            if let Some(p) = p_a.take() {
+                x = (x + p)?;
+            }
+            let h = copy_to_tp(&blk.ln1.forward(&x)?, &self.tp, site)?;
+            let sum = reduce_from_tp(&blk.attn.forward(&h, fwd)?, &self.tp, site)?;
+            p_a = Some(self.output(&sum, blk, fwd, DropSite::AttnOut)?);
+            if let Some(p) = p_m.take() {
+                x = (x + p)?;
+            }
+            let h = copy_to_tp(&blk.ln2.forward(&x)?, &self.tp, site)?;
+            let sum = reduce_from_tp(&blk.mlp.forward(&h)?, &self.tp, site)?;
+            p_m = Some(self.output(&sum, blk, fwd, DropSite::MlpOut)?);
+        }
+        for p in [p_a, p_m].into_iter().flatten() {
+            x = (x + p)?;
+        }
+        Ok(x)
+    }
+
+    /// A module's summed output as it joins the stream: dropout, then its bias (as `t`).
+    fn output(&self, sum: &Tensor, blk: &BlockParams, fwd: &Fwd, at: DropSite) -> Result<Tensor> {
+        let bias = match at {
+            DropSite::AttnOut => blk.b_o.as_ref(),
+            _ => blk.b_pr.as_ref(),
+        };
+        add_bias(&fwd.drop(sum, blk.layer, at)?, bias, fwd, blk.layer, at)
+    }
+}

@@ -1,0 +1,83 @@
+//! Faults and bad inputs under mpirun: one clear line, a nonzero exit, nobody hangs.
+
+use super::*;
+
+#[test]
+fn an_injected_fault_on_rank_1_ends_the_whole_mpirun_within_30_seconds() {
+    let d = scratch("mpi-fault");
+    let start = Instant::now();
+    let o = mpirun(
+        &d,
+        4,
+        &[
+            "--out",
+            "run",
+            "--set",
+            "n_embd=32",
+            "--set",
+            "max_iters=500",
+        ],
+        &[("TP_INJECT_FAULT", "1:3")],
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("tp-train: rank 1: error: injected fault"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_world_that_does_not_divide_by_tp_is_one_clear_line_and_a_nonzero_exit() {
+    let d = scratch("world");
+    let o = mpirun(&d, 3, &["--tp", "2", "--out", "run"], &[]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let ours: Vec<_> = err.lines().filter(|l| l.starts_with("tp-train")).collect();
+    assert_eq!(ours.len(), 1, "{err}");
+    assert!(
+        ours[0].contains("3 rank(s)") && ours[0].contains("tp 2"),
+        "{err}"
+    );
+    assert!(!d.join("run").exists());
+}
+
+#[test]
+fn config_errors_and_an_unwritable_out_under_mpirun_are_printed_once_and_exit_2() {
+    let d = scratch("config-once");
+    for (args, needle) in [
+        (
+            vec!["--set", "bogus=1", "--out", "run"],
+            "unknown config key `bogus`",
+        ),
+        (
+            vec!["--pattern", "9999x(9999x(9999xt))", "--out", "run"],
+            "more than 1000 layers",
+        ),
+        (
+            vec!["--set", "sample_tokens=99999999999", "--out", "run"],
+            "sample_tokens must be at most",
+        ),
+        (
+            vec!["--resume", "nowhere"],
+            "not a tp-harness run directory",
+        ),
+        (
+            vec!["--out", "/dev/null/run"],
+            "cannot create run directory /dev/null/run: a part of the path is a file",
+        ),
+    ] {
+        let o = mpirun(&d, 2, &args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let ours: Vec<_> = err.lines().filter(|l| l.contains("tp-train")).collect();
+        assert_eq!(ours.len(), 1, "{args:?}: {err}");
+        assert!(ours[0].contains(needle), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!d.join("run").exists());
+    }
+}

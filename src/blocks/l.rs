@@ -10,12 +10,20 @@
 //! ```
 //! Like `t`, every replicated parameter is used on replicated values only (tag
 //! `Replicated`), and `f` after each LayerNorm all-reduces the input gradient.
+//!
+//! Each all-reduce is started where its module's partial output is ready and waited for
+//! where the sum joins the stream, so it runs while the next module computes (on backends
+//! that progress in the background: see `Comm::start_all_reduce`). The backward pass's
+//! all-reduces (the `f` at each module's input) still block.
 
 use super::{add_bias, BlockConfig, BlockParams, DropSite, Fwd};
 use crate::comm::{CountedComm, Site};
-use crate::tp::{copy_to_tp, reduce_from_tp, ParamBuilder};
+use crate::tp::{copy_to_tp, start_reduce_from_tp, ParamBuilder, PendingReduce};
 use anyhow::Result;
 use candle_core::Tensor;
+
+/// A module's all-reduce in flight, with the block and site it belongs to.
+type Started<'a> = (PendingReduce, &'a BlockParams, DropSite);
 
 /// A maximal run of `l` blocks: layers `first .. first + len`.
 pub struct LadderRun {
@@ -42,26 +50,41 @@ impl LadderRun {
 
     pub fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let mut x = x.clone();
-        let (mut p_a, mut p_m): (Option<Tensor>, Option<Tensor>) = (None, None);
+        let mut p_a: Option<Started> = None;
+        let mut p_m: Option<Started> = None;
         for blk in &self.blocks {
             let site = Site::Layer(blk.layer);
             if let Some(p) = p_a.take() {
-                x = (x + p)?;
+                x = (x + self.join(p, fwd)?)?;
             }
             let h = copy_to_tp(&blk.ln1.forward(&x)?, &self.tp, site)?;
-            let sum = reduce_from_tp(&blk.attn.forward(&h, fwd)?, &self.tp, site)?;
-            p_a = Some(self.output(&sum, blk, fwd, DropSite::AttnOut)?);
+            let partial = blk.attn.forward(&h, fwd)?;
+            p_a = Some((
+                start_reduce_from_tp(&partial, &self.tp, site)?,
+                blk,
+                DropSite::AttnOut,
+            ));
             if let Some(p) = p_m.take() {
-                x = (x + p)?;
+                x = (x + self.join(p, fwd)?)?;
             }
             let h = copy_to_tp(&blk.ln2.forward(&x)?, &self.tp, site)?;
-            let sum = reduce_from_tp(&blk.mlp.forward(&h)?, &self.tp, site)?;
-            p_m = Some(self.output(&sum, blk, fwd, DropSite::MlpOut)?);
+            let partial = blk.mlp.forward(&h)?;
+            p_m = Some((
+                start_reduce_from_tp(&partial, &self.tp, site)?,
+                blk,
+                DropSite::MlpOut,
+            ));
         }
         for p in [p_a, p_m].into_iter().flatten() {
-            x = (x + p)?;
+            x = (x + self.join(p, fwd)?)?;
         }
         Ok(x)
+    }
+
+    /// A started module sum as it joins the stream: waited for, dropout, then its bias
+    /// (as `t` adds them).
+    fn join(&self, (pending, blk, at): Started, fwd: &Fwd) -> Result<Tensor> {
+        self.output(&pending.wait()?, blk, fwd, at)
     }
 
     /// A module's summed output as it joins the stream: dropout, then its bias (as `t`).

@@ -24,6 +24,13 @@ pub trait Comm: Send + Sync {
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
         stage_through_host(t, |buf| self.all_reduce_sum(buf))
     }
+    /// Starts [`Comm::all_reduce`] of `t` and returns at once where the backend can make
+    /// progress without the caller; [`Pending::wait`] gives the same sum, bit for bit.
+    /// Collectives of one member complete in the order they were issued, blocking ones
+    /// included. The default computes the sum before it returns (nothing overlaps).
+    fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
+        Ok(Pending::ready(self.all_reduce(t)))
+    }
     /// The element-wise maximum of `t` over the group, identical on every member. The
     /// default builds it from [`Comm::all_reduce`]: each member places `t` in its own row
     /// of a `(size, len)` zero tensor, the group's sum of those is every member's tensor
@@ -40,6 +47,52 @@ pub trait Comm: Send + Sync {
         let placed = Tensor::zeros((n, len), t.dtype(), t.device())?
             .slice_assign(&[self.rank()..self.rank() + 1, 0..len], &flat)?;
         Ok(self.all_reduce(&placed)?.max(0)?.reshape(t.shape())?)
+    }
+}
+
+/// An all-reduce that was started: its sum, now or from the backend's worker later.
+pub struct Pending(PendingState);
+
+enum PendingState {
+    Ready(Result<Tensor>),
+    InFlight(std::sync::mpsc::Receiver<Result<Tensor>>),
+    Taken,
+}
+
+impl Pending {
+    /// A sum computed already (or its error).
+    pub fn ready(sum: Result<Tensor>) -> Self {
+        Self(PendingState::Ready(sum))
+    }
+
+    /// A sum a worker will send on `rx`.
+    pub fn in_flight(rx: std::sync::mpsc::Receiver<Result<Tensor>>) -> Self {
+        Self(PendingState::InFlight(rx))
+    }
+
+    /// Blocks until the sum is there.
+    pub fn wait(mut self) -> Result<Tensor> {
+        self.take()
+    }
+
+    fn take(&mut self) -> Result<Tensor> {
+        match std::mem::replace(&mut self.0, PendingState::Taken) {
+            PendingState::Ready(r) => r,
+            PendingState::InFlight(rx) => rx
+                .recv()
+                .unwrap_or_else(|_| bail!("the communication worker stopped")),
+            PendingState::Taken => bail!("an all-reduce was waited for twice"),
+        }
+    }
+}
+
+impl Drop for Pending {
+    /// A collective never waited for (an error path) still completes before its result
+    /// is dropped, so that no later collective of this member overtakes it.
+    fn drop(&mut self) {
+        if matches!(self.0, PendingState::InFlight(_)) {
+            let _ = self.take();
+        }
     }
 }
 

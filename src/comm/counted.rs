@@ -1,6 +1,6 @@
 //! The counting layer every collective passes through.
 
-use super::collectives::Comm;
+use super::collectives::{Comm, Pending};
 use super::link::LinkModel;
 use super::tally::{Call, CommKind, Site, Tally};
 use anyhow::Result;
@@ -61,24 +61,62 @@ impl CountedComm {
     ) -> Result<R> {
         let t0 = Instant::now();
         let out = op()?;
+        self.finish(
+            Started {
+                bytes,
+                site,
+                kind,
+                t0,
+            },
+            t0,
+        );
+        Ok(out)
+    }
+
+    /// Holds a collective started at `s.t0` and waited for at `waited` to the emulated
+    /// link's time, then records it with the part before `waited` as hidden.
+    fn finish(&self, s: Started, waited: Instant) {
         let n = self.comm.size();
-        let modelled = self.link.map_or(0.0, |l| l.allreduce_seconds(bytes, n));
-        let elapsed = t0.elapsed().as_secs_f64();
+        let modelled = self.link.map_or(0.0, |l| l.allreduce_seconds(s.bytes, n));
+        let elapsed = s.t0.elapsed().as_secs_f64();
         if modelled > elapsed {
             // Sleep, not spin: the other ranks may share these cores.
             std::thread::sleep(std::time::Duration::from_secs_f64(modelled - elapsed));
         }
         self.tally.record(
-            site,
-            kind,
+            s.site,
+            s.kind,
             Call {
-                bytes,
-                seconds: t0.elapsed().as_secs_f64(),
+                bytes: s.bytes,
+                seconds: s.t0.elapsed().as_secs_f64(),
                 modelled_seconds: modelled,
+                hidden_seconds: waited.duration_since(s.t0).as_secs_f64(),
                 group_size: n,
             },
         );
-        Ok(out)
+    }
+
+    /// Starts the sum of a tensor over the group; the rank computes while it runs (on
+    /// backends that can: see [`Comm::start_all_reduce`]) and the emulated link's time
+    /// runs from here too. [`PendingSum::wait`] gives the sum and records the call.
+    pub fn start_all_reduce(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<PendingSum> {
+        let bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        let t0 = Instant::now();
+        let pending = if self.comm.size() == 1 {
+            Pending::ready(Ok(t.clone()))
+        } else {
+            self.comm.start_all_reduce(t)?
+        };
+        Ok(PendingSum {
+            pending,
+            started: Started {
+                bytes,
+                site,
+                kind,
+                t0,
+            },
+            group: self.clone(),
+        })
     }
 
     /// Sum of a host buffer over the group, in place.
@@ -133,6 +171,34 @@ impl CountedComm {
     }
 }
 
+/// What is known of a collective when it starts.
+struct Started {
+    bytes: u64,
+    site: Site,
+    kind: CommKind,
+    t0: Instant,
+}
+
+/// A started all-reduce of [`CountedComm::start_all_reduce`].
+pub struct PendingSum {
+    pending: Pending,
+    started: Started,
+    group: CountedComm,
+}
+
+impl PendingSum {
+    /// The sum, once the collective and the emulated link's time are over; recorded with
+    /// the time before this call as hidden.
+    pub fn wait(self) -> Result<Tensor> {
+        let waited = Instant::now();
+        let sum = self.pending.wait()?;
+        if self.group.size() > 1 {
+            self.group.finish(self.started, waited);
+        }
+        Ok(sum)
+    }
+}
+
 /// Runs `f` on each member of an `n`-rank thread group, each with a counted handle and
 /// its own tally; results in rank order (the tp modules' unit tests).
 #[cfg(test)]
@@ -153,4 +219,55 @@ pub(crate) fn on_thread_ranks<R: Send>(n: usize, f: impl Fn(CountedComm) -> R + 
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::{CommKind, Site};
+
+    /// On an emulated link whose all-reduce takes 40 ms, a started all-reduce waited for
+    /// after 60 ms of the rank's own work costs nothing more and is recorded as hidden; a
+    /// blocking one is all exposed.
+    #[test]
+    fn a_started_all_reduce_runs_while_the_rank_works_and_is_recorded_as_hidden() {
+        let link = LinkModel::from_config(1e-3, 0.0).unwrap();
+        let bytes = 5_000u64; // a ring over 2 ranks sends 40,000 bits: 40 ms at 1 Mbit/s
+        let modelled = link.allreduce_seconds(bytes, 2);
+        assert!((0.015..0.045).contains(&modelled), "{modelled}");
+        let got = on_thread_ranks(2, |c| {
+            let c = c.with_link(Some(link));
+            let t = Tensor::ones(
+                bytes as usize / 4,
+                candle_core::DType::F32,
+                &candle_core::Device::Cpu,
+            )
+            .unwrap();
+            let t0 = Instant::now();
+            let pending = c
+                .start_all_reduce(&t, Site::Layer(0), CommKind::TpForward)
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            let waited = Instant::now();
+            let sum = pending.wait().unwrap();
+            let exposed = waited.elapsed().as_secs_f64();
+            c.all_reduce(&t, Site::Layer(1), CommKind::TpForward)
+                .unwrap();
+            let snap = c.tally().snapshot();
+            (sum.to_vec1::<f32>().unwrap()[0], t0, exposed, snap)
+        });
+        for (sum, _, exposed, snap) in got {
+            assert_eq!(sum, 2.0);
+            assert!(
+                exposed < 0.02,
+                "waited {exposed} s for a sum that was due after 40 ms"
+            );
+            let started = snap.at(Site::Layer(0), CommKind::TpForward);
+            assert!(started.hidden_seconds >= 0.059, "{started:?}");
+            assert!(started.seconds >= started.hidden_seconds);
+            let blocking = snap.at(Site::Layer(1), CommKind::TpForward);
+            assert_eq!(blocking.hidden_seconds, 0.0);
+            assert!(blocking.seconds >= modelled, "{blocking:?}");
+        }
+    }
 }

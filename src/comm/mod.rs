@@ -8,8 +8,9 @@ pub mod link;
 pub mod mesh;
 pub mod tally;
 pub mod threads;
+pub mod worker;
 
-pub use collectives::{stage_through_host, Comm, SoloComm};
+pub use collectives::{stage_through_host, Comm, Pending, SoloComm};
 pub use counted::CountedComm;
 pub use link::{LinkModel, NAMED_LINKS};
 pub use mesh::Mesh;

@@ -86,6 +86,11 @@ pub struct Stat {
     pub seconds: f64,
     /// Seconds the emulated link model charges for these calls (0 without emulation).
     pub modelled_seconds: f64,
+    /// Of `seconds`, the part the rank computed through: from each started collective's
+    /// start to the moment it was waited for (0 for blocking calls, and in records
+    /// written before collectives could be started).
+    #[serde(default)]
+    pub hidden_seconds: f64,
     /// Members of the group the calls ran over (the largest, if several).
     pub group_size: usize,
 }
@@ -96,6 +101,7 @@ impl Stat {
         self.bytes += c.bytes;
         self.seconds += c.seconds;
         self.modelled_seconds += c.modelled_seconds;
+        self.hidden_seconds += c.hidden_seconds;
         self.group_size = self.group_size.max(c.group_size);
     }
     pub fn merge(&mut self, other: &Stat) {
@@ -103,6 +109,7 @@ impl Stat {
         self.bytes += other.bytes;
         self.seconds += other.seconds;
         self.modelled_seconds += other.modelled_seconds;
+        self.hidden_seconds += other.hidden_seconds;
         self.group_size = self.group_size.max(other.group_size);
     }
 }
@@ -111,8 +118,11 @@ impl Stat {
 #[derive(Debug, Clone, Copy)]
 pub struct Call {
     pub bytes: u64,
+    /// From its start to its result.
     pub seconds: f64,
     pub modelled_seconds: f64,
+    /// Of `seconds`, the part before the rank waited for it.
+    pub hidden_seconds: f64,
     pub group_size: usize,
 }
 
@@ -261,6 +271,7 @@ mod tests {
             bytes: 96,
             seconds: 1.5e-5,
             modelled_seconds: 0.0,
+            hidden_seconds: 1e-5,
             group_size: 2,
         };
         for site in [

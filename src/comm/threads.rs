@@ -5,11 +5,17 @@
 //! to arrive sums all deposits in rank order and publishes the result, everyone copies it
 //! out. A rank that fails calls [`ThreadWorld::abort`]; every member blocked in (or later
 //! entering) a collective of that world then returns an error instead of waiting forever.
+//!
+//! A started all-reduce ([`Comm::start_all_reduce`]) meets the others on the member's
+//! communication thread ([`Worker`]), so the rank computes meanwhile; from the first one
+//! on, the member's blocking collectives queue there too, which keeps every member's
+//! collectives in one order.
 
-use super::collectives::{stage_through_host, Comm};
+use super::collectives::{stage_through_host, Comm, Pending};
+use super::worker::Worker;
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Shared failure state of all groups created by one [`ThreadWorld`].
@@ -79,8 +85,11 @@ impl ThreadWorld {
             .push(shared.clone());
         (0..size)
             .map(|rank| ThreadComm {
-                rank,
-                shared: shared.clone(),
+                member: Arc::new(Member {
+                    rank,
+                    shared: shared.clone(),
+                }),
+                worker: OnceLock::new(),
             })
             .collect()
     }
@@ -106,19 +115,70 @@ impl ThreadWorld {
 
 /// One member's handle on a shared-memory group.
 pub struct ThreadComm {
+    member: Arc<Member>,
+    /// Started on the first [`Comm::start_all_reduce`] (None if the thread could not be
+    /// made: collectives then block as before).
+    worker: OnceLock<Option<Worker>>,
+}
+
+/// What the member's collectives need, shared with its communication thread.
+struct Member {
     rank: usize,
     shared: Arc<SharedGroup>,
 }
 
+impl ThreadComm {
+    /// The member's communication thread, if one runs.
+    fn running_worker(&self) -> Option<&Worker> {
+        self.worker.get().and_then(Option::as_ref)
+    }
+}
+
 impl Comm for ThreadComm {
     fn rank(&self) -> usize {
-        self.rank
+        self.member.rank
     }
 
     fn size(&self) -> usize {
-        self.shared.size
+        self.member.shared.size
     }
 
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
+        let Some(worker) = self.running_worker() else {
+            return self.member.all_reduce_sum(buf);
+        };
+        let (m, mut v) = (self.member.clone(), buf.to_vec());
+        let sum = worker
+            .submit(move || m.all_reduce_sum(&mut v).map(|()| v))
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the communication thread stopped"))??;
+        buf.copy_from_slice(&sum);
+        Ok(())
+    }
+
+    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        match self.running_worker() {
+            Some(_) => self.start_all_reduce(t)?.wait(),
+            None => self.member.all_reduce(t),
+        }
+    }
+
+    fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
+        if self.size() == 1 {
+            return Ok(Pending::ready(Ok(t.clone())));
+        }
+        let worker = self
+            .worker
+            .get_or_init(|| Worker::spawn(format!("comm-{}", self.member.rank)).ok());
+        let Some(worker) = worker else {
+            return Ok(Pending::ready(self.member.all_reduce(t)));
+        };
+        let (m, t) = (self.member.clone(), t.detach());
+        Ok(Pending::in_flight(worker.submit(move || m.all_reduce(&t))))
+    }
+}
+
+impl Member {
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
         if self.shared.size == 1 {
             return Ok(());
@@ -150,6 +210,22 @@ impl Comm for ThreadComm {
 }
 
 impl ThreadComm {
+    /// [`Member::all_reduce_on_device`], through the communication thread once it runs.
+    pub fn all_reduce_on_device(&self, t: &Tensor) -> Result<Tensor> {
+        match self.running_worker() {
+            Some(worker) => {
+                let (m, t) = (self.member.clone(), t.clone());
+                worker
+                    .submit(move || m.all_reduce_on_device(&t))
+                    .recv()
+                    .map_err(|_| anyhow::anyhow!("the communication thread stopped"))?
+            }
+            None => self.member.all_reduce_on_device(t),
+        }
+    }
+}
+
+impl Member {
     /// The sum of `t` over the group computed on `t`'s device, which every member shares
     /// (one candle device): rank 0's tensor plus rank 1's, and so on in rank order, in f32
     /// (a bf16 tensor is widened, summed and rounded once, as host staging does). Each
@@ -342,6 +418,63 @@ mod tests {
             let bf = bf.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
             assert_eq!(bits(&bf), bits(&rounded));
         }
+    }
+
+    /// Started all-reduces, several in flight at once and blocking ones issued between
+    /// them, give every member the blocking path's sums bit for bit, each to its own call.
+    #[test]
+    fn started_all_reduces_equal_blocking_ones_and_keep_their_order() {
+        let run = |started: bool| {
+            let handles: Vec<_> = ThreadWorld::new()
+                .group(3)
+                .into_iter()
+                .map(|c| {
+                    std::thread::spawn(move || {
+                        let vals = |k: usize| -> Vec<f32> {
+                            (0..5)
+                                .map(|i| ((c.rank() * 31 + k * 7 + i) as f32 * 0.37).sin())
+                                .collect()
+                        };
+                        let tensor =
+                            |k| Tensor::new(vals(k).as_slice(), &candle_core::Device::Cpu).unwrap();
+                        let mut out = Vec::new();
+                        for round in 0..4 {
+                            let k = round * 3;
+                            if started {
+                                let a = c.start_all_reduce(&tensor(k)).unwrap();
+                                let b = c.start_all_reduce(&tensor(k + 1)).unwrap();
+                                let mut host = vals(k + 2);
+                                c.all_reduce_sum(&mut host).unwrap();
+                                out.push(a.wait().unwrap().to_vec1::<f32>().unwrap());
+                                out.push(b.wait().unwrap().to_vec1::<f32>().unwrap());
+                                out.push(host);
+                            } else {
+                                for j in 0..3 {
+                                    out.push(
+                                        c.all_reduce(&tensor(k + j)).unwrap().to_vec1().unwrap(),
+                                    );
+                                }
+                            }
+                        }
+                        out
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let bits = |r: Vec<Vec<Vec<f32>>>| -> Vec<Vec<Vec<u32>>> {
+            r.into_iter()
+                .map(|m| {
+                    m.into_iter()
+                        .map(|v| v.iter().map(|x| x.to_bits()).collect())
+                        .collect()
+                })
+                .collect()
+        };
+        assert_eq!(bits(run(true)), bits(run(false)));
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
                 backward_allreduces: per(b.calls, passes),
                 bytes: per(f.bytes + b.bytes, steps),
                 seconds: per_f(f.seconds + b.seconds, steps),
+                hidden_seconds: per_f(f.hidden_seconds + b.hidden_seconds, steps),
             }
         })
         .collect::<Vec<_>>();
@@ -76,6 +77,7 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
             bytes: per(s.bytes, steps),
             seconds: per_f(s.seconds, steps),
             modelled_seconds: per_f(s.modelled_seconds, steps),
+            hidden_seconds: per_f(s.hidden_seconds, steps),
         };
         per_step.insert(kind, step);
         totals.insert(kind, s);

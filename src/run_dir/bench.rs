@@ -44,7 +44,12 @@ pub struct BenchResult {
     pub backward_ms: f64,
     pub grad_sync_ms: f64,
     pub optimizer_ms: f64,
+    /// Communication the step waited for (exposed).
     pub comm_ms: f64,
+    /// Communication that ran while the rank computed (started all-reduces of `l`
+    /// blocks, from start to wait): not part of the step's time.
+    #[serde(default)]
+    pub comm_hidden_ms: f64,
     /// Mean ms per measured step of each kind of op on rank 0, then communication, then
     /// everything else (embeddings, residual adds, autograd's bookkeeping and gradient
     /// accumulation, gradient clipping).
@@ -167,7 +172,7 @@ impl BenchResult {
 
     pub fn line(&self) -> String {
         format!(
-            "{} {} tp {} dp {} on {} {} ({} thread(s)/rank, {} kernels{}): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it",
+            "{} {} tp {} dp {} on {} {} ({} thread(s)/rank, {} kernels{}): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it{}",
             self.preset,
             self.pattern,
             self.tp,
@@ -187,7 +192,12 @@ impl BenchResult {
             self.backward_ms,
             self.grad_sync_ms,
             self.optimizer_ms,
-            self.comm_ms
+            self.comm_ms,
+            if self.comm_hidden_ms > 0.0 {
+                format!(" (and {:.1} ms hidden behind compute)", self.comm_hidden_ms)
+            } else {
+                String::new()
+            }
         )
     }
 }

@@ -20,8 +20,13 @@ pub struct LayerComm {
     pub backward_allreduces: f64,
     /// Bytes all-reduced by this layer per optimiser step (forward + backward).
     pub bytes: f64,
-    /// Seconds spent in this layer's collectives per optimiser step.
+    /// Seconds spent in this layer's collectives per optimiser step, from each one's
+    /// start to its result.
     pub seconds: f64,
+    /// Of `seconds`, the part the rank computed through (started all-reduces of `l`
+    /// blocks, from start to wait); 0 in reports written before there were any.
+    #[serde(default)]
+    pub hidden_seconds: f64,
 }
 
 /// The collectives of a site outside the layers: the vocabulary-parallel `embedding`
@@ -47,6 +52,9 @@ pub struct PerStep {
     pub seconds: f64,
     /// What the emulated link charged (0 without emulation).
     pub modelled_seconds: f64,
+    /// Of `seconds`, the part the rank computed through (see [`LayerComm`]).
+    #[serde(default)]
+    pub hidden_seconds: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,7 +66,7 @@ pub struct CommReport {
     pub steps: usize,
     pub forward_passes: usize,
     pub backward_passes: usize,
-    /// blocks.md's `2 t + s + p-runs`.
+    /// blocks.md's `2 t + 2 l + s + p-runs`.
     pub formula_forward_allreduces: usize,
     /// Measured TP all-reduces per forward pass issued by the blocks, what the formula
     /// counts (0 at tp 1: nothing is communicated).
@@ -97,6 +105,39 @@ impl CommReport {
         Ok(serde_json::to_string_pretty(self)?)
     }
 
+    /// Whether some collective was started before it was waited for (a column for it).
+    fn any_hidden(&self) -> bool {
+        self.layers.iter().any(|l| l.hidden_seconds > 0.0)
+    }
+
+    /// The per-layer rows of [`Self::table`], with their header.
+    fn layer_rows(&self, s: &mut String) {
+        // Hidden time is worth a column only where some collective was started early.
+        let hidden = self.any_hidden();
+        let _ = write!(
+            s,
+            "  {:<6} {:<4} {:>8} {:>8} {:>12} {:>10}",
+            "layer", "kind", "fwd/pass", "bwd/pass", "KiB/step", "ms/step"
+        );
+        let _ = writeln!(s, "{}", if hidden { "  hidden ms" } else { "" });
+        for l in &self.layers {
+            let _ = write!(
+                s,
+                "  {:<6} {:<4} {:>8} {:>8} {:>12.1} {:>10.3}",
+                format!("h.{}", l.layer),
+                l.kind,
+                l.forward_allreduces,
+                l.backward_allreduces,
+                l.bytes / 1024.0,
+                l.seconds * 1e3
+            );
+            if hidden {
+                let _ = write!(s, " {:>10.3}", l.hidden_seconds * 1e3);
+            }
+            let _ = writeln!(s);
+        }
+    }
+
     /// The human-readable table.
     pub fn table(&self) -> String {
         let mut s = String::new();
@@ -112,23 +153,7 @@ impl CommReport {
             self.formula_forward_allreduces,
             self.tp_backward_allreduces
         );
-        let _ = writeln!(
-            s,
-            "  {:<6} {:<4} {:>8} {:>8} {:>12} {:>10}",
-            "layer", "kind", "fwd/pass", "bwd/pass", "KiB/step", "ms/step"
-        );
-        for l in &self.layers {
-            let _ = writeln!(
-                s,
-                "  {:<6} {:<4} {:>8} {:>8} {:>12.1} {:>10.3}",
-                format!("h.{}", l.layer),
-                l.kind,
-                l.forward_allreduces,
-                l.backward_allreduces,
-                l.bytes / 1024.0,
-                l.seconds * 1e3
-            );
-        }
+        self.layer_rows(&mut s);
         for o in &self.outside_layers {
             let _ = writeln!(
                 s,
@@ -148,7 +173,9 @@ impl CommReport {
             "  {:<14} {:>10} {:>12} {:>10}",
             "per step", "calls", "KiB", "ms"
         );
-        let _ = writeln!(s, "{}", if modelled { "  modelled ms" } else { "" });
+        let hidden = self.any_hidden();
+        let _ = write!(s, "{}", if modelled { "  modelled ms" } else { "" });
+        let _ = writeln!(s, "{}", if hidden { "  hidden ms" } else { "" });
         for (k, v) in &self.per_step {
             let _ = write!(
                 s,
@@ -160,6 +187,9 @@ impl CommReport {
             );
             if modelled {
                 let _ = write!(s, " {:>12.3}", v.modelled_seconds * 1e3);
+            }
+            if hidden {
+                let _ = write!(s, " {:>10.3}", v.hidden_seconds * 1e3);
             }
             let _ = writeln!(s);
         }

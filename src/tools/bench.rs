@@ -85,10 +85,12 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         median(measured.iter().map(|s| f(&s.phases) * 1e3).collect())
     };
     let n = o.steps.len().max(1) as f64;
-    let comm: f64 = CommKind::ALL
+    let (comm, hidden) = CommKind::ALL
         .iter()
-        .map(|k| o.tally.total(*k).seconds)
-        .sum();
+        .map(|k| o.tally.total(*k))
+        .fold((0.0, 0.0), |(c, h), s| {
+            (c + s.seconds - s.hidden_seconds, h + s.hidden_seconds)
+        });
     let threads = std::env::var("RAYON_NUM_THREADS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -128,6 +130,7 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         grad_sync_ms: phase(|p| p.grad_sync),
         optimizer_ms: phase(|p| p.optimizer),
         comm_ms,
+        comm_hidden_ms: hidden / n * 1e3,
         profile,
         flops_per_step,
         cores,

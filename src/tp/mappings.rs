@@ -1,7 +1,8 @@
 //! The conjugate operators of Megatron-LM, as candle autograd ops.
 //!
 //! - `copy_to_tp` (f): forward copy, backward all-reduce.
-//! - `reduce_from_tp` (g): forward all-reduce, backward copy.
+//! - `reduce_from_tp` (g): forward all-reduce, backward copy; `start_reduce_from_tp` is
+//!   g started, its sum waited for later (the ladder block's overlap).
 //!
 //! They stay visible at the call site (the blocks) instead of hiding inside the linears:
 //! in `s` and `p` the MLP input is rank-local, where a built-in `f` would be wrong.
@@ -12,7 +13,7 @@
 //! host buffer in place; on any other device or dtype it reduces the tensor where it lies
 //! and takes the sum's value with the input's gradient ([`reduce_from_tp_on_device`]).
 
-use crate::comm::counted::CountedComm;
+use crate::comm::counted::{CountedComm, PendingSum};
 use crate::comm::tally::{CommKind, Site};
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
@@ -138,6 +139,74 @@ pub fn reduce_from_tp_on_device(x: &Tensor, group: &CountedComm, site: Site) -> 
         .all_reduce(&x.detach(), site, CommKind::TpForward)
         .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
     sum.add(&(&x - &x.detach())?)
+}
+
+/// g started: the all-reduce of `x` runs while the caller computes.
+pub struct PendingReduce {
+    x: Tensor,
+    sum: Option<PendingSum>,
+}
+
+/// Starts g of `x` over the TP group; [`PendingReduce::wait`] gives what
+/// [`reduce_from_tp`] would have, bit for bit, with the same identity gradient to `x`.
+pub fn start_reduce_from_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<PendingReduce> {
+    let x = x.contiguous()?;
+    let sum = if group.size() == 1 {
+        None
+    } else {
+        let started = group.start_all_reduce(&x.detach(), site, CommKind::TpForward);
+        Some(started.map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?)
+    };
+    Ok(PendingReduce { x, sum })
+}
+
+impl PendingReduce {
+    /// The group's sum of `x`, once it is there.
+    pub fn wait(self) -> Result<Tensor> {
+        let Some(pending) = self.sum else {
+            return Ok(self.x);
+        };
+        let sum = pending
+            .wait()
+            .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+        if self.x.device().is_cpu() && self.x.dtype() == DType::F32 {
+            self.x
+                .apply_op1(TakeSum(std::sync::Mutex::new(Some(sum.flatten_all()?))))
+        } else {
+            // As reduce_from_tp_on_device: the sum's value, x's gradient.
+            sum.add(&(&self.x - &self.x.detach())?)
+        }
+    }
+}
+
+/// An op whose forward is a sum computed already (taken once) and whose backward is the
+/// identity: g's value and gradient, split from its communication.
+struct TakeSum(std::sync::Mutex<Option<Tensor>>);
+
+impl CustomOp1 for TakeSum {
+    fn name(&self) -> &'static str {
+        "take-sum"
+    }
+    fn cpu_fwd(&self, _storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let sum = self.0.lock().ok().and_then(|mut s| s.take());
+        let Some(sum) = sum else {
+            candle_core::bail!("take-sum: the sum was taken already");
+        };
+        if sum.elem_count() != layout.shape().elem_count() {
+            candle_core::bail!(
+                "take-sum: the sum has {} values for {:?}",
+                sum.elem_count(),
+                layout.shape()
+            );
+        }
+        Ok((
+            CpuStorage::F32(sum.to_vec1::<f32>()?),
+            layout.shape().clone(),
+        ))
+    }
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(grad_res.clone()))
+    }
 }
 
 struct ScaleGrad(f64);

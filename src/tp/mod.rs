@@ -9,7 +9,9 @@ pub mod shard;
 pub mod vocab;
 
 pub use layers::{ColumnParallelLinear, RowParallelLinear};
-pub use mappings::{copy_to_tp, reduce_from_tp, share_grad_over_tp};
+pub use mappings::{
+    copy_to_tp, reduce_from_tp, share_grad_over_tp, start_reduce_from_tp, PendingReduce,
+};
 pub use params::{
     gather_logical, Init, Param, ParamBuilder, ParamKind, ParamRegistry, ParamSource, Scope,
     SeededInit, StoredParams,

@@ -94,3 +94,30 @@ fn tp1_communicates_nothing() {
     let (f, b, _) = count("tstp", 1);
     assert_eq!((f, b), (0, 0));
 }
+
+/// An `l` block's forward all-reduces are started before the next module and waited for
+/// after it, so the tally records part of their time as hidden; `t`'s are waited for at
+/// once.
+#[test]
+fn ladder_forward_allreduces_are_recorded_as_hidden_and_t_ones_are_not() {
+    let layout = Layout::parse("tll").unwrap();
+    let cfg = small_config(layout.n_layer(), true);
+    let (idx, tgt) = batch(1, 2, 8, cfg.vocab_size);
+    let snaps = run_tp(2, |comm| {
+        let model = Gpt::build(&cfg, &layout, &SeededInit { seed: 1 }, &comm).unwrap();
+        let loss = model.loss(&idx, &tgt, &Fwd::eval()).unwrap();
+        let _ = loss.backward().unwrap();
+        comm.tally().snapshot()
+    });
+    for snap in snaps {
+        let fwd = |i| snap.at(Site::Layer(i), CommKind::TpForward);
+        assert_eq!(fwd(0).hidden_seconds, 0.0, "t: {:?}", fwd(0));
+        for i in [1, 2] {
+            assert_eq!(fwd(i).calls, 2);
+            assert!(fwd(i).hidden_seconds > 0.0, "l at {i}: {:?}", fwd(i));
+            assert!(fwd(i).hidden_seconds <= fwd(i).seconds);
+        }
+        let bwd = snap.at(Site::Layer(1), CommKind::TpBackward);
+        assert_eq!(bwd.hidden_seconds, 0.0, "backward all-reduces still block");
+    }
+}

@@ -117,6 +117,8 @@ xz -T0 -6 "$out/tp-train" "$out/gpu-tests"
 cp scripts/cuda/gpu-check.sh scripts/bench/pytorch-gpt2.py "$out/"
 golden=${TP_GOLDEN_DIR:-$repo/../shared/golden}
 if [ -d "$golden" ]; then cp "$golden"/*.json "$golden"/*.safetensors "$out/golden/"; else echo "build-cuda: no golden cases at $golden; the GPU golden test will fail" >&2; fi
+ladder=${TP_GOLDEN_LADDER_DIR:-$repo/../shared/golden-ladder}
+if [ -d "$ladder" ]; then mkdir -p "$out/golden-ladder" && cp "$ladder"/*.json "$ladder"/*.safetensors "$out/golden-ladder/"; else echo "build-cuda: no golden ladder cases at $ladder; the GPU test skips them" >&2; fi
 for d in shakespeare_char names; do
   [ -d "datasets/$d" ] && cp -r "datasets/$d" "$out/data/"
 done

@@ -35,7 +35,7 @@ print(":".join(sorted(dirs)))
 EOF
 )
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TP_DATA_DIR="$here/data" TP_GOLDEN_DIR="$here/golden"
+export TP_DATA_DIR="$here/data" TP_GOLDEN_DIR="$here/golden" TP_GOLDEN_LADDER_DIR="$here/golden-ladder"
 
 bin="$res/bin"
 mkdir -p "$bin"

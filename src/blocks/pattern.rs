@@ -343,9 +343,28 @@ mod tests {
             ("4x(spp)", 8),
             ("2x(s5xp)", 4),
             ("6x(sp)", 12),
+            ("llll", 8),
+            ("tllp", 7),
+            ("lsll", 7),
+            ("2x(ll)p", 9),
         ] {
             assert_eq!(Layout::parse(p).unwrap().forward_allreduces(), n, "{p}");
         }
+    }
+
+    #[test]
+    fn ladder_letters_expand_count_and_fail_like_the_others() {
+        assert_eq!(expand("2x(lt)3xl"), "ltltlll");
+        assert_eq!(
+            Layout::parse("tllpl").unwrap().runs_of(BlockKind::L),
+            vec![(1, 2), (4, 1)]
+        );
+        let (pos, msg) = err_at("ll0xl");
+        assert_eq!(pos, 2);
+        assert!(msg.contains("0x") && msg.contains("t, s, p, l"), "{msg}");
+        let (pos, msg) = err_at("lL");
+        assert_eq!(pos, 1);
+        assert!(msg.contains("'L'"), "{msg}");
     }
 
     #[test]

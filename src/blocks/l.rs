@@ -39,9 +39,7 @@ impl LadderRun {
         len: usize,
         tp: &CountedComm,
     ) -> Result<Self> {
-        let blocks = (first..first + len)
-            .map(|layer| BlockParams::build(b, cfg, layer, super::t::TAGS))
-            .collect::<Result<Vec<_>>>()?;
+        let blocks = BlockParams::build_run(b, cfg, first, len, super::t::TAGS)?;
         Ok(Self {
             blocks,
             tp: tp.clone(),

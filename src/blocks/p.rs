@@ -37,9 +37,7 @@ impl ParallelRun {
         len: usize,
         tp: &CountedComm,
     ) -> Result<Self> {
-        let blocks = (first..first + len)
-            .map(|layer| BlockParams::build(b, cfg, layer, TAGS))
-            .collect::<Result<Vec<_>>>()?;
+        let blocks = BlockParams::build_run(b, cfg, first, len, TAGS)?;
         Ok(Self {
             blocks,
             tp: tp.clone(),

@@ -88,4 +88,17 @@ impl BlockParams {
             b_pr: out_bias(&mut h, "pr.b", tags.b_pr)?,
         })
     }
+
+    /// The blocks of a run of one kind: layers `first .. first + len`, each with `tags`.
+    pub fn build_run(
+        b: &mut ParamBuilder,
+        cfg: &BlockConfig,
+        first: usize,
+        len: usize,
+        tags: BlockTags,
+    ) -> Result<Vec<Self>> {
+        (first..first + len)
+            .map(|layer| Self::build(b, cfg, layer, tags))
+            .collect()
+    }
 }

@@ -132,6 +132,22 @@ impl ThreadComm {
     fn running_worker(&self) -> Option<&Worker> {
         self.worker.get().and_then(Option::as_ref)
     }
+
+    /// `f` on the member: behind the started collectives on the communication thread once
+    /// it runs (one order per member), else here.
+    fn in_order<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Member) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let Some(worker) = self.running_worker() else {
+            return f(&self.member);
+        };
+        let m = self.member.clone();
+        worker
+            .submit(move || f(&m))
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the communication thread stopped"))?
+    }
 }
 
 impl Comm for ThreadComm {
@@ -144,23 +160,19 @@ impl Comm for ThreadComm {
     }
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        let Some(worker) = self.running_worker() else {
+        if self.running_worker().is_none() {
+            // No copy on the path every blocking-only run takes.
             return self.member.all_reduce_sum(buf);
-        };
-        let (m, mut v) = (self.member.clone(), buf.to_vec());
-        let sum = worker
-            .submit(move || m.all_reduce_sum(&mut v).map(|()| v))
-            .recv()
-            .map_err(|_| anyhow::anyhow!("the communication thread stopped"))??;
+        }
+        let mut v = buf.to_vec();
+        let sum = self.in_order(move |m| m.all_reduce_sum(&mut v).map(|()| v))?;
         buf.copy_from_slice(&sum);
         Ok(())
     }
 
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
-        match self.running_worker() {
-            Some(_) => self.start_all_reduce(t)?.wait(),
-            None => self.member.all_reduce(t),
-        }
+        let t = t.detach();
+        self.in_order(move |m| m.all_reduce(&t))
     }
 
     fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
@@ -210,18 +222,10 @@ impl Member {
 }
 
 impl ThreadComm {
-    /// [`Member::all_reduce_on_device`], through the communication thread once it runs.
+    /// [`Member::all_reduce_on_device`], in order with the started collectives.
     pub fn all_reduce_on_device(&self, t: &Tensor) -> Result<Tensor> {
-        match self.running_worker() {
-            Some(worker) => {
-                let (m, t) = (self.member.clone(), t.clone());
-                worker
-                    .submit(move || m.all_reduce_on_device(&t))
-                    .recv()
-                    .map_err(|_| anyhow::anyhow!("the communication thread stopped"))?
-            }
-            None => self.member.all_reduce_on_device(t),
-        }
+        let t = t.detach();
+        self.in_order(move |m| m.all_reduce_on_device(&t))
     }
 }
 

@@ -8,6 +8,8 @@
 //! bit-identical values; replicated parameters stay identical across ranks only because
 //! of that.
 
+use super::compressed;
+use super::quantise::CommDtype;
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
 
@@ -30,6 +32,35 @@ pub trait Comm: Send + Sync {
     /// included. The default computes the sum before it returns (nothing overlaps).
     fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
         Ok(Pending::ready(self.all_reduce(t)))
+    }
+    /// An all-to-all of byte strings: `parts[c]` goes to member `c`; the result holds what
+    /// each member sent this one, in rank order (`sizes[r]` bytes from member `r`, which
+    /// the caller knows). The compressed all-reduce travels on it; a backend without it
+    /// refuses `comm_dtype` other than f32.
+    fn exchange(&self, _parts: Vec<Vec<u8>>, _sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
+        bail!("this communication backend cannot send compressed all-reduces; use comm_dtype: f32")
+    }
+    /// The compressed all-reduce of blocks.md of a host buffer of rows of `width`, in
+    /// place (see [`super::compressed`]): identical bits on every member.
+    fn all_reduce_sum_compressed(
+        &self,
+        buf: &mut [f32],
+        width: usize,
+        dtype: CommDtype,
+    ) -> Result<()> {
+        let mut exchange = |p, s: &[usize]| self.exchange(p, s);
+        compressed::all_reduce(self.rank(), self.size(), buf, width, dtype, &mut exchange)
+    }
+    /// [`Comm::all_reduce_sum_compressed`] of a tensor's rows (its last dimension), staged
+    /// through host memory.
+    fn all_reduce_compressed(&self, t: &Tensor, dtype: CommDtype) -> Result<Tensor> {
+        let width = t.dims().last().copied().unwrap_or(1);
+        stage_through_host(t, |buf| self.all_reduce_sum_compressed(buf, width, dtype))
+    }
+    /// Starts [`Comm::all_reduce_compressed`] as [`Comm::start_all_reduce`] starts the
+    /// exact sum; the default computes it before it returns.
+    fn start_all_reduce_compressed(&self, t: &Tensor, dtype: CommDtype) -> Result<Pending> {
+        Ok(Pending::ready(self.all_reduce_compressed(t, dtype)))
     }
     /// The element-wise maximum of `t` over the group, identical on every member. The
     /// default builds it from [`Comm::all_reduce`]: each member places `t` in its own row

@@ -2,6 +2,7 @@
 
 use super::collectives::{Comm, Pending};
 use super::link::LinkModel;
+use super::quantise::CommDtype;
 use super::tally::{Call, CommKind, Site, Tally};
 use anyhow::Result;
 use candle_core::Tensor;
@@ -15,6 +16,8 @@ pub struct CountedComm {
     comm: Arc<dyn Comm>,
     tally: Arc<Tally>,
     link: Option<LinkModel>,
+    /// What activation and activation-gradient sums travel in (blocks.md's `comm_dtype`).
+    comm_dtype: CommDtype,
 }
 
 impl CountedComm {
@@ -23,7 +26,18 @@ impl CountedComm {
             comm,
             tally,
             link: None,
+            comm_dtype: CommDtype::F32,
         }
+    }
+
+    /// Sends the sums of [`CountedComm::all_reduce_activation`] and its kin compressed.
+    pub fn with_comm_dtype(mut self, dtype: CommDtype) -> Self {
+        self.comm_dtype = dtype;
+        self
+    }
+
+    pub fn comm_dtype(&self) -> CommDtype {
+        self.comm_dtype
     }
 
     /// Holds every collective to at least `link`'s modelled time (emulated interconnect).
@@ -117,6 +131,68 @@ impl CountedComm {
             },
             group: self.clone(),
         })
+    }
+
+    /// A TP activation or activation-gradient sum (f's backward, g's forward) of a tensor
+    /// of rows (its last dimension): compressed as the group's `comm_dtype` says (exact at
+    /// f32), the tally counting the bytes that travel.
+    pub fn all_reduce_activation(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {
+        if self.comm_dtype == CommDtype::F32 || self.comm.size() == 1 {
+            return self.all_reduce(t, site, kind);
+        }
+        let bytes = self.wire_bytes(t);
+        self.counted(bytes, site, kind, || {
+            self.comm.all_reduce_compressed(t, self.comm_dtype)
+        })
+    }
+
+    /// [`CountedComm::all_reduce_activation`] of a host buffer of rows of `width`.
+    pub fn all_reduce_activation_host(
+        &self,
+        buf: &mut [f32],
+        width: usize,
+        site: Site,
+        kind: CommKind,
+    ) -> Result<()> {
+        if self.comm_dtype == CommDtype::F32 || self.comm.size() == 1 {
+            return self.all_reduce_sum(buf, site, kind);
+        }
+        let bytes = self.comm_dtype.encoded_len(buf.len() / width.max(1), width) as u64;
+        self.counted(bytes, site, kind, || {
+            self.comm
+                .all_reduce_sum_compressed(buf, width, self.comm_dtype)
+        })
+    }
+
+    /// [`CountedComm::start_all_reduce`] of an activation sum, compressed as
+    /// [`CountedComm::all_reduce_activation`].
+    pub fn start_all_reduce_activation(
+        &self,
+        t: &Tensor,
+        site: Site,
+        kind: CommKind,
+    ) -> Result<PendingSum> {
+        if self.comm_dtype == CommDtype::F32 || self.comm.size() == 1 {
+            return self.start_all_reduce(t, site, kind);
+        }
+        let (bytes, t0) = (self.wire_bytes(t), Instant::now());
+        Ok(PendingSum {
+            pending: self.comm.start_all_reduce_compressed(t, self.comm_dtype)?,
+            started: Started {
+                bytes,
+                site,
+                kind,
+                t0,
+            },
+            group: self.clone(),
+        })
+    }
+
+    /// Bytes of `t`'s compressed all-reduce: its rows in the group's `comm_dtype`.
+    fn wire_bytes(&self, t: &Tensor) -> u64 {
+        let width = t.dims().last().copied().unwrap_or(1);
+        let rows = t.elem_count() / width.max(1);
+        self.comm_dtype.encoded_len(rows, width) as u64
     }
 
     /// Sum of a host buffer over the group, in place.

@@ -3,9 +3,11 @@
 //! counting layer that tallies every collective, and the link model it can emulate.
 
 pub mod collectives;
+pub mod compressed;
 pub mod counted;
 pub mod link;
 pub mod mesh;
+pub mod quantise;
 pub mod tally;
 pub mod threads;
 pub mod worker;
@@ -14,6 +16,7 @@ pub use collectives::{stage_through_host, Comm, Pending, SoloComm};
 pub use counted::CountedComm;
 pub use link::{LinkModel, NAMED_LINKS};
 pub use mesh::Mesh;
+pub use quantise::CommDtype;
 pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};
 pub use threads::{ThreadComm, ThreadWorld};
 #[cfg(feature = "mpi")]

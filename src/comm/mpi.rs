@@ -6,48 +6,73 @@
 //! the same order as in the threads backend, so both backends give bit-identical results
 //! and every rank holds identical bits, while each rank moves `2 (N-1)/N` of the buffer,
 //! like a ring all-reduce. (`MPI_Allreduce` guarantees neither.)
+//!
+//! A started all-reduce runs on the group's communication thread, in a blocking
+//! collective there, while the rank computes: OpenMPI's non-blocking collectives over TCP
+//! advance only inside MPI calls, which a computing rank does not make (docs/links.md
+//! measures both).
 
-use super::collectives::Comm;
+use super::collectives::{Comm, Pending};
+use super::compressed::even_chunks;
 use super::mesh::Mesh;
+use super::quantise::CommDtype;
+use super::worker::Ordered;
 use anyhow::{bail, Result};
+use candle_core::Tensor;
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
+use mpi::environment::Threading;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Count;
 
-/// `SimpleCommunicator` wraps a raw `MPI_Comm` and is not `Send`/`Sync`. Sound here: each
-/// process has one rank thread and only it calls MPI (candle's worker threads never do).
-struct SendComm(SimpleCommunicator);
-unsafe impl Send for SendComm {}
-unsafe impl Sync for SendComm {}
+/// One rank's communicator. `SimpleCommunicator` wraps a raw `MPI_Comm` and is not
+/// `Send`/`Sync`. Sound here: MPI is called by the rank's own thread and by its TP group's
+/// communication thread, and the latter only runs where MPI granted
+/// `MPI_THREAD_MULTIPLE` ([`MpiWorld::init`]); candle's worker threads never call it.
+struct MpiMember(SimpleCommunicator);
+unsafe impl Send for MpiMember {}
+unsafe impl Sync for MpiMember {}
 
+/// A rank's handle on an MPI group. Started all-reduces (the ladder's) run on a
+/// communication thread when MPI allows threads to call it concurrently, and from then on
+/// the group's blocking collectives queue there too (one order per rank, as MPI needs);
+/// otherwise they complete before they return.
 pub struct MpiComm {
-    comm: SendComm,
+    ordered: Ordered<MpiMember>,
+    background: bool,
 }
 
+impl MpiComm {
+    fn new(comm: SimpleCommunicator, background: bool) -> Self {
+        let name = format!("mpi-comm-{}", comm.rank());
+        Self {
+            ordered: Ordered::new(MpiMember(comm), name),
+            background,
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn raw(&self) -> &SimpleCommunicator {
+        &self.ordered.member().0
+    }
+}
+
+/// Counts and displacements of [`even_chunks`]: the chunk each rank owns.
 fn chunks(len: usize, n: usize) -> (Vec<Count>, Vec<Count>) {
-    let counts: Vec<Count> = (0..n)
-        .map(|j| (len / n + usize::from(j < len % n)) as Count)
-        .collect();
-    let displs = counts
-        .iter()
-        .scan(0, |acc, &c| {
-            let d = *acc;
-            *acc += c;
-            Some(d)
-        })
-        .collect();
-    (counts, displs)
+    even_chunks(len, n)
+        .into_iter()
+        .map(|r| (r.len() as Count, r.start as Count))
+        .unzip()
 }
 
-impl Comm for MpiComm {
+impl Comm for MpiMember {
     fn rank(&self) -> usize {
-        self.comm.0.rank() as usize
+        self.0.rank() as usize
     }
 
     fn size(&self) -> usize {
-        self.comm.0.size() as usize
+        self.0.size() as usize
     }
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
@@ -70,7 +95,7 @@ impl Comm for MpiComm {
             let recv_counts = vec![mine as Count; n];
             let recv_displs: Vec<Count> = (0..n).map(|i| (i * mine) as Count).collect();
             let mut recv = PartitionMut::new(&mut gathered[..], &recv_counts[..], &recv_displs[..]);
-            self.comm.0.all_to_all_varcount_into(&send, &mut recv);
+            self.0.all_to_all_varcount_into(&send, &mut recv);
         }
         let mut sum = gathered[..mine].to_vec();
         for i in 1..n {
@@ -79,23 +104,137 @@ impl Comm for MpiComm {
             }
         }
         let mut out = PartitionMut::new(buf, &counts[..], &displs[..]);
-        self.comm.0.all_gather_varcount_into(&sum[..], &mut out);
+        self.0.all_gather_varcount_into(&sum[..], &mut out);
         Ok(())
+    }
+
+    /// `MPI_Alltoallv` of the byte strings (the compressed all-reduce's two steps).
+    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
+        let n = self.size();
+        if parts.len() != n || sizes.len() != n {
+            bail!("exchange over {n} ranks with {} parts", parts.len());
+        }
+        let counts = |lens: &mut dyn Iterator<Item = usize>| -> Result<(Vec<Count>, Vec<Count>)> {
+            let counts = lens
+                .map(|l| {
+                    Count::try_from(l)
+                        .map_err(|_| anyhow::anyhow!("exchange exceeds MPI's count limit"))
+                })
+                .collect::<Result<Vec<Count>>>()?;
+            let displs = counts
+                .iter()
+                .scan(0 as Count, |acc, &c| {
+                    let d = *acc;
+                    *acc += c;
+                    Some(d)
+                })
+                .collect();
+            Ok((counts, displs))
+        };
+        let (send_counts, send_displs) = counts(&mut parts.iter().map(Vec::len))?;
+        let (recv_counts, recv_displs) = counts(&mut sizes.iter().copied())?;
+        // One spare byte each: an empty byte slice's pointer is 0x1, which is MPI_IN_PLACE
+        // to OpenMPI (and rejected in an all-to-all).
+        let mut flat: Vec<u8> = parts.concat();
+        flat.push(0);
+        let mut received = vec![0u8; sizes.iter().sum::<usize>() + 1];
+        {
+            let send = Partition::new(&flat[..], &send_counts[..], &send_displs[..]);
+            let mut recv = PartitionMut::new(&mut received[..], &recv_counts[..], &recv_displs[..]);
+            self.0.all_to_all_varcount_into(&send, &mut recv);
+        }
+        let mut at = 0;
+        Ok(sizes
+            .iter()
+            .map(|&l| {
+                at += l;
+                received[at - l..at].to_vec()
+            })
+            .collect())
     }
 
     /// `MPI_Allreduce` with `MPI_MAX`: a maximum does not depend on the order it is taken
     /// in, so every rank gets the same bits, as the threads backend's.
-    fn all_reduce_max(&self, t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+    fn all_reduce_max(&self, t: &Tensor) -> Result<Tensor> {
         if self.size() == 1 {
             return Ok(t.clone());
         }
         super::collectives::stage_through_host(t, |buf| {
             let send = buf.to_vec();
-            self.comm
-                .0
+            self.0
                 .all_reduce_into(&send[..], buf, SystemOperation::max());
             Ok(())
         })
+    }
+}
+
+impl Comm for MpiComm {
+    fn rank(&self) -> usize {
+        self.ordered.member().rank()
+    }
+
+    fn size(&self) -> usize {
+        self.ordered.member().size()
+    }
+
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
+        if !self.ordered.threaded() {
+            return self.ordered.member().all_reduce_sum(buf);
+        }
+        let mut v = buf.to_vec();
+        let sum = self
+            .ordered
+            .in_order(move |m| m.all_reduce_sum(&mut v).map(|()| v))?;
+        buf.copy_from_slice(&sum);
+        Ok(())
+    }
+
+    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        let t = t.detach();
+        self.ordered.in_order(move |m| m.all_reduce(&t))
+    }
+
+    fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
+        let t = t.detach();
+        if !self.background {
+            return Ok(Pending::ready(self.ordered.member().all_reduce(&t)));
+        }
+        Ok(self.ordered.start(move |m| m.all_reduce(&t)))
+    }
+
+    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
+        let sizes = sizes.to_vec();
+        self.ordered.in_order(move |m| m.exchange(parts, &sizes))
+    }
+
+    fn all_reduce_sum_compressed(&self, buf: &mut [f32], width: usize, q: CommDtype) -> Result<()> {
+        let mut v = buf.to_vec();
+        let sum = self
+            .ordered
+            .in_order(move |m| m.all_reduce_sum_compressed(&mut v, width, q).map(|()| v))?;
+        buf.copy_from_slice(&sum);
+        Ok(())
+    }
+
+    fn all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Tensor> {
+        let t = t.detach();
+        self.ordered
+            .in_order(move |m| m.all_reduce_compressed(&t, q))
+    }
+
+    fn start_all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Pending> {
+        let t = t.detach();
+        if !self.background {
+            return Ok(Pending::ready(
+                self.ordered.member().all_reduce_compressed(&t, q),
+            ));
+        }
+        Ok(self.ordered.start(move |m| m.all_reduce_compressed(&t, q)))
+    }
+
+    fn all_reduce_max(&self, t: &Tensor) -> Result<Tensor> {
+        let t = t.detach();
+        self.ordered.in_order(move |m| m.all_reduce_max(&t))
     }
 }
 
@@ -135,7 +274,7 @@ impl MpiComm {
     /// An NCCL group over the same members on `device`: rank 0 creates the group's id and
     /// broadcasts it over this communicator. Collective over the group.
     pub fn nccl(&self, device: &candle_core::Device) -> Result<super::nccl::NcclComm> {
-        let root = self.comm.0.process_at_rank(0);
+        let root = self.raw().process_at_rank(0);
         let mut id: super::nccl::NcclId = [0; 128];
         if self.rank() == 0 {
             id = super::nccl::new_id()?;
@@ -152,6 +291,7 @@ impl MpiComm {
 pub struct MpiWorld {
     _universe: mpi::environment::Universe,
     world: SimpleCommunicator,
+    background: bool,
 }
 
 /// A rank's communicators: its TP group, its DP group, and the whole world.
@@ -163,15 +303,25 @@ pub struct MpiGroups {
 }
 
 impl MpiWorld {
+    /// Asks for `MPI_THREAD_MULTIPLE`, which a communication thread per group needs;
+    /// where MPI grants less (or `TP_MPI_COMM_THREAD=0` says so), started all-reduces
+    /// complete before they return.
     pub fn init() -> Result<Self> {
-        let Some(universe) = mpi::initialize() else {
+        let Some((universe, granted)) = mpi::initialize_with_threading(Threading::Multiple) else {
             bail!("MPI was already initialised in this process");
         };
         let world = universe.world();
+        let wanted = std::env::var("TP_MPI_COMM_THREAD").map_or(true, |v| v != "0");
         Ok(Self {
             _universe: universe,
             world,
+            background: wanted && granted == Threading::Multiple,
         })
+    }
+
+    /// Whether started all-reduces run on a communication thread.
+    pub fn background(&self) -> bool {
+        self.background
     }
 
     pub fn rank(&self) -> usize {
@@ -202,15 +352,9 @@ impl MpiWorld {
             .ok_or_else(|| anyhow::anyhow!("MPI could not form the data-parallel group"))?;
         Ok(MpiGroups {
             mesh,
-            tp: MpiComm {
-                comm: SendComm(tp_comm),
-            },
-            dp: MpiComm {
-                comm: SendComm(dp_comm),
-            },
-            world: MpiComm {
-                comm: SendComm(self.world.duplicate()),
-            },
+            tp: MpiComm::new(tp_comm, self.background),
+            dp: MpiComm::new(dp_comm, self.background),
+            world: MpiComm::new(self.world.duplicate(), false),
         })
     }
 
@@ -235,9 +379,7 @@ impl MpiWorld {
 
     /// A communicator over all ranks (for agreement before groups exist).
     pub fn world_comm(&self) -> MpiComm {
-        MpiComm {
-            comm: SendComm(self.world.duplicate()),
-        }
+        MpiComm::new(self.world.duplicate(), false)
     }
 
     /// Ends every rank of the job (MPI_Abort): nobody is left waiting in a collective.

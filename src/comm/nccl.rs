@@ -102,6 +102,69 @@ impl Comm for NcclComm {
         Ok(())
     }
 
+    /// Grouped `ncclSend`/`ncclRecv` of the byte strings through device memory: the two
+    /// steps of the compressed all-reduce, whose encoding runs on the host (a GPU kernel
+    /// for it would spare the copies; the bytes on the wire are the same).
+    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
+        let n = self.size;
+        if parts.len() != n || sizes.len() != n {
+            bail!("exchange over {n} ranks with {} parts", parts.len());
+        }
+        let stream = self.device.cuda_stream();
+        let cuda = |e| anyhow!("copying an exchange's bytes through the GPU failed: {e:?}");
+        let send = parts
+            .iter()
+            .map(|p| {
+                // One byte for an empty part: no zero-sized device allocations.
+                let bytes = if p.is_empty() {
+                    &[0u8][..]
+                } else {
+                    p.as_slice()
+                };
+                stream.memcpy_stod(bytes).map_err(cuda)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut recv = sizes
+            .iter()
+            .map(|&l| stream.alloc_zeros::<u8>(l.max(1)).map_err(cuda))
+            .collect::<Result<Vec<_>>>()?;
+        {
+            let nccl = self
+                .inner
+                .lock()
+                .map_err(|_| anyhow!("NCCL communicator lock poisoned"))?;
+            let mut group = nccl.group();
+            let failed = |e| anyhow!("NCCL exchange failed: {e:?}");
+            for (peer, (s, r)) in send.iter().zip(recv.iter_mut()).enumerate() {
+                // The rank's own part stays on the host; empty parts send nothing.
+                if peer == self.rank {
+                    continue;
+                }
+                if !parts[peer].is_empty() {
+                    group
+                        .send(s.slice(..parts[peer].len()), peer as i32)
+                        .map_err(failed)?;
+                }
+                if sizes[peer] > 0 {
+                    group
+                        .recv(r.slice_mut(..sizes[peer]), peer as i32)
+                        .map_err(failed)?;
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(n);
+        for (peer, r) in recv.iter().enumerate() {
+            out.push(if peer == self.rank {
+                parts[peer].clone()
+            } else {
+                let mut v = stream.memcpy_dtov(r).map_err(cuda)?;
+                v.truncate(sizes[peer]);
+                v
+            });
+        }
+        Ok(out)
+    }
+
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
         let t = t.contiguous()?;
         let out = {

@@ -7,15 +7,16 @@
 //! entering) a collective of that world then returns an error instead of waiting forever.
 //!
 //! A started all-reduce ([`Comm::start_all_reduce`]) meets the others on the member's
-//! communication thread ([`Worker`]), so the rank computes meanwhile; from the first one
+//! communication thread ([`Ordered`]), so the rank computes meanwhile; from the first one
 //! on, the member's blocking collectives queue there too, which keeps every member's
 //! collectives in one order.
 
 use super::collectives::{stage_through_host, Comm, Pending};
-use super::worker::Worker;
+use super::quantise::CommDtype;
+use super::worker::Ordered;
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// Shared failure state of all groups created by one [`ThreadWorld`].
@@ -38,6 +39,10 @@ impl AbortState {
 enum Deposit {
     Host(Vec<f32>),
     Device(Tensor),
+    /// One byte string per receiving member (an exchange); the combined result holds
+    /// every member's deposit, each taking its own column.
+    Bytes(Vec<Vec<u8>>),
+    Exchanged(Vec<Vec<Vec<u8>>>),
 }
 
 struct GroupState {
@@ -85,11 +90,13 @@ impl ThreadWorld {
             .push(shared.clone());
         (0..size)
             .map(|rank| ThreadComm {
-                member: Arc::new(Member {
-                    rank,
-                    shared: shared.clone(),
-                }),
-                worker: OnceLock::new(),
+                ordered: Ordered::new(
+                    Member {
+                        rank,
+                        shared: shared.clone(),
+                    },
+                    format!("comm-{rank}"),
+                ),
             })
             .collect()
     }
@@ -115,10 +122,7 @@ impl ThreadWorld {
 
 /// One member's handle on a shared-memory group.
 pub struct ThreadComm {
-    member: Arc<Member>,
-    /// Started on the first [`Comm::start_all_reduce`] (None if the thread could not be
-    /// made: collectives then block as before).
-    worker: OnceLock<Option<Worker>>,
+    ordered: Ordered<Member>,
 }
 
 /// What the member's collectives need, shared with its communication thread.
@@ -127,66 +131,81 @@ struct Member {
     shared: Arc<SharedGroup>,
 }
 
-impl ThreadComm {
-    /// The member's communication thread, if one runs.
-    fn running_worker(&self) -> Option<&Worker> {
-        self.worker.get().and_then(Option::as_ref)
-    }
-
-    /// `f` on the member: behind the started collectives on the communication thread once
-    /// it runs (one order per member), else here.
-    fn in_order<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Member) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
-        let Some(worker) = self.running_worker() else {
-            return f(&self.member);
-        };
-        let m = self.member.clone();
-        worker
-            .submit(move || f(&m))
-            .recv()
-            .map_err(|_| anyhow::anyhow!("the communication thread stopped"))?
-    }
-}
-
 impl Comm for ThreadComm {
     fn rank(&self) -> usize {
-        self.member.rank
+        self.ordered.member().rank
     }
 
     fn size(&self) -> usize {
-        self.member.shared.size
+        self.ordered.member().shared.size
     }
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        if self.running_worker().is_none() {
+        if !self.ordered.threaded() {
             // No copy on the path every blocking-only run takes.
-            return self.member.all_reduce_sum(buf);
+            return self.ordered.member().all_reduce_sum(buf);
         }
         let mut v = buf.to_vec();
-        let sum = self.in_order(move |m| m.all_reduce_sum(&mut v).map(|()| v))?;
+        let sum = self
+            .ordered
+            .in_order(move |m| m.all_reduce_sum(&mut v).map(|()| v))?;
         buf.copy_from_slice(&sum);
         Ok(())
     }
 
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
         let t = t.detach();
-        self.in_order(move |m| m.all_reduce(&t))
+        self.ordered.in_order(move |m| m.all_reduce(&t))
     }
 
     fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
-        if self.size() == 1 {
-            return Ok(Pending::ready(Ok(t.clone())));
-        }
-        let worker = self
-            .worker
-            .get_or_init(|| Worker::spawn(format!("comm-{}", self.member.rank)).ok());
-        let Some(worker) = worker else {
-            return Ok(Pending::ready(self.member.all_reduce(t)));
-        };
-        let (m, t) = (self.member.clone(), t.detach());
-        Ok(Pending::in_flight(worker.submit(move || m.all_reduce(&t))))
+        let t = t.detach();
+        Ok(self.ordered.start(move |m| m.all_reduce(&t)))
+    }
+
+    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
+        let sizes = sizes.to_vec();
+        self.ordered.in_order(move |m| m.exchange(parts, &sizes))
+    }
+
+    fn all_reduce_sum_compressed(&self, buf: &mut [f32], width: usize, q: CommDtype) -> Result<()> {
+        let mut v = buf.to_vec();
+        let sum = self
+            .ordered
+            .in_order(move |m| m.all_reduce_sum_compressed(&mut v, width, q).map(|()| v))?;
+        buf.copy_from_slice(&sum);
+        Ok(())
+    }
+
+    fn all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Tensor> {
+        let t = t.detach();
+        self.ordered
+            .in_order(move |m| m.all_reduce_compressed(&t, q))
+    }
+
+    fn start_all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Pending> {
+        let t = t.detach();
+        Ok(self.ordered.start(move |m| m.all_reduce_compressed(&t, q)))
+    }
+}
+
+/// The member alone, without a communication thread: what the worker runs. Its
+/// compressed all-reduce is the trait's, over [`Member::exchange`].
+impl Comm for Member {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.shared.size
+    }
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
+        Member::all_reduce_sum(self, buf)
+    }
+    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        Member::all_reduce(self, t)
+    }
+    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
+        Member::exchange(self, parts, sizes)
     }
 }
 
@@ -210,6 +229,28 @@ impl Member {
         Ok(())
     }
 
+    /// Every member's `parts[me]`, in rank order, checked against the sizes expected.
+    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
+        let n = self.shared.size;
+        if parts.len() != n || sizes.len() != n {
+            bail!("exchange over {n} members with {} parts", parts.len());
+        }
+        let result = self.meet(Deposit::Bytes(parts))?;
+        let Deposit::Exchanged(all) = &*result else {
+            bail!("an exchange met another collective across ranks");
+        };
+        let mine: Vec<Vec<u8>> = all.iter().map(|p| p[self.rank].clone()).collect();
+        for (r, (got, want)) in mine.iter().zip(sizes).enumerate() {
+            if got.len() != *want {
+                bail!(
+                    "exchange size mismatch: rank {r} sent {} bytes, expected {want}",
+                    got.len()
+                );
+            }
+        }
+        Ok(mine)
+    }
+
     /// f32 CPU tensors go through the host path above (bit for bit what the MPI backend
     /// computes); anything else (GPU tensors, bf16) is summed where it lies.
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
@@ -225,7 +266,7 @@ impl ThreadComm {
     /// [`Member::all_reduce_on_device`], in order with the started collectives.
     pub fn all_reduce_on_device(&self, t: &Tensor) -> Result<Tensor> {
         let t = t.detach();
-        self.in_order(move |m| m.all_reduce_on_device(&t))
+        self.ordered.in_order(move |m| m.all_reduce_on_device(&t))
     }
 }
 
@@ -304,7 +345,8 @@ impl Member {
     }
 }
 
-/// `((d0 + d1) + d2) + ...` element by element; device tensors in f32.
+/// `((d0 + d1) + d2) + ...` element by element (device tensors in f32); the deposits of
+/// an exchange, all of them.
 fn sum_in_rank_order(deposits: Vec<Deposit>) -> Result<Deposit> {
     let mut it = deposits.into_iter().enumerate();
     let (_, first) = it.next().expect("a group has members");
@@ -327,6 +369,17 @@ fn sum_in_rank_order(deposits: Vec<Deposit>) -> Result<Deposit> {
             }
             Ok(Deposit::Host(sum))
         }
+        Deposit::Bytes(p) => {
+            let mut all = vec![p];
+            for (_, d) in it {
+                let Deposit::Bytes(p) = d else {
+                    bail!("an exchange met another collective across ranks");
+                };
+                all.push(p);
+            }
+            Ok(Deposit::Exchanged(all))
+        }
+        Deposit::Exchanged(_) => bail!("a member deposited an exchange's result"),
         Deposit::Device(t) => {
             let mut sum = t.to_dtype(DType::F32)?;
             for (r, d) in it {
@@ -344,152 +397,5 @@ fn sum_in_rank_order(deposits: Vec<Deposit>) -> Result<Deposit> {
             }
             Ok(Deposit::Device(sum))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn all_reduce_sums_in_rank_order_and_every_member_gets_identical_bits() {
-        let world = ThreadWorld::new();
-        let comms = world.group(4);
-        let handles: Vec<_> = comms
-            .into_iter()
-            .map(|c| {
-                std::thread::spawn(move || {
-                    let mut out = Vec::new();
-                    for round in 0..50 {
-                        let mut buf: Vec<f32> = (0..7)
-                            .map(|i| (c.rank() as f32 + 1.0) * 0.1 + i as f32 * 1e-7 + round as f32)
-                            .collect();
-                        c.all_reduce_sum(&mut buf).unwrap();
-                        out.push(buf);
-                    }
-                    out
-                })
-            })
-            .collect();
-        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        for r in &results[1..] {
-            for (a, b) in r.iter().zip(&results[0]) {
-                let a: Vec<u32> = a.iter().map(|x| x.to_bits()).collect();
-                let b: Vec<u32> = b.iter().map(|x| x.to_bits()).collect();
-                assert_eq!(a, b);
-            }
-        }
-        let expect = ((0.1f32 + 0.2) + 0.3) + 0.4;
-        assert_eq!(results[0][0][0], expect);
-    }
-
-    /// The device path computes the host path's sums, bit for bit (here on the CPU, where
-    /// both run; on a GPU the same candle adds run there).
-    #[test]
-    fn device_sums_equal_host_sums_bit_for_bit() {
-        let world = ThreadWorld::new();
-        let handles: Vec<_> = world
-            .group(3)
-            .into_iter()
-            .map(|c| {
-                std::thread::spawn(move || {
-                    let v: Vec<f32> = (0..11)
-                        .map(|i| ((c.rank() * 11 + i) as f32 * 0.37).sin() * 1e3)
-                        .collect();
-                    let t = Tensor::from_vec(v.clone(), (11,), &candle_core::Device::Cpu).unwrap();
-                    let on_device = c.all_reduce_on_device(&t).unwrap();
-                    let mut host = v;
-                    c.all_reduce_sum(&mut host).unwrap();
-                    let t16 = t.to_dtype(DType::BF16).unwrap();
-                    let bf = c.all_reduce(&t16).unwrap();
-                    let mut widened = t16.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
-                    c.all_reduce_sum(&mut widened).unwrap();
-                    (on_device.to_vec1::<f32>().unwrap(), host, bf, widened)
-                })
-            })
-            .collect();
-        for h in handles {
-            let (dev, host, bf, widened) = h.join().unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&dev), bits(&host));
-            // bf16: widened, summed in f32 in rank order, rounded once.
-            assert_eq!(bf.dtype(), DType::BF16);
-            let rounded = Tensor::new(widened.as_slice(), &candle_core::Device::Cpu)
-                .and_then(|w| w.to_dtype(DType::BF16))
-                .and_then(|w| w.to_dtype(DType::F32))
-                .and_then(|w| w.to_vec1::<f32>())
-                .unwrap();
-            let bf = bf.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
-            assert_eq!(bits(&bf), bits(&rounded));
-        }
-    }
-
-    /// Started all-reduces, several in flight at once and blocking ones issued between
-    /// them, give every member the blocking path's sums bit for bit, each to its own call.
-    #[test]
-    fn started_all_reduces_equal_blocking_ones_and_keep_their_order() {
-        let run = |started: bool| {
-            let handles: Vec<_> = ThreadWorld::new()
-                .group(3)
-                .into_iter()
-                .map(|c| {
-                    std::thread::spawn(move || {
-                        let vals = |k: usize| -> Vec<f32> {
-                            (0..5)
-                                .map(|i| ((c.rank() * 31 + k * 7 + i) as f32 * 0.37).sin())
-                                .collect()
-                        };
-                        let tensor =
-                            |k| Tensor::new(vals(k).as_slice(), &candle_core::Device::Cpu).unwrap();
-                        let mut out = Vec::new();
-                        for round in 0..4 {
-                            let k = round * 3;
-                            if started {
-                                let a = c.start_all_reduce(&tensor(k)).unwrap();
-                                let b = c.start_all_reduce(&tensor(k + 1)).unwrap();
-                                let mut host = vals(k + 2);
-                                c.all_reduce_sum(&mut host).unwrap();
-                                out.push(a.wait().unwrap().to_vec1::<f32>().unwrap());
-                                out.push(b.wait().unwrap().to_vec1::<f32>().unwrap());
-                                out.push(host);
-                            } else {
-                                for j in 0..3 {
-                                    out.push(
-                                        c.all_reduce(&tensor(k + j)).unwrap().to_vec1().unwrap(),
-                                    );
-                                }
-                            }
-                        }
-                        out
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap())
-                .collect::<Vec<_>>()
-        };
-        let bits = |r: Vec<Vec<Vec<f32>>>| -> Vec<Vec<Vec<u32>>> {
-            r.into_iter()
-                .map(|m| {
-                    m.into_iter()
-                        .map(|v| v.iter().map(|x| x.to_bits()).collect())
-                        .collect()
-                })
-                .collect()
-        };
-        assert_eq!(bits(run(true)), bits(run(false)));
-    }
-
-    #[test]
-    fn abort_releases_members_blocked_in_a_collective() {
-        let world = ThreadWorld::new();
-        let mut comms = world.group(2);
-        let c1 = comms.pop().unwrap();
-        let waiter = std::thread::spawn(move || c1.all_reduce_sum(&mut [1.0]));
-        std::thread::sleep(Duration::from_millis(50));
-        world.abort("rank 0 failed: injected");
-        let err = waiter.join().unwrap().unwrap_err().to_string();
-        assert!(err.contains("rank 0 failed"), "{err}");
     }
 }

@@ -2,8 +2,9 @@
 //! the order they were issued, while the member computes. What makes an all-reduce
 //! proceed in the background on backends whose collectives block the calling thread.
 
+use super::collectives::Pending;
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -43,6 +44,74 @@ impl Worker {
             .unwrap_or_else(|p| p.into_inner())
             .send(job);
         rx
+    }
+}
+
+/// A member's collectives in one order: run by the caller until the member's first
+/// started collective, then all of them on the member's communication thread (blocking
+/// ones queue there too, behind what was started before them). `M` is what a collective
+/// needs of the member, shared with the thread.
+pub struct Ordered<M> {
+    member: Arc<M>,
+    name: String,
+    /// Started on the first [`Ordered::start`] (None if the thread could not be made:
+    /// collectives then block as before).
+    worker: OnceLock<Option<Worker>>,
+}
+
+impl<M: Send + Sync + 'static> Ordered<M> {
+    /// `name` names the communication thread, when it starts.
+    pub fn new(member: M, name: String) -> Self {
+        Self {
+            member: Arc::new(member),
+            name,
+            worker: OnceLock::new(),
+        }
+    }
+
+    pub fn member(&self) -> &M {
+        &self.member
+    }
+
+    /// Whether the member's collectives run on its communication thread now.
+    pub fn threaded(&self) -> bool {
+        self.running().is_some()
+    }
+
+    fn running(&self) -> Option<&Worker> {
+        self.worker.get().and_then(Option::as_ref)
+    }
+
+    /// `f` on the member, waited for: behind the started collectives on the communication
+    /// thread once it runs, else here.
+    pub fn in_order<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&M) -> anyhow::Result<R> + Send + 'static,
+    ) -> anyhow::Result<R> {
+        let Some(worker) = self.running() else {
+            return f(&self.member);
+        };
+        let m = self.member.clone();
+        worker
+            .submit(move || f(&m))
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the communication thread stopped"))?
+    }
+
+    /// `f` on the member's communication thread (started on first use), the caller going
+    /// on meanwhile; here and now if the thread could not be made.
+    pub fn start(
+        &self,
+        f: impl FnOnce(&M) -> anyhow::Result<candle_core::Tensor> + Send + 'static,
+    ) -> Pending {
+        let worker = self
+            .worker
+            .get_or_init(|| Worker::spawn(self.name.clone()).ok());
+        let Some(worker) = worker else {
+            return Pending::ready(f(&self.member));
+        };
+        let m = self.member.clone();
+        Pending::in_flight(worker.submit(move || f(&m)))
     }
 }
 

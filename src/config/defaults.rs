@@ -6,6 +6,7 @@ use super::presets::{preset, Recipe};
 use super::run_config::{
     CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
 };
+use crate::comm::CommDtype;
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use anyhow::Result;
 
@@ -84,6 +85,7 @@ impl RunConfig {
                 dtype: ComputeDtype::F32,
                 tf32: false,
                 vocab_parallel: false,
+                comm_dtype: CommDtype::F32,
             },
             eval: EvalConfig {
                 eval_interval: 250,

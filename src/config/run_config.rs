@@ -3,7 +3,7 @@
 //! overrides in `overrides`.
 
 use crate::blocks::Layout;
-use crate::comm::LinkModel;
+use crate::comm::{CommDtype, LinkModel};
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::error::user;
 use crate::model::ModelConfig;
@@ -110,6 +110,9 @@ pub struct ParallelConfig {
     /// vocab-parallel embedding and cross-entropy). The same function and the same
     /// logical checkpoint either way: it can change on resume.
     pub vocab_parallel: bool,
+    /// What the TP activation and activation-gradient all-reduces travel in: `f32`
+    /// (exact), or compressed `bf16`, `fp8`, `int8` (blocks.md's two-step all-reduce).
+    pub comm_dtype: CommDtype,
 }
 
 /// Evaluation, logging and the closing sample.

@@ -1,6 +1,7 @@
 //! Rank 0's reporter: the JSONL log (through the run directory's writer), a progress bar
 //! and evaluation lines on stdout.
 
+use crate::comm::CommDtype;
 use crate::config::RunConfig;
 use crate::run_dir::{LogLine, LogWriter, RunDir};
 use crate::train::record::{ParamCounts, Reporter, StepRecord};
@@ -44,13 +45,17 @@ impl ConsoleReporter {
 impl Reporter for ConsoleReporter {
     fn started(&mut self, cfg: &RunConfig, params: ParamCounts) {
         self.say(format!(
-            "model: {} parameters ({} on each TP rank{}), pattern {}, tp {} x dp {}, global batch {} x {} tokens",
+            "model: {} parameters ({} on each TP rank{}{}), pattern {}, tp {} x dp {}, global batch {} x {} tokens",
             params.logical,
             params.local,
             if cfg.parallel.vocab_parallel {
                 ", vocab-parallel"
             } else {
                 ""
+            },
+            match cfg.parallel.comm_dtype {
+                CommDtype::F32 => String::new(),
+                q => format!(", TP all-reduces in {}", q.label()),
             },
             cfg.model.pattern,
             cfg.parallel.tp,

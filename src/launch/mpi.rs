@@ -163,7 +163,14 @@ pub fn run_mpi(
         Err(e) => fail_job(&mpi, rank, &e, 1),
     };
     crate::device::set_tf32(cfg.parallel.tf32);
-    let ctx = RankContext::new(groups_mesh, tp_comm, dp_comm, cfg.link(), device);
+    let ctx = RankContext::new(
+        groups_mesh,
+        tp_comm,
+        dp_comm,
+        cfg.link(),
+        cfg.parallel.comm_dtype,
+        device,
+    );
     let mut reporter = match &dir {
         Some(d) => Some(ConsoleReporter::new(d, cfg.optim.max_iters, progress)?),
         None => None,

@@ -105,6 +105,7 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
         formula_forward_allreduces: layout.forward_allreduces(),
         tp_forward_allreduces: in_layers(CommKind::TpForward),
         tp_backward_allreduces: in_layers(CommKind::TpBackward),
+        comm_dtype: cfg.parallel.comm_dtype,
         layers,
         outside_layers,
         hosts: o.hosts.clone(),

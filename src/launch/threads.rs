@@ -174,6 +174,7 @@ pub fn run_threads(
                 tp_comm,
                 dp_comm,
                 cfg.link(),
+                cfg.parallel.comm_dtype,
                 device.clone(),
             );
             let rep = if rank == 0 { reporter.take() } else { None };

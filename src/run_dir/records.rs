@@ -3,7 +3,7 @@
 //! through these types only, so a renamed field is a compile error, not an empty plot.
 
 use crate::blocks::BlockKind;
-use crate::comm::{CommKind, LinkModel, Stat};
+use crate::comm::{CommDtype, CommKind, LinkModel, Stat};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -73,6 +73,9 @@ pub struct CommReport {
     pub tp_forward_allreduces: f64,
     /// Measured TP all-reduces per backward pass issued by the blocks.
     pub tp_backward_allreduces: f64,
+    /// What the layers' TP all-reduces travelled in (`bytes` are those that travelled).
+    #[serde(default)]
+    pub comm_dtype: CommDtype,
     pub layers: Vec<LayerComm>,
     /// Sites outside the layers that communicate (`vocab_parallel`: embedding, head);
     /// empty otherwise.

@@ -8,8 +8,10 @@
 //! in `s` and `p` the MLP input is rank-local, where a built-in `f` would be wrong.
 //! A group of one returns its input untouched.
 //!
-//! Backward passes reduce gradient tensors through [`CountedComm::all_reduce`] (on their
-//! device). g's forward on f32 CPU activations runs inside the op (`cpu_fwd`), summing the
+//! Their sums go through [`CountedComm::all_reduce_activation`] and its kin, which send
+//! them compressed when the group's `comm_dtype` says (straight-through: the backward of
+//! a quantised g is the identity, as of an exact one). Backward passes reduce gradient
+//! tensors on their device. g's forward on f32 CPU activations runs inside the op (`cpu_fwd`), summing the
 //! host buffer in place; on any other device or dtype it reduces the tensor where it lies
 //! and takes the sum's value with the input's gradient ([`reduce_from_tp_on_device`]).
 
@@ -75,7 +77,7 @@ impl CustomOp1 for CopyToTp {
     identity_forward!();
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         self.group
-            .all_reduce(&grad_res.contiguous()?, self.site, CommKind::TpBackward)
+            .all_reduce_activation(&grad_res.contiguous()?, self.site, CommKind::TpBackward)
             .map(Some)
             .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))
     }
@@ -92,8 +94,9 @@ impl CustomOp1 for ReduceFromTp {
     }
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let mut v = contiguous_f32(storage, layout)?;
+        let width = layout.dims().last().copied().unwrap_or(1);
         self.group
-            .all_reduce_sum(&mut v, self.site, CommKind::TpForward)
+            .all_reduce_activation_host(&mut v, width, self.site, CommKind::TpForward)
             .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
         Ok((CpuStorage::F32(v), layout.shape().clone()))
     }
@@ -136,7 +139,7 @@ pub fn reduce_from_tp_on_device(x: &Tensor, group: &CountedComm, site: Site) -> 
     }
     let x = x.contiguous()?;
     let sum = group
-        .all_reduce(&x.detach(), site, CommKind::TpForward)
+        .all_reduce_activation(&x.detach(), site, CommKind::TpForward)
         .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
     sum.add(&(&x - &x.detach())?)
 }
@@ -154,7 +157,7 @@ pub fn start_reduce_from_tp(x: &Tensor, group: &CountedComm, site: Site) -> Resu
     let sum = if group.size() == 1 {
         None
     } else {
-        let started = group.start_all_reduce(&x.detach(), site, CommKind::TpForward);
+        let started = group.start_all_reduce_activation(&x.detach(), site, CommKind::TpForward);
         Some(started.map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?)
     };
     Ok(PendingReduce { x, sum })

@@ -1,7 +1,7 @@
 //! A rank's view of the job: where it sits in the mesh, its two counted groups, its tally
 //! and its device. Built in one place ([`RankContext::new`]) by every launcher.
 
-use crate::comm::{Comm, CountedComm, LinkModel, Mesh, Tally};
+use crate::comm::{Comm, CommDtype, CountedComm, LinkModel, Mesh, Tally};
 use candle_core::Device;
 use std::sync::Arc;
 
@@ -17,18 +17,22 @@ pub struct RankContext {
 }
 
 impl RankContext {
-    /// Both groups count into one tally of this rank and share the emulated `link`.
+    /// Both groups count into one tally of this rank and share the emulated `link`; the
+    /// TP group sends activation sums in `comm_dtype`.
     pub fn new(
         mesh: Mesh,
         tp: Arc<dyn Comm>,
         dp: Arc<dyn Comm>,
         link: Option<LinkModel>,
+        comm_dtype: CommDtype,
         device: Device,
     ) -> Self {
         let tally = Arc::new(Tally::new());
         Self {
             mesh,
-            tp: CountedComm::new(tp, tally.clone()).with_link(link),
+            tp: CountedComm::new(tp, tally.clone())
+                .with_link(link)
+                .with_comm_dtype(comm_dtype),
             dp: CountedComm::new(dp, tally.clone()).with_link(link),
             tally,
             device,

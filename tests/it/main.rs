@@ -6,6 +6,8 @@ mod common;
 
 mod checkpoints;
 mod cli;
+mod comm_threads;
+mod compressed_allreduce;
 mod docs;
 mod full_eval;
 mod golden_vectors;

@@ -63,6 +63,26 @@ fn mpirun_ladder_blocks_match_the_threads_backend_bit_for_bit() {
     );
 }
 
+/// Compressed all-reduces under mpirun (bytes through `MPI_Alltoallv`) train exactly as
+/// with ranks as threads (bytes through shared memory): int8 sums are the same bits on
+/// both, started (`l`) and blocking (`t`, `p`) alike.
+#[test]
+fn mpirun_int8_all_reduces_match_the_threads_backend_bit_for_bit() {
+    let d = scratch("int8");
+    let mut args = SMALL.to_vec();
+    args[1] = "tllp";
+    let int8 = ["--tp", "2", "--set", "comm_dtype=int8", "--out"];
+    ok(&mpirun(&d, 2, &[&args[..], &int8, &["mpi"]].concat(), &[]));
+    ok(&threads(&d, &[&args[..], &int8, &["threads"]].concat()));
+    assert_losses_close(&d.join("mpi"), &d.join("threads"), 0.0);
+    assert_same_counts(&comm(&d.join("mpi")), &comm(&d.join("threads")));
+    // Sampling starts from one token: one row, so rank 1's chunk is empty.
+    assert_eq!(
+        std::fs::read_to_string(d.join("mpi").join("sample.txt")).unwrap(),
+        std::fs::read_to_string(d.join("threads").join("sample.txt")).unwrap()
+    );
+}
+
 /// The vocab-parallel table under mpirun (its max all-reduce is MPI's own) trains as in
 /// threads: same losses, same sample, same embedding/head counts.
 #[test]

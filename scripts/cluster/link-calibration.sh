@@ -4,6 +4,10 @@
 #   scripts/cluster/link-calibration.sh [OUT] [--rates "1gbit 500mbit 200mbit 100mbit"]
 #                               [--patterns "tttt sppp pppp"] [--steps 40] [--append]
 #
+# A pattern may carry a compressed all-reduce type: `llll+int8` runs llll with
+# comm_dtype int8 (also fp8, bf16). TP_MPI_COMM_THREAD=0 in the environment runs the
+# ladder's started all-reduces inline under MPI (no communication thread), for comparison.
+#
 # For every pattern: one run with both ranks as threads of one process (the compute,
 # nothing on a wire), then for every rate a run of tp 2 over two hosts
 # (scripts/cluster/netns.sh, one rank per host, so every TP all-reduce crosses the
@@ -38,15 +42,19 @@ common=(--tp 2 --quiet --set max_iters="$steps" --set eval_interval=0 --set samp
   --set final_eval=sampled --set eval_iters=1 --set checkpoint_interval=0)
 [ "$append" = 1 ] && [ -f "$out/runs.csv" ] || echo "kind,rate,pattern,run" >"$out/runs.csv"
 for p in $patterns; do
+  pattern=${p%%+*}
+  dtype=f32
+  [ "$pattern" != "$p" ] && dtype=${p#*+}
+  run=(--pattern "$pattern" --set comm_dtype="$dtype" "${common[@]}")
   dir="$out/threads-$p"
   rm -rf "$dir"
-  RAYON_NUM_THREADS=1 "$bin" --pattern "$p" "${common[@]}" --backend threads --out "$dir" >/dev/null
+  RAYON_NUM_THREADS=1 "$bin" "${run[@]}" --backend threads --out "$dir" >/dev/null
   echo "threads,,$p,threads-$p" >>"$out/runs.csv"
   for r in $rates; do
     dir="$out/$r-$p"
     rm -rf "$dir"
     scripts/cluster/netns.sh run 2 --slots 1 --rate "$r" -- \
-      "$bin" --pattern "$p" "${common[@]}" --out "$dir" >/dev/null
+      "$bin" "${run[@]}" --out "$dir" >/dev/null
     echo "link,$r,$p,$r-$p" >>"$out/runs.csv"
     echo "link-calibration: $p at $r: $(grep -o '"step_ms": [0-9.]*' "$dir/summary.json")"
   done

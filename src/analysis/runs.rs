@@ -37,6 +37,7 @@ impl ReplicateKey {
 #[derive(Debug, Clone)]
 pub struct RunCurves {
     pub dir: PathBuf,
+    /// The pattern, `+Q` when compressed ([`RunConfig::variant`]).
     pub pattern: String,
     pub tp: usize,
     pub dp: usize,
@@ -92,8 +93,8 @@ impl RunCurves {
             final_ci95: None,
             timing,
             dir: dir.to_path_buf(),
-            label: cfg.model.pattern.clone(),
-            pattern: cfg.model.pattern,
+            label: cfg.variant(),
+            pattern: cfg.variant(),
             tp: cfg.parallel.tp,
             dp: cfg.parallel.dp,
             train,

@@ -20,7 +20,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Args {
     /// A run directory (its latest checkpoint unless --checkpoint).
     run_dir: PathBuf,
-    /// What t blocks are converted to.
+    /// What t blocks are converted to (l: the budget is the all-reduces waited for).
     #[arg(long, value_enum, default_value_t = To::S)]
     to: To,
     /// Tensor-parallel ranks (threads) to evaluate at (default: the run's; at least 2).
@@ -35,6 +35,7 @@ struct Args {
 enum To {
     S,
     P,
+    L,
 }
 
 fn main() {
@@ -47,11 +48,12 @@ fn main() {
         let to = match a.to {
             To::S => BlockKind::S,
             To::P => BlockKind::P,
+            To::L => BlockKind::L,
         };
         let r = scan_run(&a.run_dir, a.checkpoint.as_deref(), to, a.tp)?;
         println!(
-            "{} at tp {}: val loss {:.4} over {} predictions, {} forward all-reduces per pass",
-            r.base_pattern, r.tp, r.base_loss, r.val_tokens, r.base_forward_allreduces
+            "{} at tp {}: val loss {:.4} over {} predictions, {} forward all-reduces per pass ({} waited for)",
+            r.base_pattern, r.tp, r.base_loss, r.val_tokens, r.base_forward_allreduces, r.base_exposed_allreduces
         );
         println!("block  as {}        loss    rise  tier", r.to);
         for b in &r.blocks {
@@ -68,7 +70,7 @@ fn main() {
         for s in &r.recommended {
             println!(
                 "{:>6}  {:<11}  {:.4}",
-                s.forward_allreduces, s.pattern, s.loss
+                s.exposed_allreduces, s.pattern, s.loss
             );
         }
         write_scan_into(&a.run_dir, &r)?;

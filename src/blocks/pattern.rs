@@ -103,6 +103,18 @@ impl Layout {
             + count(BlockKind::S)
             + self.p_runs().len()
     }
+
+    /// Forward all-reduces a rank waits for with nothing to compute meanwhile: `t`'s two,
+    /// `s`'s one, one per p-run, and one per maximal run of `l` blocks (its last MLP sum,
+    /// which no module follows inside the run; every other `l` all-reduce runs while the
+    /// next module computes). Equal to [`Layout::forward_allreduces`] without `l`.
+    pub fn exposed_allreduces(&self) -> usize {
+        let count = |kind| self.kinds.iter().filter(|k| **k == kind).count();
+        2 * count(BlockKind::T)
+            + count(BlockKind::S)
+            + self.p_runs().len()
+            + self.runs_of(BlockKind::L).len()
+    }
 }
 
 /// A pattern error: what is wrong and at which character (0-based byte offset).
@@ -365,6 +377,27 @@ mod tests {
         let (pos, msg) = err_at("lL");
         assert_eq!(pos, 1);
         assert!(msg.contains("'L'"), "{msg}");
+    }
+
+    /// A run of l blocks leaves one all-reduce exposed (its last MLP sum); without l the
+    /// exposed count is the forward count.
+    #[test]
+    fn exposed_allreduces_count_one_per_ladder_run() {
+        for (p, forward, exposed) in [
+            ("tttt", 8, 8),
+            ("llll", 8, 1),
+            ("tttl", 8, 7),
+            ("ltlt", 8, 6),
+            ("tllp", 7, 4),
+            ("sppp", 2, 2),
+        ] {
+            let l = Layout::parse(p).unwrap();
+            assert_eq!(
+                (l.forward_allreduces(), l.exposed_allreduces()),
+                (forward, exposed),
+                "{p}"
+            );
+        }
     }
 
     #[test]

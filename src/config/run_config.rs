@@ -195,6 +195,16 @@ impl RunConfig {
         Layout::parse(&self.model.pattern).map_err(user)
     }
 
+    /// The pattern, with `+int8` (`+fp8`, `+bf16`) when its TP all-reduces travel
+    /// compressed: what tables and legends call a run, and how link-calibration.sh names
+    /// what it measured.
+    pub fn variant(&self) -> String {
+        match self.parallel.comm_dtype {
+            CommDtype::F32 => self.model.pattern.clone(),
+            q => format!("{}+{}", self.model.pattern, q.label()),
+        }
+    }
+
     pub fn link(&self) -> Option<LinkModel> {
         LinkModel::from_config(self.parallel.link_gbps, self.parallel.link_latency_us)
     }

@@ -61,7 +61,10 @@ where
         )))?;
     }
     let steps = scan.cumulative.iter().chain(&scan.recommended);
-    let max_x = scan.base_forward_allreduces as f64 + 0.5;
+    let max_x = scan
+        .base_exposed_allreduces
+        .max(scan.base_forward_allreduces) as f64
+        + 0.5;
     let (lo, hi) = range(steps.clone().map(|s| s.loss).chain([scan.base_loss]));
     let mut chart = ChartBuilder::on(&right)
         .caption("loss vs communication", ("sans-serif", 24))
@@ -71,13 +74,13 @@ where
         .build_cartesian_2d(0f64..max_x, lo..hi)?;
     chart
         .configure_mesh()
-        .x_desc("TP forward all-reduces per pass")
+        .x_desc("TP forward all-reduces per pass a rank waits for")
         .y_desc("val loss (whole split)")
         .x_label_formatter(&|x| format!("{x:.0}"))
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
         .draw()?;
-    let base = (scan.base_forward_allreduces as f64, scan.base_loss);
+    let base = (scan.base_exposed_allreduces as f64, scan.base_loss);
     for (k, (name, pts)) in [
         ("last blocks first", &scan.cumulative),
         ("least sensitive first", &scan.recommended),
@@ -87,7 +90,7 @@ where
     {
         let c = color(k);
         let line: Vec<(f64, f64)> = std::iter::once(base)
-            .chain(pts.iter().map(|s| (s.forward_allreduces as f64, s.loss)))
+            .chain(pts.iter().map(|s| (s.exposed_allreduces as f64, s.loss)))
             .collect();
         chart
             .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))?

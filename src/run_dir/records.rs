@@ -277,6 +277,10 @@ pub struct ScanBlock {
 pub struct ScanStep {
     pub pattern: String,
     pub forward_allreduces: usize,
+    /// Of those, the ones a rank waits for with nothing to overlap
+    /// ([`crate::blocks::Layout::exposed_allreduces`]): the budget recommendations fit.
+    #[serde(default)]
+    pub exposed_allreduces: usize,
     pub loss: f64,
 }
 
@@ -286,10 +290,12 @@ pub struct ScanReport {
     pub checkpoint: String,
     pub step: usize,
     pub tp: usize,
-    /// The kind blocks are converted to, `s` or `p`.
+    /// The kind blocks are converted to, `s`, `p` or `l`.
     pub to: BlockKind,
     pub base_pattern: String,
     pub base_forward_allreduces: usize,
+    #[serde(default)]
+    pub base_exposed_allreduces: usize,
     pub base_loss: f64,
     /// Predictions of the validation split each loss averages.
     pub val_tokens: usize,
@@ -297,7 +303,7 @@ pub struct ScanReport {
     pub blocks: Vec<ScanBlock>,
     /// The last block, the last two, ... converted.
     pub cumulative: Vec<ScanStep>,
-    /// Per budget of forward all-reduces: the least sensitive blocks converted.
+    /// Per budget of exposed forward all-reduces: the least sensitive blocks converted.
     pub recommended: Vec<ScanStep>,
 }
 

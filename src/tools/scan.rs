@@ -6,6 +6,11 @@
 //! relative rise, and for each budget of forward all-reduces per pass the scan
 //! recommends converting the least sensitive blocks (each recommendation evaluated too;
 //! converting to p, also mixes with s for the budgets in between).
+//!
+//! `--to l` is the Ladder Residual paper's recipe in the same shape (convert the top
+//! blocks of a trained model, then fine-tune): an `l` block keeps its all-reduces but
+//! overlaps them, so the budget is the all-reduces a rank waits for
+//! ([`Layout::exposed_allreduces`]), which for s and p equals the forward count.
 
 use crate::blocks::{BlockKind, Layout};
 use crate::data::Split;
@@ -67,11 +72,11 @@ pub fn scan_run(
     let tp = tp.unwrap_or(cfg.parallel.tp);
     if tp < 2 {
         crate::user_bail!(
-            "tp-scan at tp {tp}: s and p blocks equal t blocks on one rank, so there is nothing to measure: use --tp 2 or more"
+            "tp-scan at tp {tp}: s, p and l blocks equal t blocks on one rank, so there is nothing to measure: use --tp 2 or more"
         );
     }
     if to == BlockKind::T {
-        crate::user_bail!("--to t: convert blocks to s or p");
+        crate::user_bail!("--to t: convert blocks to s, p or l");
     }
     let data = load_dataset(&cfg)?;
     cfg.model_config(data.vocab_size())?
@@ -113,7 +118,8 @@ pub fn scan_run(
         tp,
         to,
         base_pattern: base_pattern.clone(),
-        base_forward_allreduces: forward_allreduces(&base_pattern)?,
+        base_forward_allreduces: forward_allreduces(&base_pattern)?.0,
+        base_exposed_allreduces: forward_allreduces(&base_pattern)?.1,
         base_loss: base,
         val_tokens: data.split(Split::Val).len().saturating_sub(1),
         blocks,
@@ -122,10 +128,10 @@ pub fn scan_run(
     })
 }
 
-fn forward_allreduces(pattern: &str) -> Result<usize> {
-    Ok(Layout::parse(pattern)
-        .map_err(crate::error::user)?
-        .forward_allreduces())
+/// A pattern's forward all-reduces per pass, and of those the exposed ones.
+fn forward_allreduces(pattern: &str) -> Result<(usize, usize)> {
+    let layout = Layout::parse(pattern).map_err(crate::error::user)?;
+    Ok((layout.forward_allreduces(), layout.exposed_allreduces()))
 }
 
 /// One checkpoint's weights, evaluated under other patterns.
@@ -144,8 +150,10 @@ impl Scanner<'_> {
     }
 
     fn step(&self, pattern: String) -> Result<ScanStep> {
+        let (forward, exposed) = forward_allreduces(&pattern)?;
         Ok(ScanStep {
-            forward_allreduces: forward_allreduces(&pattern)?,
+            forward_allreduces: forward,
+            exposed_allreduces: exposed,
             loss: self.loss(&pattern)?,
             pattern,
         })
@@ -189,10 +197,10 @@ impl Scanner<'_> {
         let mut pattern = self.base_pattern.to_string();
         for b in order {
             pattern = with_block(&pattern, b.block, self.to);
-            let n = forward_allreduces(&pattern)?;
+            let n = forward_allreduces(&pattern)?.1;
             if recommended
                 .last()
-                .is_some_and(|r| r.forward_allreduces <= n)
+                .is_some_and(|r| r.exposed_allreduces <= n)
             {
                 continue;
             }
@@ -216,7 +224,7 @@ impl Scanner<'_> {
             let mix = self.step(p.into_iter().collect())?;
             match recommended
                 .iter()
-                .position(|r| r.forward_allreduces == mix.forward_allreduces)
+                .position(|r| r.exposed_allreduces == mix.exposed_allreduces)
             {
                 Some(at) if recommended[at].loss <= mix.loss => {}
                 Some(at) => recommended[at] = mix,
@@ -227,19 +235,19 @@ impl Scanner<'_> {
     }
 }
 
-/// Most all-reduces first; a recommendation no better than one with fewer all-reduces
-/// is dropped (it would never be the pattern to pick).
+/// Most exposed all-reduces first; a recommendation no better than one with fewer is
+/// dropped (it would never be the pattern to pick).
 fn drop_dominated(recommended: &mut Vec<ScanStep>) {
-    recommended.sort_by_key(|r| std::cmp::Reverse(r.forward_allreduces));
+    recommended.sort_by_key(|r| std::cmp::Reverse(r.exposed_allreduces));
     let mut best_below = f64::INFINITY;
     for r in recommended.iter_mut().rev() {
         if r.loss >= best_below {
-            r.forward_allreduces = usize::MAX;
+            r.exposed_allreduces = usize::MAX;
         } else {
             best_below = r.loss;
         }
     }
-    recommended.retain(|r| r.forward_allreduces != usize::MAX);
+    recommended.retain(|r| r.exposed_allreduces != usize::MAX);
 }
 
 #[cfg(test)]

@@ -87,6 +87,39 @@ fn a_scan_of_a_t_only_checkpoint_ranks_blocks_and_recommends_a_pattern_per_budge
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("nothing to measure"), "{err}");
+    // Ladder: the same checkpoint, budgets in all-reduces waited for.
+    let o = bin("tp-scan", &d, &["run", "--to", "l"], &[]);
+    assert_ok(&o);
+    let scan = tp_harness::run_dir::read_scan(&run).unwrap().unwrap();
+    assert_eq!(scan.base_exposed_allreduces, 8);
+    assert_eq!(
+        scan.cumulative
+            .iter()
+            .map(|s| (
+                s.pattern.as_str(),
+                s.forward_allreduces,
+                s.exposed_allreduces
+            ))
+            .collect::<Vec<_>>(),
+        [
+            ("tttl", 8, 7),
+            ("ttll", 8, 5),
+            ("tlll", 8, 3),
+            ("llll", 8, 1)
+        ]
+    );
+    // A ladder uses the sum one module late: converting changes the function.
+    assert!(
+        scan.blocks.iter().all(|b| b.rise != 0.0),
+        "{:?}",
+        scan.blocks
+    );
+    let budgets: Vec<usize> = scan
+        .recommended
+        .iter()
+        .map(|s| s.exposed_allreduces)
+        .collect();
+    assert!(budgets.windows(2).all(|w| w[0] > w[1]), "{budgets:?}");
     assert_ok(&train("sp", "sppp"));
     let o = bin("tp-scan", &d, &["sp"], &[]);
     assert_eq!(o.status.code(), Some(2));

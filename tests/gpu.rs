@@ -211,4 +211,35 @@ fn gpu_nccl_group_of_one_reduces_through_nccl() {
         y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
         part.flatten_all().unwrap().to_vec1::<f32>().unwrap()
     );
+    // Started on the communication stream, kernels queued meanwhile, waited for: the
+    // same values; an input dropped before the wait stays alive for NCCL.
+    let started = comm
+        .start_all_reduce(&(&x * 2.0).unwrap(), std::time::Duration::ZERO)
+        .unwrap();
+    let meanwhile = (x.matmul(&x).unwrap() * 0.5).unwrap();
+    let y = started.wait().unwrap();
+    assert_eq!(
+        y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        (&x * 2.0)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    );
+    assert_eq!(meanwhile.dims(), &[64, 64]);
+    // The compressed all-reduce's exchange through the GPU: at one rank, deq(Q(x)).
+    let q = comm
+        .all_reduce_compressed(&x, tp_harness::comm::CommDtype::Int8)
+        .unwrap();
+    let host = comm
+        .all_reduce_compressed(
+            &x.to_device(&Device::Cpu).unwrap(),
+            tp_harness::comm::CommDtype::Int8,
+        )
+        .unwrap();
+    assert_eq!(
+        q.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        host.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    );
 }

@@ -12,6 +12,7 @@ use super::compressed;
 use super::quantise::CommDtype;
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
+use std::time::Duration;
 
 pub trait Comm: Send + Sync {
     /// This member's index inside the group, `0 <= rank < size`.
@@ -29,8 +30,10 @@ pub trait Comm: Send + Sync {
     /// Starts [`Comm::all_reduce`] of `t` and returns at once where the backend can make
     /// progress without the caller; [`Pending::wait`] gives the same sum, bit for bit.
     /// Collectives of one member complete in the order they were issued, blocking ones
-    /// included. The default computes the sum before it returns (nothing overlaps).
-    fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
+    /// included. A backend with a communication thread keeps it busy for at least `hold`
+    /// (an emulated link's time: the link carries one collective after another). The
+    /// default computes the sum before it returns (nothing overlaps).
+    fn start_all_reduce(&self, t: &Tensor, _hold: Duration) -> Result<Pending> {
         Ok(Pending::ready(self.all_reduce(t)))
     }
     /// An all-to-all of byte strings: `parts[c]` goes to member `c`; the result holds what
@@ -59,7 +62,12 @@ pub trait Comm: Send + Sync {
     }
     /// Starts [`Comm::all_reduce_compressed`] as [`Comm::start_all_reduce`] starts the
     /// exact sum; the default computes it before it returns.
-    fn start_all_reduce_compressed(&self, t: &Tensor, dtype: CommDtype) -> Result<Pending> {
+    fn start_all_reduce_compressed(
+        &self,
+        t: &Tensor,
+        dtype: CommDtype,
+        _hold: Duration,
+    ) -> Result<Pending> {
         Ok(Pending::ready(self.all_reduce_compressed(t, dtype)))
     }
     /// The element-wise maximum of `t` over the group, identical on every member. The
@@ -87,6 +95,8 @@ pub struct Pending(PendingState);
 enum PendingState {
     Ready(Result<Tensor>),
     InFlight(std::sync::mpsc::Receiver<Result<Tensor>>),
+    /// Issued on a device queue: the closure makes the caller's queue wait for it.
+    Queued(Box<dyn FnOnce() -> Result<Tensor> + Send>),
     Taken,
 }
 
@@ -101,6 +111,12 @@ impl Pending {
         Self(PendingState::InFlight(rx))
     }
 
+    /// A sum a device computes on its own queue; `join` orders the caller's queue after
+    /// it and gives the sum (NCCL on a communication stream).
+    pub fn queued(join: impl FnOnce() -> Result<Tensor> + Send + 'static) -> Self {
+        Self(PendingState::Queued(Box::new(join)))
+    }
+
     /// Blocks until the sum is there.
     pub fn wait(mut self) -> Result<Tensor> {
         self.take()
@@ -112,6 +128,7 @@ impl Pending {
             PendingState::InFlight(rx) => rx
                 .recv()
                 .unwrap_or_else(|_| bail!("the communication worker stopped")),
+            PendingState::Queued(join) => join(),
             PendingState::Taken => bail!("an all-reduce was waited for twice"),
         }
     }
@@ -121,7 +138,7 @@ impl Drop for Pending {
     /// A collective never waited for (an error path) still completes before its result
     /// is dropped, so that no later collective of this member overtakes it.
     fn drop(&mut self) {
-        if matches!(self.0, PendingState::InFlight(_)) {
+        if matches!(self.0, PendingState::InFlight(_) | PendingState::Queued(_)) {
             let _ = self.take();
         }
     }

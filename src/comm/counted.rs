@@ -81,6 +81,8 @@ impl CountedComm {
                 site,
                 kind,
                 t0,
+                returned: t0,
+                blocked_before: self.tally.blocked(),
             },
             t0,
         );
@@ -88,23 +90,34 @@ impl CountedComm {
     }
 
     /// Holds a collective started at `s.t0` and waited for at `waited` to the emulated
-    /// link's time, then records it with the part before `waited` as hidden.
+    /// link's time, then records it with the part between the start's return and
+    /// `waited` as hidden (a backend that completes the sum inside the start hides
+    /// nothing).
     fn finish(&self, s: Started, waited: Instant) {
         let n = self.comm.size();
-        let modelled = self.link.map_or(0.0, |l| l.allreduce_seconds(s.bytes, n));
+        let modelled = self.modelled_seconds(s.bytes);
         let elapsed = s.t0.elapsed().as_secs_f64();
         if modelled > elapsed {
             // Sleep, not spin: the other ranks may share these cores.
             std::thread::sleep(std::time::Duration::from_secs_f64(modelled - elapsed));
         }
+        // The window computed what it did not spend blocked in other collectives (a
+        // ladder waits for the previous sum while this one is in flight).
+        let window = waited.saturating_duration_since(s.returned);
+        let blocked = self.tally.blocked().saturating_sub(s.blocked_before);
+        let hidden = window.saturating_sub(blocked);
+        let exposed = waited.elapsed();
+        self.tally.add_blocked(exposed);
         self.tally.record(
             s.site,
             s.kind,
             Call {
                 bytes: s.bytes,
-                seconds: s.t0.elapsed().as_secs_f64(),
+                // What the rank spent on it: computing through it, then blocked in it
+                // (a started call's time queued behind others is theirs).
+                seconds: (hidden + exposed).as_secs_f64(),
                 modelled_seconds: modelled,
-                hidden_seconds: waited.duration_since(s.t0).as_secs_f64(),
+                hidden_seconds: hidden.as_secs_f64(),
                 group_size: n,
             },
         );
@@ -115,12 +128,27 @@ impl CountedComm {
     /// runs from here too. [`PendingSum::wait`] gives the sum and records the call.
     pub fn start_all_reduce(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<PendingSum> {
         let bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        self.pending_sum(bytes, site, kind, || {
+            if self.comm.size() == 1 {
+                Ok(Pending::ready(Ok(t.clone())))
+            } else {
+                self.comm.start_all_reduce(t, self.hold(bytes))
+            }
+        })
+    }
+
+    /// A [`PendingSum`] of the collective `start` starts.
+    fn pending_sum(
+        &self,
+        bytes: u64,
+        site: Site,
+        kind: CommKind,
+        start: impl FnOnce() -> Result<Pending>,
+    ) -> Result<PendingSum> {
         let t0 = Instant::now();
-        let pending = if self.comm.size() == 1 {
-            Pending::ready(Ok(t.clone()))
-        } else {
-            self.comm.start_all_reduce(t)?
-        };
+        let pending = start()?;
+        let returned = Instant::now();
+        self.tally.add_blocked(returned - t0);
         Ok(PendingSum {
             pending,
             started: Started {
@@ -128,6 +156,8 @@ impl CountedComm {
                 site,
                 kind,
                 t0,
+                returned,
+                blocked_before: self.tally.blocked(),
             },
             group: self.clone(),
         })
@@ -175,17 +205,23 @@ impl CountedComm {
         if self.comm_dtype == CommDtype::F32 || self.comm.size() == 1 {
             return self.start_all_reduce(t, site, kind);
         }
-        let (bytes, t0) = (self.wire_bytes(t), Instant::now());
-        Ok(PendingSum {
-            pending: self.comm.start_all_reduce_compressed(t, self.comm_dtype)?,
-            started: Started {
-                bytes,
-                site,
-                kind,
-                t0,
-            },
-            group: self.clone(),
+        let bytes = self.wire_bytes(t);
+        self.pending_sum(bytes, site, kind, || {
+            self.comm
+                .start_all_reduce_compressed(t, self.comm_dtype, self.hold(bytes))
         })
+    }
+
+    /// The emulated link's time for a collective of `bytes` (0 without emulation).
+    fn modelled_seconds(&self, bytes: u64) -> f64 {
+        self.link
+            .map_or(0.0, |l| l.allreduce_seconds(bytes, self.comm.size()))
+    }
+
+    /// How long a started collective of `bytes` holds the backend's communication thread
+    /// (the emulated link carries one collective at a time, as a real one does).
+    fn hold(&self, bytes: u64) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.modelled_seconds(bytes))
     }
 
     /// Bytes of `t`'s compressed all-reduce: its rows in the group's `comm_dtype`.
@@ -253,6 +289,10 @@ struct Started {
     site: Site,
     kind: CommKind,
     t0: Instant,
+    /// When the start returned to the rank (the sum may be done by then).
+    returned: Instant,
+    /// The rank's time blocked in collectives when it did.
+    blocked_before: std::time::Duration,
 }
 
 /// A started all-reduce of [`CountedComm::start_all_reduce`].
@@ -344,6 +384,49 @@ mod tests {
             let blocking = snap.at(Site::Layer(1), CommKind::TpForward);
             assert_eq!(blocking.hidden_seconds, 0.0);
             assert!(blocking.seconds >= modelled, "{blocking:?}");
+        }
+    }
+
+    /// The emulated link carries one started all-reduce after another (a real link does
+    /// not carry two at full rate), and a window's time blocked in another collective's
+    /// wait is not hidden: two 40 ms all-reduces started together and waited for after
+    /// 10 ms of work take 80 ms, and each hid 10 ms.
+    #[test]
+    fn started_all_reduces_share_the_emulated_link_and_hide_only_the_rank_s_work() {
+        let link = LinkModel::from_config(1e-3, 0.0).unwrap();
+        let bytes = 5_000u64;
+        let modelled = link.allreduce_seconds(bytes, 2);
+        let got = on_thread_ranks(2, |c| {
+            let c = c.with_link(Some(link));
+            let t = Tensor::ones(
+                bytes as usize / 4,
+                candle_core::DType::F32,
+                &candle_core::Device::Cpu,
+            )
+            .unwrap();
+            let t0 = Instant::now();
+            let a = c
+                .start_all_reduce(&t, Site::Layer(0), CommKind::TpForward)
+                .unwrap();
+            let b = c
+                .start_all_reduce(&t, Site::Layer(1), CommKind::TpForward)
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            a.wait().unwrap();
+            b.wait().unwrap();
+            (t0.elapsed().as_secs_f64(), c.tally().snapshot())
+        });
+        for (total, snap) in got {
+            assert!(
+                total >= 2.0 * modelled,
+                "{total} s for two {modelled} s all-reduces"
+            );
+            for layer in [0, 1] {
+                let h = snap
+                    .at(Site::Layer(layer), CommKind::TpForward)
+                    .hidden_seconds;
+                assert!((0.009..0.02).contains(&h), "layer {layer} hid {h} s");
+            }
         }
     }
 }

@@ -20,17 +20,25 @@ use super::worker::Ordered;
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 use mpi::collective::SystemOperation;
-use mpi::datatype::{Partition, PartitionMut};
+use mpi::datatype::{Buffer, Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
 use mpi::environment::Threading;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Count;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// One rank's communicator. `SimpleCommunicator` wraps a raw `MPI_Comm` and is not
 /// `Send`/`Sync`. Sound here: MPI is called by the rank's own thread and by its TP group's
 /// communication thread, and the latter only runs where MPI granted
 /// `MPI_THREAD_MULTIPLE` ([`MpiWorld::init`]); candle's worker threads never call it.
-struct MpiMember(SimpleCommunicator);
+struct MpiMember {
+    comm: SimpleCommunicator,
+    /// 0: collectives block inside MPI (which spins on its progress engine); otherwise
+    /// they are started non-blocking and tested every this many microseconds, sleeping
+    /// in between (set once the communication thread runs: see [`MpiComm::start_all_reduce`]).
+    poll_us: AtomicU64,
+}
 unsafe impl Send for MpiMember {}
 unsafe impl Sync for MpiMember {}
 
@@ -46,15 +54,30 @@ pub struct MpiComm {
 impl MpiComm {
     fn new(comm: SimpleCommunicator, background: bool) -> Self {
         let name = format!("mpi-comm-{}", comm.rank());
+        let member = MpiMember {
+            comm,
+            poll_us: AtomicU64::new(0),
+        };
         Self {
-            ordered: Ordered::new(MpiMember(comm), name),
+            ordered: Ordered::new(member, name),
             background,
         }
     }
 
+    /// From the first started all-reduce on, the group's collectives run on the
+    /// communication thread, which tests them every `TP_MPI_POLL_US` microseconds
+    /// (default 0: block in MPI, spinning) instead of spinning on a core the rank computes on.
+    fn start_polling(&self) {
+        let us = std::env::var("TP_MPI_POLL_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        self.ordered.member().poll_us.store(us, Ordering::Relaxed);
+    }
+
     #[cfg(feature = "cuda")]
     fn raw(&self) -> &SimpleCommunicator {
-        &self.ordered.member().0
+        &self.ordered.member().comm
     }
 }
 
@@ -66,13 +89,60 @@ fn chunks(len: usize, n: usize) -> (Vec<Count>, Vec<Count>) {
         .unzip()
 }
 
+impl MpiMember {
+    /// `MPI_Alltoallv`, blocking or polled (see `poll_us`).
+    fn all_to_all_v<S, R>(&self, send: &S, recv: &mut R)
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        match self.poll_us.load(Ordering::Relaxed) {
+            0 => self.comm.all_to_all_varcount_into(send, recv),
+            us => mpi::request::scope(|sc| {
+                let req = self.comm.immediate_all_to_all_varcount_into(sc, send, recv);
+                poll(req, us);
+            }),
+        }
+    }
+
+    /// `MPI_Allgatherv`, blocking or polled (see `poll_us`).
+    fn all_gather_v<S, R>(&self, send: &S, recv: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        match self.poll_us.load(Ordering::Relaxed) {
+            0 => self.comm.all_gather_varcount_into(send, recv),
+            us => mpi::request::scope(|sc| {
+                let req = self.comm.immediate_all_gather_varcount_into(sc, send, recv);
+                poll(req, us);
+            }),
+        }
+    }
+}
+
+/// Tests `req` every `us` microseconds until it completes: OpenMPI advances a
+/// non-blocking collective over TCP only inside MPI calls, so the tests are what moves it.
+fn poll<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
+    mut req: mpi::request::Request<'a, D, S>,
+    us: u64,
+) {
+    loop {
+        match req.test() {
+            Ok(_) => return,
+            Err(r) => req = r,
+        }
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
+}
+
 impl Comm for MpiMember {
     fn rank(&self) -> usize {
-        self.0.rank() as usize
+        self.comm.rank() as usize
     }
 
     fn size(&self) -> usize {
-        self.0.size() as usize
+        self.comm.size() as usize
     }
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
@@ -95,7 +165,7 @@ impl Comm for MpiMember {
             let recv_counts = vec![mine as Count; n];
             let recv_displs: Vec<Count> = (0..n).map(|i| (i * mine) as Count).collect();
             let mut recv = PartitionMut::new(&mut gathered[..], &recv_counts[..], &recv_displs[..]);
-            self.0.all_to_all_varcount_into(&send, &mut recv);
+            self.all_to_all_v(&send, &mut recv);
         }
         let mut sum = gathered[..mine].to_vec();
         for i in 1..n {
@@ -104,7 +174,7 @@ impl Comm for MpiMember {
             }
         }
         let mut out = PartitionMut::new(buf, &counts[..], &displs[..]);
-        self.0.all_gather_varcount_into(&sum[..], &mut out);
+        self.all_gather_v(&sum[..], &mut out);
         Ok(())
     }
 
@@ -141,7 +211,7 @@ impl Comm for MpiMember {
         {
             let send = Partition::new(&flat[..], &send_counts[..], &send_displs[..]);
             let mut recv = PartitionMut::new(&mut received[..], &recv_counts[..], &recv_displs[..]);
-            self.0.all_to_all_varcount_into(&send, &mut recv);
+            self.all_to_all_v(&send, &mut recv);
         }
         let mut at = 0;
         Ok(sizes
@@ -161,7 +231,7 @@ impl Comm for MpiMember {
         }
         super::collectives::stage_through_host(t, |buf| {
             let send = buf.to_vec();
-            self.0
+            self.comm
                 .all_reduce_into(&send[..], buf, SystemOperation::max());
             Ok(())
         })
@@ -194,12 +264,13 @@ impl Comm for MpiComm {
         self.ordered.in_order(move |m| m.all_reduce(&t))
     }
 
-    fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
+    fn start_all_reduce(&self, t: &Tensor, hold: Duration) -> Result<Pending> {
         let t = t.detach();
         if !self.background {
             return Ok(Pending::ready(self.ordered.member().all_reduce(&t)));
         }
-        Ok(self.ordered.start(move |m| m.all_reduce(&t)))
+        self.start_polling();
+        Ok(self.ordered.start(hold, move |m| m.all_reduce(&t)))
     }
 
     fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
@@ -222,14 +293,22 @@ impl Comm for MpiComm {
             .in_order(move |m| m.all_reduce_compressed(&t, q))
     }
 
-    fn start_all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Pending> {
+    fn start_all_reduce_compressed(
+        &self,
+        t: &Tensor,
+        q: CommDtype,
+        hold: Duration,
+    ) -> Result<Pending> {
         let t = t.detach();
         if !self.background {
             return Ok(Pending::ready(
                 self.ordered.member().all_reduce_compressed(&t, q),
             ));
         }
-        Ok(self.ordered.start(move |m| m.all_reduce_compressed(&t, q)))
+        self.start_polling();
+        Ok(self
+            .ordered
+            .start(hold, move |m| m.all_reduce_compressed(&t, q)))
     }
 
     fn all_reduce_max(&self, t: &Tensor) -> Result<Tensor> {
@@ -304,24 +383,24 @@ pub struct MpiGroups {
 
 impl MpiWorld {
     /// Asks for `MPI_THREAD_MULTIPLE`, which a communication thread per group needs;
-    /// where MPI grants less (or `TP_MPI_COMM_THREAD=0` says so), started all-reduces
-    /// complete before they return.
+    /// where MPI grants less, started all-reduces complete before they return.
+    /// `TP_MPI_COMM_THREAD=0` asks for no thread support at all (the comparison).
     pub fn init() -> Result<Self> {
-        let Some((universe, granted)) = mpi::initialize_with_threading(Threading::Multiple) else {
+        let wanted = std::env::var("TP_MPI_COMM_THREAD").map_or(true, |v| v != "0");
+        let asked = if wanted {
+            Threading::Multiple
+        } else {
+            Threading::Single
+        };
+        let Some((universe, granted)) = mpi::initialize_with_threading(asked) else {
             bail!("MPI was already initialised in this process");
         };
         let world = universe.world();
-        let wanted = std::env::var("TP_MPI_COMM_THREAD").map_or(true, |v| v != "0");
         Ok(Self {
             _universe: universe,
             world,
             background: wanted && granted == Threading::Multiple,
         })
-    }
-
-    /// Whether started all-reduces run on a communication thread.
-    pub fn background(&self) -> bool {
-        self.background
     }
 
     pub fn rank(&self) -> usize {

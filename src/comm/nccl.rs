@@ -1,21 +1,24 @@
 //! The NCCL backend: one GPU per rank, collectives in device memory (the CUDA build).
 //!
 //! A group is formed from a unique id that its rank 0 creates and hands to the others
-//! (over MPI: [`super::mpi::MpiComm::nccl`]; a group of one needs nobody). NCCL runs on the
-//! rank's candle stream, so a reduction is ordered after the kernels that produced its
-//! input and before those that read its output, with no extra synchronisation. NCCL does
+//! (over MPI: [`super::mpi::MpiComm::nccl`]; a group of one needs nobody). NCCL runs on a
+//! communication stream of its own: each collective first makes it wait for the rank's
+//! candle stream (its input is ready), and the candle stream waits for the collective's
+//! end before anything reads the sum — at once for a blocking all-reduce, at
+//! [`Pending::wait`] for a started one (the ladder's), so the kernels queued in between
+//! run while NCCL reduces. The host never blocks on either. NCCL does
 //! not promise rank-order sums, but every member receives the same bits (its reductions
 //! end with a broadcast of each reduced chunk), which is what replicated weights need.
 //! NCCL refuses two ranks on one GPU: there the launcher keeps the host-staged MPI path.
 
-use super::collectives::Comm;
+use super::collectives::{Comm, Pending};
 use anyhow::{anyhow, bail, Result};
-use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::cudarc::driver::{CudaStream, DeviceRepr};
 use candle_core::cuda_backend::cudarc::nccl::safe::{Comm as Nccl, Id, NcclType, ReduceOp};
 use candle_core::cuda_backend::CudaDType;
 use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, DType, Device, Storage, Tensor};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// NCCL's unique id: 128 opaque bytes that name one group.
 pub type NcclId = [std::ffi::c_char; 128];
@@ -32,6 +35,8 @@ pub struct NcclComm {
     // mutex makes the handle shareable as `dyn Comm` (Send + Sync) without trusting that.
     inner: Mutex<Nccl>,
     device: CudaDevice,
+    /// NCCL's stream (the communicator's); the rank's kernels run on `device`'s.
+    comm_stream: Arc<CudaStream>,
     rank: usize,
     size: usize,
 }
@@ -47,11 +52,16 @@ impl NcclComm {
         let Device::Cuda(cuda) = device else {
             bail!("NCCL needs a GPU device, got {device:?}");
         };
-        let inner = Nccl::from_rank(cuda.cuda_stream(), rank, size, Id::uninit(id))
+        let comm_stream = cuda
+            .cuda_stream()
+            .fork()
+            .map_err(|e| anyhow!("CUDA could not make a communication stream: {e:?}"))?;
+        let inner = Nccl::from_rank(comm_stream.clone(), rank, size, Id::uninit(id))
             .map_err(|e| anyhow!("NCCL could not form a group of {size} (rank {rank}): {e:?}"))?;
         Ok(Self {
             inner: Mutex::new(inner),
             device: cuda.clone(),
+            comm_stream,
             rank,
             size,
         })
@@ -74,6 +84,10 @@ impl NcclComm {
         let src = storage.as_cuda_slice::<T>()?.slice(start..end);
         // SAFETY: NCCL writes every element of `dst`.
         let mut dst = unsafe { self.device.alloc::<T>(end - start)? };
+        // The input (and the allocation) are ready once the kernels queued so far ran.
+        self.comm_stream
+            .join(&self.device.cuda_stream())
+            .map_err(|e| anyhow!("CUDA stream wait failed: {e:?}"))?;
         let nccl = self
             .inner
             .lock()
@@ -121,13 +135,14 @@ impl Comm for NcclComm {
                 } else {
                     p.as_slice()
                 };
-                stream.memcpy_stod(bytes).map_err(cuda)
+                stream.clone_htod(bytes).map_err(cuda)
             })
             .collect::<Result<Vec<_>>>()?;
         let mut recv = sizes
             .iter()
             .map(|&l| stream.alloc_zeros::<u8>(l.max(1)).map_err(cuda))
             .collect::<Result<Vec<_>>>()?;
+        self.comm_stream.join(&stream).map_err(cuda)?;
         {
             let nccl = self
                 .inner
@@ -152,12 +167,13 @@ impl Comm for NcclComm {
                 }
             }
         }
+        self.compute_waits()?;
         let mut out = Vec::with_capacity(n);
         for (peer, r) in recv.iter().enumerate() {
             out.push(if peer == self.rank {
                 parts[peer].clone()
             } else {
-                let mut v = stream.memcpy_dtov(r).map_err(cuda)?;
+                let mut v = stream.clone_dtoh(r).map_err(cuda)?;
                 v.truncate(sizes[peer]);
                 v
             });
@@ -166,6 +182,39 @@ impl Comm for NcclComm {
     }
 
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        let sum = self.issue_all_reduce(t)?;
+        self.compute_waits()?;
+        Ok(sum)
+    }
+
+    /// The sum is queued on the communication stream; the rank's kernels go on until
+    /// [`Pending::wait`] makes its stream wait for it. The input is kept alive until then
+    /// (its memory must not be reused while NCCL reads it).
+    fn start_all_reduce(&self, t: &Tensor, _hold: std::time::Duration) -> Result<Pending> {
+        let t = t.contiguous()?;
+        let sum = self.issue_all_reduce(&t)?;
+        let (compute, comm) = (self.device.cuda_stream(), self.comm_stream.clone());
+        Ok(Pending::queued(move || {
+            compute
+                .join(&comm)
+                .map_err(|e| anyhow!("CUDA stream wait failed: {e:?}"))?;
+            drop(t);
+            Ok(sum)
+        }))
+    }
+}
+
+impl NcclComm {
+    /// The rank's stream waits for everything queued on the communication stream.
+    fn compute_waits(&self) -> Result<()> {
+        self.device
+            .cuda_stream()
+            .join(&self.comm_stream)
+            .map_err(|e| anyhow!("CUDA stream wait failed: {e:?}"))
+    }
+
+    /// The NCCL sum of `t`, queued on the communication stream (not yet waited for).
+    fn issue_all_reduce(&self, t: &Tensor) -> Result<Tensor> {
         let t = t.contiguous()?;
         let out = {
             let (storage, layout) = t.storage_and_layout();

@@ -82,13 +82,14 @@ impl Site {
 pub struct Stat {
     pub calls: u64,
     pub bytes: u64,
-    /// Measured wall-clock seconds (including any emulated link delay).
+    /// Measured wall-clock seconds the rank spent on these calls (including any emulated
+    /// link delay): blocked in them, plus what it computed through started ones.
     pub seconds: f64,
     /// Seconds the emulated link model charges for these calls (0 without emulation).
     pub modelled_seconds: f64,
     /// Of `seconds`, the part the rank computed through: from each started collective's
-    /// start to the moment it was waited for (0 for blocking calls, and in records
-    /// written before collectives could be started).
+    /// start to its wait, less the time blocked in other collectives meanwhile (0 for
+    /// blocking calls, and in records written before collectives could be started).
     #[serde(default)]
     pub hidden_seconds: f64,
     /// Members of the group the calls ran over (the largest, if several).
@@ -212,6 +213,10 @@ struct Inner {
 /// One rank's tally. Cheap to record into; shared by every counted group of the rank.
 pub struct Tally {
     inner: Mutex<Inner>,
+    /// Nanoseconds this rank has spent blocked in collectives (blocking calls and waits
+    /// for started ones), all groups together: what a started all-reduce's window did
+    /// not compute.
+    blocked_ns: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Tally {
@@ -221,6 +226,7 @@ impl Default for Tally {
                 phase: Phase::Train,
                 snap: TallySnapshot::default(),
             }),
+            blocked_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -228,6 +234,18 @@ impl Default for Tally {
 impl Tally {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Adds time the rank spent blocked in a collective.
+    pub fn add_blocked(&self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.blocked_ns
+            .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Time the rank has spent blocked in collectives so far.
+    pub fn blocked(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.blocked_ns.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     pub fn set_phase(&self, phase: Phase) {

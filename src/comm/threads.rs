@@ -158,9 +158,9 @@ impl Comm for ThreadComm {
         self.ordered.in_order(move |m| m.all_reduce(&t))
     }
 
-    fn start_all_reduce(&self, t: &Tensor) -> Result<Pending> {
+    fn start_all_reduce(&self, t: &Tensor, hold: Duration) -> Result<Pending> {
         let t = t.detach();
-        Ok(self.ordered.start(move |m| m.all_reduce(&t)))
+        Ok(self.ordered.start(hold, move |m| m.all_reduce(&t)))
     }
 
     fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
@@ -183,9 +183,16 @@ impl Comm for ThreadComm {
             .in_order(move |m| m.all_reduce_compressed(&t, q))
     }
 
-    fn start_all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Pending> {
+    fn start_all_reduce_compressed(
+        &self,
+        t: &Tensor,
+        q: CommDtype,
+        hold: Duration,
+    ) -> Result<Pending> {
         let t = t.detach();
-        Ok(self.ordered.start(move |m| m.all_reduce_compressed(&t, q)))
+        Ok(self
+            .ordered
+            .start(hold, move |m| m.all_reduce_compressed(&t, q)))
     }
 }
 

@@ -99,9 +99,11 @@ impl<M: Send + Sync + 'static> Ordered<M> {
     }
 
     /// `f` on the member's communication thread (started on first use), the caller going
-    /// on meanwhile; here and now if the thread could not be made.
+    /// on meanwhile, the thread kept busy for at least `hold` from when `f` begins (an
+    /// emulated link's time); here and now if the thread could not be made.
     pub fn start(
         &self,
+        hold: std::time::Duration,
         f: impl FnOnce(&M) -> anyhow::Result<candle_core::Tensor> + Send + 'static,
     ) -> Pending {
         let worker = self
@@ -111,7 +113,14 @@ impl<M: Send + Sync + 'static> Ordered<M> {
             return Pending::ready(f(&self.member));
         };
         let m = self.member.clone();
-        Pending::in_flight(worker.submit(move || f(&m)))
+        Pending::in_flight(worker.submit(move || {
+            let began = std::time::Instant::now();
+            let sum = f(&m);
+            if let Some(rest) = hold.checked_sub(began.elapsed()) {
+                std::thread::sleep(rest);
+            }
+            sum
+        }))
     }
 }
 

@@ -100,8 +100,8 @@ fn started_all_reduces_equal_blocking_ones_and_keep_their_order() {
                     for round in 0..4 {
                         let k = round * 3;
                         if started {
-                            let a = c.start_all_reduce(&tensor(k)).unwrap();
-                            let b = c.start_all_reduce(&tensor(k + 1)).unwrap();
+                            let a = c.start_all_reduce(&tensor(k), Duration::ZERO).unwrap();
+                            let b = c.start_all_reduce(&tensor(k + 1), Duration::ZERO).unwrap();
                             let mut host = vals(k + 2);
                             c.all_reduce_sum(&mut host).unwrap();
                             out.push(a.wait().unwrap().to_vec1::<f32>().unwrap());

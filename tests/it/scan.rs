@@ -7,31 +7,34 @@
 use crate::common::{assert_ok, bin, scratch};
 use tp_harness::blocks::Layout;
 
+/// A small model trained for 60 steps in `d/out`.
+fn train(d: &std::path::Path, out: &str, pattern: &str) -> std::process::Output {
+    bin(
+        "tp-train",
+        d,
+        &[
+            "--quiet",
+            "--out",
+            out,
+            "--pattern",
+            pattern,
+            "--set",
+            "n_embd=32",
+            "--set",
+            "max_iters=60",
+            "--set",
+            "eval_interval=0",
+            "--set",
+            "sample_tokens=0",
+        ],
+        &[],
+    )
+}
+
 #[test]
 fn a_scan_of_a_t_only_checkpoint_ranks_blocks_and_recommends_a_pattern_per_budget() {
     let d = scratch("scan");
-    let train = |out: &str, pattern: &str| {
-        bin(
-            "tp-train",
-            &d,
-            &[
-                "--quiet",
-                "--out",
-                out,
-                "--pattern",
-                pattern,
-                "--set",
-                "n_embd=32",
-                "--set",
-                "max_iters=60",
-                "--set",
-                "eval_interval=0",
-                "--set",
-                "sample_tokens=0",
-            ],
-            &[],
-        )
-    };
+    let train = |out: &str, pattern: &str| train(&d, out, pattern);
     assert_ok(&train("run", "tttt"));
     let o = bin("tp-scan", &d, &["run", "--to", "p"], &[]);
     assert_ok(&o);
@@ -87,7 +90,18 @@ fn a_scan_of_a_t_only_checkpoint_ranks_blocks_and_recommends_a_pattern_per_budge
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("nothing to measure"), "{err}");
-    // Ladder: the same checkpoint, budgets in all-reduces waited for.
+    assert_ok(&train("sp", "sppp"));
+    let o = bin("tp-scan", &d, &["sp"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("has no t block"));
+}
+
+/// `--to l`: the ladder conversion, budgets in the forward all-reduces a rank waits for.
+#[test]
+fn a_ladder_scan_budgets_the_all_reduces_a_rank_waits_for() {
+    let d = scratch("scan-ladder");
+    assert_ok(&train(&d, "run", "tttt"));
+    let run = d.join("run");
     let o = bin("tp-scan", &d, &["run", "--to", "l"], &[]);
     assert_ok(&o);
     let scan = tp_harness::run_dir::read_scan(&run).unwrap().unwrap();
@@ -120,8 +134,4 @@ fn a_scan_of_a_t_only_checkpoint_ranks_blocks_and_recommends_a_pattern_per_budge
         .map(|s| s.exposed_allreduces)
         .collect();
     assert!(budgets.windows(2).all(|w| w[0] > w[1]), "{budgets:?}");
-    assert_ok(&train("sp", "sppp"));
-    let o = bin("tp-scan", &d, &["sp"], &[]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("has no t block"));
 }

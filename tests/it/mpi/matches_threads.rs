@@ -35,9 +35,10 @@ fn mpirun_n2_tp2_and_n4_tp2_dp2_match_the_threads_backend() {
     }
 }
 
-/// Ladder blocks under mpirun (whose all-reduces are started and completed in order)
-/// train exactly as with ranks as threads (whose started all-reduces run on a
-/// communication thread): the same losses to the bit, the same sample and counts.
+/// Ladder blocks under mpirun train exactly as with ranks as threads: the same losses to
+/// the bit, the same sample and counts, whichever way MPI carries the started
+/// all-reduces (a communication thread blocking in MPI, the default; one testing
+/// non-blocking collectives, `TP_MPI_POLL_US`; none, `TP_MPI_COMM_THREAD=0`).
 #[test]
 fn mpirun_ladder_blocks_match_the_threads_backend_bit_for_bit() {
     let d = scratch("ladder");
@@ -61,6 +62,18 @@ fn mpirun_ladder_blocks_match_the_threads_backend_bit_for_bit() {
         std::fs::read_to_string(d.join("mpi").join("sample.txt")).unwrap(),
         std::fs::read_to_string(d.join("threads").join("sample.txt")).unwrap()
     );
+    for (out, env) in [
+        ("polled", ("TP_MPI_POLL_US", "50")),
+        ("inline", ("TP_MPI_COMM_THREAD", "0")),
+    ] {
+        ok(&mpirun(
+            &d,
+            2,
+            &[&args[..], &["--tp", "2", "--out", out]].concat(),
+            &[env],
+        ));
+        assert_losses_close(&d.join(out), &d.join("threads"), 0.0);
+    }
 }
 
 /// Compressed all-reduces under mpirun (bytes through `MPI_Alltoallv`) train exactly as

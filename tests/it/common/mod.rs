@@ -366,9 +366,36 @@ pub fn tp_train(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     bin("tp-train", dir, &[args, &["--quiet"]].concat(), &[])
 }
 
+/// A test's directory, removed when the test is over unless it failed (then kept, and
+/// named, for a look). Without the removal every run of the suite left ~2 GB behind.
+pub struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for a look: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// A fresh, empty directory for one test. Every test of the binary shares the process
 /// id, so a name asked for twice is a bug in the tests (two tests would share files).
-pub fn scratch(name: &str) -> std::path::PathBuf {
+pub fn scratch(name: &str) -> Scratch {
     static TAKEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
     assert!(
@@ -379,7 +406,7 @@ pub fn scratch(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("tp-harness-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 /// A user error: exit code 2 and one line on stderr that contains `needle`.

@@ -182,8 +182,12 @@ impl Comm for NcclComm {
     }
 
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
-        let sum = self.issue_all_reduce(t)?;
+        // A contiguous copy of a strided input lives until the rank's stream has waited
+        // for NCCL, so that its memory is not reused while NCCL reads it.
+        let t = t.contiguous()?;
+        let sum = self.issue_all_reduce(&t)?;
         self.compute_waits()?;
+        drop(t);
         Ok(sum)
     }
 
@@ -214,8 +218,11 @@ impl NcclComm {
     }
 
     /// The NCCL sum of `t`, queued on the communication stream (not yet waited for).
+    /// `t` must be contiguous and outlive the collective (its callers keep it).
     fn issue_all_reduce(&self, t: &Tensor) -> Result<Tensor> {
-        let t = t.contiguous()?;
+        if !t.is_contiguous() {
+            bail!("NCCL all-reduce of a non-contiguous tensor");
+        }
         let out = {
             let (storage, layout) = t.storage_and_layout();
             let Storage::Cuda(cuda) = &*storage else {

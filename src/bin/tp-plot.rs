@@ -38,6 +38,10 @@ struct Args {
     /// GBIT:LATENCY_US (Gbit/s per direction, microseconds per message).
     #[arg(long = "link", value_name = "LINK")]
     links: Vec<String>,
+    /// The val loss the time tables count minutes to (default: the worst final val loss
+    /// of the runs, which every run reaches).
+    #[arg(long, value_name = "LOSS")]
+    target: Option<f64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -65,6 +69,11 @@ fn main() {
                 files.extend(write_real_links(&rows, out)?);
             }
             return Ok(files);
+        }
+        if a.target.is_some_and(|t| !t.is_finite()) {
+            return Err(user(
+                "--target must be a finite val loss, e.g. --target 1.9",
+            ));
         }
         if a.x == XArg::Time && a.links.is_empty() {
             return Err(user(
@@ -103,7 +112,7 @@ fn main() {
         });
         let mut files = plot_runs(&runs, &out)?;
         for link in &links {
-            files.extend(plot_on_link(&runs, &out, link)?);
+            files.extend(plot_on_link(&runs, &out, link, a.target)?);
         }
         Ok(files)
     };

@@ -4,6 +4,7 @@
 
 use super::font;
 use super::style::{color, draw_legend, range, PlotResult};
+use crate::analysis::on_link::{default_target, on_link_markdown};
 use crate::analysis::{Link, RunCurves};
 use crate::error::user;
 use anyhow::{Context, Result};
@@ -291,7 +292,13 @@ pub fn plot_runs(runs: &[RunCurves], out: &Path) -> Result<Vec<PathBuf>> {
 /// against modelled time per step (`tradeoff_time_<link>`): each run's measured compute
 /// plus its collectives on the link ([`crate::analysis::StepTiming`]). Runs without
 /// timing data (no logged step times or comm.json) are left out.
-pub fn plot_on_link(runs: &[RunCurves], out: &Path, link: &Link) -> Result<Vec<PathBuf>> {
+pub fn plot_on_link(
+    runs: &[RunCurves],
+    out: &Path,
+    link: &Link,
+    target: Option<f64>,
+) -> Result<Vec<PathBuf>> {
+    let whole = link;
     let (label, slug, link) = (&link.label, &link.slug, &link.model);
     font::ensure_font()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
@@ -322,6 +329,16 @@ pub fn plot_on_link(runs: &[RunCurves], out: &Path, link: &Link) -> Result<Vec<P
             "none of the runs has step times and comm.json to model a link from",
         ));
     }
+    // The table behind the figures: printed, and written next to them.
+    let mut tables = Vec::new();
+    if let Some(target) = target.or_else(|| default_target(runs)) {
+        let table = on_link_markdown(runs, whole, target);
+        print!("{table}");
+        let md = out.join(format!("loss_vs_time_{slug}.md"));
+        crate::util::fs::write_atomic(&md, table.as_bytes())
+            .with_context(|| format!("cannot write {}", md.display()))?;
+        tables.push(md);
+    }
     let desc = format!("modelled minutes on {label}");
     let axis = XAxis {
         unit: "minutes",
@@ -344,5 +361,6 @@ pub fn plot_on_link(runs: &[RunCurves], out: &Path, link: &Link) -> Result<Vec<P
         (900, 650),
         |a| { draw_tradeoff(a, &timed, &per_step) }
     ));
+    files.extend(tables);
     Ok(files)
 }

@@ -165,6 +165,32 @@ fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
     }
     let svg = std::fs::read_to_string(d.join("pics/tradeoff_time_10gbe.svg")).unwrap();
     assert!(svg.contains("modelled ms per step on 10 GbE, 10 Gbit/s"));
+    // The table behind them: every run reaches the default target (the worst final
+    // loss); a target nobody reaches leaves the minutes empty.
+    let table = std::fs::read_to_string(d.join("pics/loss_vs_time_10gbe.md")).unwrap();
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("| tttt") || l.starts_with("| pppp"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert!(cells[4].parse::<f64>().unwrap() > 0.0, "{row}");
+        assert!(cells[5].parse::<f64>().unwrap() >= 0.0, "{row}");
+    }
+    let mut unreachable = args.clone();
+    unreachable.extend(["--target", "0.01"]);
+    let o = bin("tp-plot", &d, &unreachable, &[]);
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("minutes to 0.010"));
+    let table = std::fs::read_to_string(d.join("pics/loss_vs_time_10gbe.md")).unwrap();
+    assert!(
+        table
+            .lines()
+            .filter(|l| l.starts_with("| tttt"))
+            .all(|l| l.trim_end().ends_with("| - |")),
+        "{table}"
+    );
     // A run that emulated a link is shown next to the model's prediction for it, and
     // its summary records step, communication and compute time per step.
     let e = scratch("plot-time-emulated");
@@ -190,6 +216,7 @@ fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
     for (bad, needle) in [
         (vec!["out/pattern=tttt", "--x", "time"], "--x time needs"),
         (vec!["out/pattern=tttt", "--link", "5g"], "link `5g`"),
+        (vec!["out/pattern=tttt", "--target", "nan"], "--target"),
     ] {
         let o = bin("tp-plot", &d, &bad, &[]);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -1,0 +1,46 @@
+//! The table behind `tp-plot --x time`: per run (or replicate group), its modelled step
+//! time on a link and the minutes its val curve takes to reach a target loss.
+
+use super::calibration::step_reaching;
+use super::runs::RunCurves;
+use super::timing::Link;
+use std::fmt::Write;
+
+/// The target a comparison uses when none is given: the worst final val loss among the
+/// runs, so that every run reaches it.
+pub fn default_target(runs: &[RunCurves]) -> Option<f64> {
+    runs.iter().filter_map(|r| r.final_val).reduce(f64::max)
+}
+
+/// Markdown: label, forward all-reduces per step, final val loss (± its 95% interval
+/// over replicates), modelled ms per step on `link`, minutes to `target` ("-" where the
+/// curve never reaches it, or a run has no timing to model).
+pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String {
+    let mut s = format!(
+        "Modelled on {} ({} Gbit/s, {} us a message): each run's compute plus its collectives' ring time.\n\n\
+         | run | fwd all-reduces / step | final val loss | ms/step | minutes to {target:.3} |\n|---|---|---|---|---|\n",
+        link.label, link.model.gbit_per_s, link.model.latency_us
+    );
+    for r in runs {
+        let ms = r
+            .timing
+            .as_ref()
+            .map(|t| 1e3 * t.step_seconds_on(&link.model));
+        let minutes = ms.and_then(|ms| Some(step_reaching(&r.val, target)? * ms / 60e3));
+        let show =
+            |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+        let final_val = match (r.final_val, r.final_ci95) {
+            (Some(v), Some(ci)) => format!("{v:.4} ± {ci:.4}"),
+            (v, _) => show(v, 4),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {final_val} | {} | {} |",
+            r.label,
+            show(r.forward_allreduces_per_step, 0),
+            show(ms, 1),
+            show(minutes, 2),
+        );
+    }
+    s
+}

@@ -342,23 +342,24 @@ mod tests {
     use super::*;
     use crate::comm::{CommKind, Site};
 
+    /// A 1 Mbit/s emulated link and a 5,000-byte tensor: a ring over 2 ranks sends
+    /// 40,000 bits, so each all-reduce is modelled at about 40 ms.
+    fn slow_link_and_tensor() -> (LinkModel, Tensor) {
+        let link = LinkModel::from_config(1e-3, 0.0).unwrap();
+        let t = Tensor::ones(1_250, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+        (link, t)
+    }
+
     /// On an emulated link whose all-reduce takes 40 ms, a started all-reduce waited for
     /// after 60 ms of the rank's own work costs nothing more and is recorded as hidden; a
     /// blocking one is all exposed.
     #[test]
     fn a_started_all_reduce_runs_while_the_rank_works_and_is_recorded_as_hidden() {
-        let link = LinkModel::from_config(1e-3, 0.0).unwrap();
-        let bytes = 5_000u64; // a ring over 2 ranks sends 40,000 bits: 40 ms at 1 Mbit/s
-        let modelled = link.allreduce_seconds(bytes, 2);
+        let (link, t) = slow_link_and_tensor();
+        let modelled = link.allreduce_seconds(5_000, 2);
         assert!((0.015..0.045).contains(&modelled), "{modelled}");
         let got = on_thread_ranks(2, |c| {
             let c = c.with_link(Some(link));
-            let t = Tensor::ones(
-                bytes as usize / 4,
-                candle_core::DType::F32,
-                &candle_core::Device::Cpu,
-            )
-            .unwrap();
             let t0 = Instant::now();
             let pending = c
                 .start_all_reduce(&t, Site::Layer(0), CommKind::TpForward)
@@ -393,17 +394,10 @@ mod tests {
     /// 10 ms of work take 80 ms, and each hid 10 ms.
     #[test]
     fn started_all_reduces_share_the_emulated_link_and_hide_only_the_rank_s_work() {
-        let link = LinkModel::from_config(1e-3, 0.0).unwrap();
-        let bytes = 5_000u64;
-        let modelled = link.allreduce_seconds(bytes, 2);
+        let (link, t) = slow_link_and_tensor();
+        let modelled = link.allreduce_seconds(5_000, 2);
         let got = on_thread_ranks(2, |c| {
             let c = c.with_link(Some(link));
-            let t = Tensor::ones(
-                bytes as usize / 4,
-                candle_core::DType::F32,
-                &candle_core::Device::Cpu,
-            )
-            .unwrap();
             let t0 = Instant::now();
             let a = c
                 .start_all_reduce(&t, Site::Layer(0), CommKind::TpForward)

@@ -12,10 +12,9 @@
 //! advance only inside MPI calls, which a computing rank does not make (docs/links.md
 //! measures both).
 
-use super::collectives::{Comm, Pending};
+use super::collectives::Comm;
 use super::compressed::even_chunks;
 use super::mesh::Mesh;
-use super::quantise::CommDtype;
 use super::worker::Ordered;
 use anyhow::{bail, Result};
 use candle_core::Tensor;
@@ -25,19 +24,17 @@ use mpi::environment::Threading;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Count;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 /// One rank's communicator. `SimpleCommunicator` wraps a raw `MPI_Comm` and is not
 /// `Send`/`Sync`. Sound here: MPI is called by the rank's own thread and by its TP group's
 /// communication thread, and the latter only runs where MPI granted
 /// `MPI_THREAD_MULTIPLE` ([`MpiWorld::init`]); candle's worker threads never call it.
-struct MpiMember {
+pub struct MpiMember {
     comm: SimpleCommunicator,
     /// 0: collectives block inside MPI (which spins on its progress engine); otherwise
     /// they are started non-blocking and tested every this many microseconds, sleeping
-    /// in between (set once the communication thread runs: see [`MpiComm::start_all_reduce`]).
-    poll_us: AtomicU64,
+    /// in between (`TP_MPI_POLL_US`, the TP group only: the comparison of docs/links.md).
+    poll_us: u64,
 }
 unsafe impl Send for MpiMember {}
 unsafe impl Sync for MpiMember {}
@@ -46,38 +43,17 @@ unsafe impl Sync for MpiMember {}
 /// communication thread when MPI allows threads to call it concurrently, and from then on
 /// the group's blocking collectives queue there too (one order per rank, as MPI needs);
 /// otherwise they complete before they return.
-pub struct MpiComm {
-    ordered: Ordered<MpiMember>,
-    background: bool,
+pub type MpiComm = Ordered<MpiMember>;
+
+fn mpi_comm(comm: SimpleCommunicator, background: bool, poll_us: u64) -> MpiComm {
+    let name = format!("mpi-comm-{}", comm.rank());
+    Ordered::new(MpiMember { comm, poll_us }, name, background)
 }
 
 impl MpiComm {
-    fn new(comm: SimpleCommunicator, background: bool) -> Self {
-        let name = format!("mpi-comm-{}", comm.rank());
-        let member = MpiMember {
-            comm,
-            poll_us: AtomicU64::new(0),
-        };
-        Self {
-            ordered: Ordered::new(member, name),
-            background,
-        }
-    }
-
-    /// From the first started all-reduce on, the group's collectives run on the
-    /// communication thread, which tests them every `TP_MPI_POLL_US` microseconds
-    /// (default 0: block in MPI, spinning) instead of spinning on a core the rank computes on.
-    fn start_polling(&self) {
-        let us = std::env::var("TP_MPI_POLL_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        self.ordered.member().poll_us.store(us, Ordering::Relaxed);
-    }
-
     #[cfg(feature = "cuda")]
     fn raw(&self) -> &SimpleCommunicator {
-        &self.ordered.member().comm
+        &self.member().comm
     }
 }
 
@@ -96,7 +72,7 @@ impl MpiMember {
         S: PartitionedBuffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
-        match self.poll_us.load(Ordering::Relaxed) {
+        match self.poll_us {
             0 => self.comm.all_to_all_varcount_into(send, recv),
             us => mpi::request::scope(|sc| {
                 let req = self.comm.immediate_all_to_all_varcount_into(sc, send, recv);
@@ -111,7 +87,7 @@ impl MpiMember {
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
-        match self.poll_us.load(Ordering::Relaxed) {
+        match self.poll_us {
             0 => self.comm.all_gather_varcount_into(send, recv),
             us => mpi::request::scope(|sc| {
                 let req = self.comm.immediate_all_gather_varcount_into(sc, send, recv);
@@ -238,85 +214,6 @@ impl Comm for MpiMember {
     }
 }
 
-impl Comm for MpiComm {
-    fn rank(&self) -> usize {
-        self.ordered.member().rank()
-    }
-
-    fn size(&self) -> usize {
-        self.ordered.member().size()
-    }
-
-    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        if !self.ordered.threaded() {
-            return self.ordered.member().all_reduce_sum(buf);
-        }
-        let mut v = buf.to_vec();
-        let sum = self
-            .ordered
-            .in_order(move |m| m.all_reduce_sum(&mut v).map(|()| v))?;
-        buf.copy_from_slice(&sum);
-        Ok(())
-    }
-
-    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
-        let t = t.detach();
-        self.ordered.in_order(move |m| m.all_reduce(&t))
-    }
-
-    fn start_all_reduce(&self, t: &Tensor, hold: Duration) -> Result<Pending> {
-        let t = t.detach();
-        if !self.background {
-            return Ok(Pending::ready(self.ordered.member().all_reduce(&t)));
-        }
-        self.start_polling();
-        Ok(self.ordered.start(hold, move |m| m.all_reduce(&t)))
-    }
-
-    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
-        let sizes = sizes.to_vec();
-        self.ordered.in_order(move |m| m.exchange(parts, &sizes))
-    }
-
-    fn all_reduce_sum_compressed(&self, buf: &mut [f32], width: usize, q: CommDtype) -> Result<()> {
-        let mut v = buf.to_vec();
-        let sum = self
-            .ordered
-            .in_order(move |m| m.all_reduce_sum_compressed(&mut v, width, q).map(|()| v))?;
-        buf.copy_from_slice(&sum);
-        Ok(())
-    }
-
-    fn all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Tensor> {
-        let t = t.detach();
-        self.ordered
-            .in_order(move |m| m.all_reduce_compressed(&t, q))
-    }
-
-    fn start_all_reduce_compressed(
-        &self,
-        t: &Tensor,
-        q: CommDtype,
-        hold: Duration,
-    ) -> Result<Pending> {
-        let t = t.detach();
-        if !self.background {
-            return Ok(Pending::ready(
-                self.ordered.member().all_reduce_compressed(&t, q),
-            ));
-        }
-        self.start_polling();
-        Ok(self
-            .ordered
-            .start(hold, move |m| m.all_reduce_compressed(&t, q)))
-    }
-
-    fn all_reduce_max(&self, t: &Tensor) -> Result<Tensor> {
-        let t = t.detach();
-        self.ordered.in_order(move |m| m.all_reduce_max(&t))
-    }
-}
-
 /// Whether this process was started by an MPI launcher.
 pub fn launched_by_mpirun() -> bool {
     [
@@ -413,6 +310,10 @@ impl MpiWorld {
 
     /// Splits the world into TP groups (consecutive ranks) and DP groups.
     pub fn groups(&self, tp: usize) -> Result<MpiGroups> {
+        let poll_us = std::env::var("TP_MPI_POLL_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let mesh = Mesh::from_world(self.size(), tp, self.rank())?;
         // Colors choose the group, keys keep rank order inside it.
         let tp_comm = self
@@ -431,9 +332,9 @@ impl MpiWorld {
             .ok_or_else(|| anyhow::anyhow!("MPI could not form the data-parallel group"))?;
         Ok(MpiGroups {
             mesh,
-            tp: MpiComm::new(tp_comm, self.background),
-            dp: MpiComm::new(dp_comm, self.background),
-            world: MpiComm::new(self.world.duplicate(), false),
+            tp: mpi_comm(tp_comm, self.background, poll_us),
+            dp: mpi_comm(dp_comm, self.background, 0),
+            world: mpi_comm(self.world.duplicate(), false, 0),
         })
     }
 
@@ -458,7 +359,7 @@ impl MpiWorld {
 
     /// A communicator over all ranks (for agreement before groups exist).
     pub fn world_comm(&self) -> MpiComm {
-        MpiComm::new(self.world.duplicate(), false)
+        mpi_comm(self.world.duplicate(), false, 0)
     }
 
     /// Ends every rank of the job (MPI_Abort): nobody is left waiting in a collective.

@@ -11,8 +11,7 @@
 //! on, the member's blocking collectives queue there too, which keeps every member's
 //! collectives in one order.
 
-use super::collectives::{stage_through_host, Comm, Pending};
-use super::quantise::CommDtype;
+use super::collectives::{stage_through_host, Comm};
 use super::worker::Ordered;
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
@@ -89,14 +88,12 @@ impl ThreadWorld {
             .expect("thread world poisoned")
             .push(shared.clone());
         (0..size)
-            .map(|rank| ThreadComm {
-                ordered: Ordered::new(
-                    Member {
-                        rank,
-                        shared: shared.clone(),
-                    },
-                    format!("comm-{rank}"),
-                ),
+            .map(|rank| {
+                let member = ThreadMember {
+                    rank,
+                    shared: shared.clone(),
+                };
+                Ordered::new(member, format!("comm-{rank}"), true)
             })
             .collect()
     }
@@ -120,85 +117,19 @@ impl ThreadWorld {
     }
 }
 
-/// One member's handle on a shared-memory group.
-pub struct ThreadComm {
-    ordered: Ordered<Member>,
-}
+/// One member's handle on a shared-memory group: its collectives in one order, on its
+/// communication thread from the first started one on.
+pub type ThreadComm = Ordered<ThreadMember>;
 
-/// What the member's collectives need, shared with its communication thread.
-struct Member {
+/// What a member's collectives need, shared with its communication thread.
+pub struct ThreadMember {
     rank: usize,
     shared: Arc<SharedGroup>,
 }
 
-impl Comm for ThreadComm {
-    fn rank(&self) -> usize {
-        self.ordered.member().rank
-    }
-
-    fn size(&self) -> usize {
-        self.ordered.member().shared.size
-    }
-
-    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        if !self.ordered.threaded() {
-            // No copy on the path every blocking-only run takes.
-            return self.ordered.member().all_reduce_sum(buf);
-        }
-        let mut v = buf.to_vec();
-        let sum = self
-            .ordered
-            .in_order(move |m| m.all_reduce_sum(&mut v).map(|()| v))?;
-        buf.copy_from_slice(&sum);
-        Ok(())
-    }
-
-    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
-        let t = t.detach();
-        self.ordered.in_order(move |m| m.all_reduce(&t))
-    }
-
-    fn start_all_reduce(&self, t: &Tensor, hold: Duration) -> Result<Pending> {
-        let t = t.detach();
-        Ok(self.ordered.start(hold, move |m| m.all_reduce(&t)))
-    }
-
-    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
-        let sizes = sizes.to_vec();
-        self.ordered.in_order(move |m| m.exchange(parts, &sizes))
-    }
-
-    fn all_reduce_sum_compressed(&self, buf: &mut [f32], width: usize, q: CommDtype) -> Result<()> {
-        let mut v = buf.to_vec();
-        let sum = self
-            .ordered
-            .in_order(move |m| m.all_reduce_sum_compressed(&mut v, width, q).map(|()| v))?;
-        buf.copy_from_slice(&sum);
-        Ok(())
-    }
-
-    fn all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Tensor> {
-        let t = t.detach();
-        self.ordered
-            .in_order(move |m| m.all_reduce_compressed(&t, q))
-    }
-
-    fn start_all_reduce_compressed(
-        &self,
-        t: &Tensor,
-        q: CommDtype,
-        hold: Duration,
-    ) -> Result<Pending> {
-        let t = t.detach();
-        Ok(self
-            .ordered
-            .start(hold, move |m| m.all_reduce_compressed(&t, q)))
-    }
-}
-
 /// The member alone, without a communication thread: what the worker runs. Its
-/// compressed all-reduce is the trait's, over [`Member::exchange`].
-impl Comm for Member {
+/// compressed all-reduce is the trait's, over [`ThreadMember::exchange`].
+impl Comm for ThreadMember {
     fn rank(&self) -> usize {
         self.rank
     }
@@ -206,17 +137,17 @@ impl Comm for Member {
         self.shared.size
     }
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        Member::all_reduce_sum(self, buf)
+        ThreadMember::all_reduce_sum(self, buf)
     }
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
-        Member::all_reduce(self, t)
+        ThreadMember::all_reduce(self, t)
     }
     fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
-        Member::exchange(self, parts, sizes)
+        ThreadMember::exchange(self, parts, sizes)
     }
 }
 
-impl Member {
+impl ThreadMember {
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
         if self.shared.size == 1 {
             return Ok(());
@@ -270,14 +201,14 @@ impl Member {
 }
 
 impl ThreadComm {
-    /// [`Member::all_reduce_on_device`], in order with the started collectives.
+    /// [`ThreadMember::all_reduce_on_device`], in order with the started collectives.
     pub fn all_reduce_on_device(&self, t: &Tensor) -> Result<Tensor> {
         let t = t.detach();
-        self.ordered.in_order(move |m| m.all_reduce_on_device(&t))
+        self.in_order(move |m| m.all_reduce_on_device(&t))
     }
 }
 
-impl Member {
+impl ThreadMember {
     /// The sum of `t` over the group computed on `t`'s device, which every member shares
     /// (one candle device): rank 0's tensor plus rank 1's, and so on in rank order, in f32
     /// (a bf16 tensor is widened, summed and rounded once, as host staging does). Each

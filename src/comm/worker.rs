@@ -2,9 +2,13 @@
 //! the order they were issued, while the member computes. What makes an all-reduce
 //! proceed in the background on backends whose collectives block the calling thread.
 
-use super::collectives::Pending;
+use super::collectives::{Comm, Pending};
+use super::quantise::CommDtype;
+use anyhow::Result;
+use candle_core::Tensor;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -49,22 +53,27 @@ impl Worker {
 
 /// A member's collectives in one order: run by the caller until the member's first
 /// started collective, then all of them on the member's communication thread (blocking
-/// ones queue there too, behind what was started before them). `M` is what a collective
-/// needs of the member, shared with the thread.
+/// ones queue there too, behind what was started before them). `M` is the member alone
+/// (its collectives block the calling thread); `Ordered<M>` is the member as ranks use it.
+/// A backend that must not call its member from another thread (`threads: false`)
+/// completes started collectives at once.
 pub struct Ordered<M> {
     member: Arc<M>,
     name: String,
+    threads: bool,
     /// Started on the first [`Ordered::start`] (None if the thread could not be made:
     /// collectives then block as before).
     worker: OnceLock<Option<Worker>>,
 }
 
 impl<M: Send + Sync + 'static> Ordered<M> {
-    /// `name` names the communication thread, when it starts.
-    pub fn new(member: M, name: String) -> Self {
+    /// `name` names the communication thread, when it starts; `threads: false` never
+    /// starts one.
+    pub fn new(member: M, name: String, threads: bool) -> Self {
         Self {
             member: Arc::new(member),
             name,
+            threads,
             worker: OnceLock::new(),
         }
     }
@@ -86,8 +95,8 @@ impl<M: Send + Sync + 'static> Ordered<M> {
     /// thread once it runs, else here.
     pub fn in_order<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&M) -> anyhow::Result<R> + Send + 'static,
-    ) -> anyhow::Result<R> {
+        f: impl FnOnce(&M) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
         let Some(worker) = self.running() else {
             return f(&self.member);
         };
@@ -103,9 +112,12 @@ impl<M: Send + Sync + 'static> Ordered<M> {
     /// emulated link's time); here and now if the thread could not be made.
     pub fn start(
         &self,
-        hold: std::time::Duration,
-        f: impl FnOnce(&M) -> anyhow::Result<candle_core::Tensor> + Send + 'static,
+        hold: Duration,
+        f: impl FnOnce(&M) -> Result<Tensor> + Send + 'static,
     ) -> Pending {
+        if !self.threads {
+            return Pending::ready(f(&self.member));
+        }
         let worker = self
             .worker
             .get_or_init(|| Worker::spawn(self.name.clone()).ok());
@@ -121,6 +133,71 @@ impl<M: Send + Sync + 'static> Ordered<M> {
             }
             sum
         }))
+    }
+}
+
+/// The member's collectives, each in the member's one order (see [`Ordered`]).
+impl<M: Comm + 'static> Comm for Ordered<M> {
+    fn rank(&self) -> usize {
+        self.member.rank()
+    }
+
+    fn size(&self) -> usize {
+        self.member.size()
+    }
+
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
+        if !self.threaded() {
+            // No copy on the path every blocking-only run takes.
+            return self.member.all_reduce_sum(buf);
+        }
+        let mut v = buf.to_vec();
+        let sum = self.in_order(move |m| m.all_reduce_sum(&mut v).map(|()| v))?;
+        buf.copy_from_slice(&sum);
+        Ok(())
+    }
+
+    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        let t = t.detach();
+        self.in_order(move |m| m.all_reduce(&t))
+    }
+
+    fn start_all_reduce(&self, t: &Tensor, hold: Duration) -> Result<Pending> {
+        let t = t.detach();
+        Ok(self.start(hold, move |m| m.all_reduce(&t)))
+    }
+
+    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
+        let sizes = sizes.to_vec();
+        self.in_order(move |m| m.exchange(parts, &sizes))
+    }
+
+    fn all_reduce_sum_compressed(&self, buf: &mut [f32], width: usize, q: CommDtype) -> Result<()> {
+        let mut v = buf.to_vec();
+        let sum =
+            self.in_order(move |m| m.all_reduce_sum_compressed(&mut v, width, q).map(|()| v))?;
+        buf.copy_from_slice(&sum);
+        Ok(())
+    }
+
+    fn all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Tensor> {
+        let t = t.detach();
+        self.in_order(move |m| m.all_reduce_compressed(&t, q))
+    }
+
+    fn start_all_reduce_compressed(
+        &self,
+        t: &Tensor,
+        q: CommDtype,
+        hold: Duration,
+    ) -> Result<Pending> {
+        let t = t.detach();
+        Ok(self.start(hold, move |m| m.all_reduce_compressed(&t, q)))
+    }
+
+    fn all_reduce_max(&self, t: &Tensor) -> Result<Tensor> {
+        let t = t.detach();
+        self.in_order(move |m| m.all_reduce_max(&t))
     }
 }
 

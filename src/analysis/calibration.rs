@@ -207,7 +207,27 @@ impl Calibration {
             100.0 * self.rate_share,
             self.per_message_us
         );
+        let _ = writeln!(
+            s,
+            "To model a run on these links with this calibration instead of the nominal one: {}.",
+            self.link_args().join(", ")
+        );
         s
+    }
+
+    /// `--link GBIT:LATENCY_US` arguments of `tp-plot --x time` that apply the fitted
+    /// constants to each measured rate.
+    pub fn link_args(&self) -> Vec<String> {
+        let mut rates: Vec<f64> = self.cells.iter().map(|c| c.rate_bits).collect();
+        rates.sort_by(f64::total_cmp);
+        rates.dedup();
+        rates
+            .iter()
+            .map(|r| {
+                let gbit = r * self.rate_share / 1e9;
+                format!("`--link {}:{:.0}`", round_sig(gbit, 3), self.per_message_us)
+            })
+            .collect()
     }
 
     /// `calibration.csv`: one line per cell.
@@ -224,6 +244,15 @@ impl Calibration {
         }
         csv
     }
+}
+
+/// `x` to `digits` significant digits, as the shortest decimal that shows them.
+fn round_sig(x: f64, digits: i32) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(digits - 1 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
 }
 
 /// A pattern's training curve on the measured links: what its loss costs in wall-clock
@@ -356,6 +385,23 @@ mod tests {
             (s - share).abs() < 1e-9 && (per - c).abs() < 1e-12,
             "{s} {per}"
         );
+        // What tp-plot --x time is told to apply it: the delivered rate and the cost.
+        let cal = Calibration {
+            cells,
+            rate_share: s,
+            per_message_us: per * 1e6,
+        };
+        assert_eq!(
+            cal.link_args(),
+            [
+                "`--link 0.07:120`",
+                "`--link 0.14:120`",
+                "`--link 0.35:120`",
+                "`--link 0.7:120`"
+            ]
+        );
+        let parsed = crate::analysis::parse_link("0.7:120").unwrap();
+        assert!(parsed.calibration.contains("given as --link 0.7:120"));
     }
 
     #[test]

@@ -18,8 +18,10 @@ pub fn default_target(runs: &[RunCurves]) -> Option<f64> {
 pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String {
     let mut s = format!(
         "Modelled on {} ({} Gbit/s, {} us a message): each run's compute plus its collectives' ring time.\n\n\
-         | run | fwd all-reduces / step | final val loss | ms/step | minutes to {target:.3} |\n|---|---|---|---|---|\n",
-        link.label, link.model.gbit_per_s, link.model.latency_us
+         - link calibration: {}\n\
+         - compute: each run's slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\n\
+         | run | fwd all-reduces / step | final val loss | compute ms (imbalance) | ms/step | minutes to {target:.3} |\n|---|---|---|---|---|---|\n",
+        link.label, link.model.gbit_per_s, link.model.latency_us, link.calibration
     );
     for r in runs {
         let ms = r
@@ -33,9 +35,16 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
             (Some(v), Some(ci)) => format!("{v:.4} ± {ci:.4}"),
             (v, _) => show(v, 4),
         };
+        let compute = r.timing.as_ref().map_or("-".into(), |t| {
+            let ms = 1e3 * t.compute_seconds();
+            match &t.compute {
+                Some(c) => format!("{ms:.1} ({:.1}%)", 100.0 * c.imbalance()),
+                None => format!("{ms:.1} (wall)"),
+            }
+        });
         let _ = writeln!(
             s,
-            "| {} | {} | {final_val} | {} | {} |",
+            "| {} | {} | {final_val} | {compute} | {} | {} |",
             r.label,
             show(r.forward_allreduces_per_step, 0),
             show(ms, 1),

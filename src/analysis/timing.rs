@@ -4,7 +4,12 @@
 //!   whole run: a resumed run's earlier invocations included);
 //! - **communication time**: the seconds its collectives took per step (`comm.json`,
 //!   emulated link delays and barrier waits included);
-//! - **compute time**: step time less communication time;
+//! - **compute time**: the slowest rank's compute, each rank's measured as the CPU time
+//!   of its own thread less what it spent inside collectives (`comm.json`'s `compute`):
+//!   as if every rank had a machine of its own, however many ranks shared this one's
+//!   cores. Where a run could not measure that (a GPU, ranks with several math threads,
+//!   runs of older versions) its step time less its communication time, which holds
+//!   only where every rank had cores of its own;
 //! - **time on a link**: compute time plus the ring all-reduce time of the step's
 //!   collectives (calls and bytes by kind, each over the group the tally recorded it on)
 //!   on that link ([`crate::comm::link`]).
@@ -15,7 +20,7 @@
 use super::stats::median;
 use crate::comm::{CommKind, LinkModel, NAMED_LINKS};
 use crate::error::user;
-use crate::run_dir::{read_comm, read_log, CommReport, LogLine};
+use crate::run_dir::{read_comm, read_log, CommReport, LogLine, RankCompute};
 use anyhow::Result;
 use std::path::Path;
 
@@ -24,12 +29,14 @@ pub fn step_ms(log: &[LogLine]) -> Option<f64> {
     median(log.iter().filter_map(|l| l.ms).collect())
 }
 
-/// A link to model: its name in file names, its label in tables and plots, its model.
+/// A link to model: its name in file names, its label in tables and plots, its model,
+/// and where the model's constants come from (printed with every modelled time).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Link {
     pub slug: String,
     pub label: String,
     pub model: LinkModel,
+    pub calibration: String,
 }
 
 /// A link by name (`10gbe`, `ib100`, `pcie4`, `nvlink4`) or as `GBIT:LATENCY_US`
@@ -48,6 +55,10 @@ pub fn parse_link(s: &str) -> Result<Link> {
             slug: l.name.to_string(),
             label: l.label.to_string(),
             model: l.model,
+            calibration: format!(
+                "the nominal constants of `{}` (the link's rate, {} us a message); a link calibrated on your machine (scripts/cluster/link-calibration.sh) is given as --link GBIT:LATENCY_US",
+                l.name, l.model.latency_us
+            ),
         });
     }
     let parsed = key.split_once(':').and_then(|(g, l)| {
@@ -59,6 +70,7 @@ pub fn parse_link(s: &str) -> Result<Link> {
             slug: format!("{g}gbit_{l}us").replace('.', "p"),
             label: format!("{g} Gbit/s, {l} us"),
             model,
+            calibration: format!("given as --link {g}:{l} ({g} Gbit/s delivered, {l} us a message)"),
         }),
         None => Err(user(format!(
             "link `{s}` is not one of 10gbe, ib100, pcie4, nvlink4 or GBIT:LATENCY_US (Gbit/s and microseconds, e.g. 10:25)"
@@ -89,6 +101,8 @@ pub struct StepTiming {
     pub comm: Vec<KindPerStep>,
     /// The link the run emulated (`link_gbps`, `link_latency_us`), if any.
     pub emulated: Option<LinkModel>,
+    /// Each rank's compute as its thread's CPU time, where measured.
+    pub compute: Option<RankCompute>,
 }
 
 impl StepTiming {
@@ -108,6 +122,7 @@ impl StepTiming {
                 })
                 .collect(),
             emulated: report.emulated_link,
+            compute: report.compute.clone(),
         }
     }
 
@@ -124,9 +139,30 @@ impl StepTiming {
         self.comm.iter().map(|c| c.seconds - c.hidden).sum()
     }
 
-    /// Compute seconds per step: the step minus the communication it waited for.
+    /// Compute seconds per step: the slowest rank's thread CPU time where measured, else
+    /// the step minus the communication it waited for.
     pub fn compute_seconds(&self) -> f64 {
+        match &self.compute {
+            Some(c) => c.max_ms() / 1e3,
+            None => self.wall_compute_seconds(),
+        }
+    }
+
+    /// The step minus the communication rank 0 waited for: its compute where every rank
+    /// had cores of its own, else including its turns waiting for a core.
+    pub fn wall_compute_seconds(&self) -> f64 {
         (self.step_ms / 1e3 - self.comm_seconds()).max(0.0)
+    }
+
+    /// How the compute part of a modelled step was measured, for tables and captions.
+    pub fn compute_source(&self) -> String {
+        match &self.compute {
+            Some(c) => format!(
+                "slowest rank's thread CPU time, imbalance {:.1}%",
+                100.0 * c.imbalance()
+            ),
+            None => "step time less communication".into(),
+        }
     }
 
     /// The ring model's terms of the step's collectives: (bits each rank sends, message
@@ -217,6 +253,7 @@ mod tests {
                 kind(CommKind::DpGrad, 1.0, 1e6, 0.0, 1),
             ],
             emulated: None,
+            compute: None,
         };
         let gbe = parse_link("10gbe").unwrap().model;
         assert!((t.compute_seconds() - 0.018).abs() < 1e-12);
@@ -236,6 +273,7 @@ mod tests {
             step_ms: 20.0,
             comm: vec![fwd, kind(CommKind::TpBackward, 4.0, 625_000.0, 0.0005, 2)],
             emulated: None,
+            compute: None,
         };
         assert!((t.compute_seconds() - 0.0185).abs() < 1e-12);
         let gbe = parse_link("10gbe").unwrap().model;
@@ -246,6 +284,36 @@ mod tests {
         };
         let backward_only = fast.seconds(4, 625_000, 2);
         assert!((t.comm_seconds_on(&fast) - backward_only).abs() < 1e-12);
+    }
+
+    /// Four ranks sharing two cores: rank 0's 20 ms step waited 2 ms in collectives, but
+    /// its 18 ms "compute" includes the turns it waited for a core. Each rank's own thread
+    /// computed 9-10 ms: the modelled step computes for the slowest, 10 ms.
+    #[test]
+    fn measured_thread_cpu_time_is_the_compute_and_the_slowest_rank_sets_it() {
+        let mut t = StepTiming {
+            step_ms: 20.0,
+            comm: vec![kind(CommKind::TpForward, 4.0, 625_000.0, 0.002, 4)],
+            emulated: None,
+            compute: None,
+        };
+        assert!((t.compute_seconds() - 0.018).abs() < 1e-12);
+        assert_eq!(t.compute_source(), "step time less communication");
+        t.compute = Some(RankCompute {
+            per_rank_ms: vec![9.0, 10.0, 9.5, 9.0],
+            per_rank_wall_ms: vec![18.0; 4],
+            steps: 100,
+        });
+        assert!((t.compute_seconds() - 0.010).abs() < 1e-12);
+        assert!((t.wall_compute_seconds() - 0.018).abs() < 1e-12);
+        assert!(
+            t.compute_source().contains("imbalance 10.0%"),
+            "{}",
+            t.compute_source()
+        );
+        let gbe = parse_link("10gbe").unwrap().model;
+        let ring = gbe.seconds(4, 625_000, 4);
+        assert!((t.step_seconds_on(&gbe) - (0.010 + ring)).abs() < 1e-12);
     }
 
     #[test]

@@ -4,6 +4,7 @@ use super::collectives::{Comm, Pending};
 use super::link::LinkModel;
 use super::quantise::CommDtype;
 use super::tally::{Call, CommKind, Site, Tally};
+use super::turns::inside_collective;
 use anyhow::Result;
 use candle_core::Tensor;
 use std::sync::Arc;
@@ -74,7 +75,7 @@ impl CountedComm {
         op: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
         let t0 = Instant::now();
-        let out = op()?;
+        let out = inside_collective(op)?;
         self.finish(
             Started {
                 bytes,
@@ -99,7 +100,8 @@ impl CountedComm {
         let elapsed = s.t0.elapsed().as_secs_f64();
         if modelled > elapsed {
             // Sleep, not spin: the other ranks may share these cores.
-            std::thread::sleep(std::time::Duration::from_secs_f64(modelled - elapsed));
+            let rest = std::time::Duration::from_secs_f64(modelled - elapsed);
+            inside_collective(|| std::thread::sleep(rest));
         }
         // The window computed what it did not spend blocked in other collectives (a
         // ladder waits for the previous sum while this one is in flight).
@@ -146,7 +148,7 @@ impl CountedComm {
         start: impl FnOnce() -> Result<Pending>,
     ) -> Result<PendingSum> {
         let t0 = Instant::now();
-        let pending = start()?;
+        let pending = inside_collective(start)?;
         let returned = Instant::now();
         self.tally.add_blocked(returned - t0);
         Ok(PendingSum {
@@ -307,7 +309,7 @@ impl PendingSum {
     /// the time before this call as hidden.
     pub fn wait(self) -> Result<Tensor> {
         let waited = Instant::now();
-        let sum = self.pending.wait()?;
+        let sum = inside_collective(|| self.pending.wait())?;
         if self.group.size() > 1 {
             self.group.finish(self.started, waited);
         }

@@ -10,6 +10,7 @@ pub mod mesh;
 pub mod quantise;
 pub mod tally;
 pub mod threads;
+pub mod turns;
 pub mod worker;
 
 pub use collectives::{stage_through_host, Comm, Pending, SoloComm};

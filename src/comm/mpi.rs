@@ -357,6 +357,16 @@ impl MpiWorld {
             .collect()
     }
 
+    /// Every rank's `x`, in rank order, on every rank (NaN stands for a rank's `None`).
+    pub fn all_gather_f64(&self, x: Option<f64>) -> Vec<Option<f64>> {
+        let mine = x.unwrap_or(f64::NAN);
+        let mut all = vec![0f64; self.size()];
+        self.world.all_gather_into(&mine, &mut all[..]);
+        all.into_iter()
+            .map(|v| (!v.is_nan()).then_some(v))
+            .collect()
+    }
+
     /// A communicator over all ranks (for agreement before groups exist).
     pub fn world_comm(&self) -> MpiComm {
         mpi_comm(self.world.duplicate(), false, 0)

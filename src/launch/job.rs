@@ -295,7 +295,14 @@ pub fn finish(
             full.loss
         );
     }
-    let report = comm_report(cfg, &cfg.layout()?, outcome);
+    let mut report = comm_report(cfg, &cfg.layout()?, outcome);
+    if report.compute.is_none() {
+        // A resumed run with nothing left to train keeps what its steps measured.
+        report.compute = run_dir::read_comm(&dir.path)
+            .ok()
+            .flatten()
+            .and_then(|r| r.compute);
+    }
     dir.write_comm(&report)?;
     dir.write_sample(&outcome.sample)?;
     if let Some(full) = outcome.final_eval {

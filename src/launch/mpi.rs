@@ -8,7 +8,7 @@
 use super::console::ConsoleReporter;
 use super::job::{announce, finish, open_outputs, prepare_job, Target};
 use super::orchestrate::run_rank;
-use super::report::comm_report;
+use super::report::{comm_report, rank_compute_ms, ranks_compute};
 use super::threads::configure_threads;
 use crate::comm::mpi::{local_rank, local_ranks, MpiComm, MpiGroups, MpiWorld};
 use crate::comm::Comm;
@@ -188,6 +188,11 @@ pub fn run_mpi(
     let mut outcome = trained.unwrap_or_else(|e| fail_job(&mpi, rank, &e, exit_code(&e)));
     // Collective: every rank reaches it (a failed rank aborted the job above).
     outcome.hosts = mpi.hosts();
+    let mine = rank_compute_ms(&outcome);
+    let cpu = mpi.all_gather_f64(mine.map(|m| m.0));
+    let wall = mpi.all_gather_f64(mine.map(|m| m.1));
+    let per_rank: Vec<_> = cpu.into_iter().zip(wall).map(|(c, w)| c.zip(w)).collect();
+    outcome.ranks_compute = ranks_compute(&per_rank, outcome.steps.len());
     let report = match &dir {
         Some(d) => finish(cfg, d, &outcome, started)?,
         None => comm_report(cfg, &cfg.layout()?, &outcome),

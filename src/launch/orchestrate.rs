@@ -62,6 +62,7 @@ pub fn run_rank(
         best_val_loss: trainer.best_val_loss(),
         final_eval,
         hosts: Vec::new(),
+        ranks_compute: None,
     })
 }
 

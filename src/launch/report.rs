@@ -7,7 +7,7 @@ use crate::analysis::{median, step_ms, StepTiming};
 use crate::blocks::Layout;
 use crate::comm::{CommKind, Site, NAMED_LINKS};
 use crate::config::RunConfig;
-use crate::run_dir::{CommReport, LayerComm, LogLine, PerStep, RunSummary, SiteComm};
+use crate::run_dir::{CommReport, LayerComm, LogLine, PerStep, RankCompute, RunSummary, SiteComm};
 use crate::train::record::RankOutcome;
 use std::collections::BTreeMap;
 
@@ -114,7 +114,27 @@ pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommRep
         eval,
         emulated_link: cfg.link(),
         projected_seconds_per_step,
+        compute: o.ranks_compute.clone(),
     }
+}
+
+/// A rank's median compute ms per step over this invocation's steps, as its thread's CPU
+/// time and as its wall-clock time less its waits, where every step measured the first.
+pub fn rank_compute_ms(o: &RankOutcome) -> Option<(f64, f64)> {
+    let cpu: Option<Vec<f64>> = o.steps.iter().map(|s| s.compute_cpu_ms).collect();
+    let wall = o.steps.iter().map(|s| s.ms - s.waited_ms).collect();
+    Some((median(cpu?)?, median(wall)?))
+}
+
+/// Every rank's [`rank_compute_ms`] in rank order, if every rank measured it.
+pub fn ranks_compute(per_rank: &[Option<(f64, f64)>], steps: usize) -> Option<RankCompute> {
+    let both: Option<Vec<(f64, f64)>> = per_rank.iter().copied().collect();
+    let (per_rank_ms, per_rank_wall_ms) = both?.into_iter().unzip();
+    Some(RankCompute {
+        per_rank_ms,
+        per_rank_wall_ms,
+        steps,
+    })
 }
 
 /// The headline numbers of a finished run. `log` is the whole run's log (`log.jsonl` as

@@ -3,6 +3,7 @@
 
 use super::console::ConsoleReporter;
 use super::job::{announce, finish, open_outputs, prepare_job, Target};
+use super::report::{rank_compute_ms, ranks_compute};
 use super::threads::{configure_threads, run_threads};
 use crate::config::{resolve_resume, Origin, RunConfig};
 use crate::run_dir::{read_config, CommReport};
@@ -109,6 +110,8 @@ fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<Ru
     let mut outcomes = run_threads(&job, Some(&mut reporter), Some(&dir.path))?;
     // Threads: every rank is this process, on this host.
     outcomes[0].hosts = vec![crate::util::host::label(); outcomes.len()];
+    let per_rank: Vec<_> = outcomes.iter().map(rank_compute_ms).collect();
+    outcomes[0].ranks_compute = ranks_compute(&per_rank, outcomes[0].steps.len());
     let report = finish(cfg, &dir, &outcomes[0], started)?;
     Ok(RunResult {
         dir: dir.path.clone(),

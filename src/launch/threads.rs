@@ -2,7 +2,7 @@
 
 use super::job::Job;
 use super::orchestrate::run_rank;
-use crate::comm::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
+use crate::comm::{turns, Comm, CountedComm, Mesh, Tally, ThreadWorld};
 use crate::train::context::RankContext;
 use crate::train::record::{RankOutcome, Reporter};
 use anyhow::{anyhow, Result};
@@ -106,12 +106,19 @@ fn run_one_rank(
 ) -> Result<RankOutcome> {
     let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
         as_rank(|| {
-            run_rank(
-                job,
-                ctx,
-                reporter.as_deref_mut().map(|r| r as &mut dyn Reporter),
-                run_dir,
-            )
+            let mut run = || {
+                run_rank(
+                    job,
+                    ctx,
+                    reporter.as_deref_mut().map(|r| r as &mut dyn Reporter),
+                    run_dir,
+                )
+            };
+            if turns::one_at_a_time_requested() {
+                turns::one_at_a_time(run)
+            } else {
+                run()
+            }
         })
     }));
     let res = run.unwrap_or_else(|p| Err(anyhow!("panicked: {}", panic_message(&*p))));

@@ -29,7 +29,9 @@ pub use checkpoint::{
 };
 pub use lock::DirLock;
 pub use log::{read_log, read_log_for_resume, LogLine, LogWriter, TornTail};
-pub use records::{CommReport, EvalReport, LayerComm, PerStep, RunSummary, ScanReport, SiteComm};
+pub use records::{
+    CommReport, EvalReport, LayerComm, PerStep, RankCompute, RunSummary, ScanReport, SiteComm,
+};
 
 use crate::config::RunConfig;
 use crate::error::user;

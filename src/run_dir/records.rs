@@ -95,6 +95,53 @@ pub struct CommReport {
     /// Communication seconds per step this run's collectives would take on named links
     /// (ring all-reduce model over each collective's group; compute not included).
     pub projected_seconds_per_step: BTreeMap<String, f64>,
+    /// Each rank's compute per step as the CPU time of its own thread, where the run
+    /// could measure it (older runs, GPU runs and ranks with several math threads: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<RankCompute>,
+}
+
+/// Each rank's compute per step, measured as its thread's CPU time less the CPU time it
+/// spent inside collectives: what the step computes on a machine of the rank's own,
+/// however many ranks shared this one's cores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankCompute {
+    /// Median ms per step of each rank, in rank order.
+    pub per_rank_ms: Vec<f64>,
+    /// Each rank's median of its step's wall-clock time less the time it was blocked in
+    /// collectives: its compute where it had cores of its own (or took turns with the
+    /// others, `TP_ONE_RANK_AT_A_TIME=1`); else inflated by the turns its thread waited
+    /// for a core.
+    #[serde(default)]
+    pub per_rank_wall_ms: Vec<f64>,
+    /// The steps the medians are over (a resumed run: its last invocation's).
+    pub steps: usize,
+}
+
+impl RankCompute {
+    /// The slowest rank's compute, which the others wait for at each synchronisation.
+    pub fn max_ms(&self) -> f64 {
+        self.per_rank_ms.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// The fastest rank's compute.
+    pub fn min_ms(&self) -> f64 {
+        self.per_rank_ms
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// How much less the fastest rank computes than the slowest, as a share of the slowest
+    /// (0 when the ranks are balanced).
+    pub fn imbalance(&self) -> f64 {
+        let max = self.max_ms();
+        if max > 0.0 {
+            1.0 - self.min_ms() / max
+        } else {
+            0.0
+        }
+    }
 }
 
 impl CommReport {
@@ -217,6 +264,16 @@ impl CommReport {
                 s,
                 "  emulated link: {} Gbit/s, {} us latency (modelled ms: the ring all-reduce time on it, which every collective waited for at least)",
                 l.gbit_per_s, l.latency_us
+            );
+        }
+        if let Some(c) = &self.compute {
+            let _ = writeln!(
+                s,
+                "  compute per step (each rank's thread CPU time, median of {} steps): slowest rank {:.2} ms, fastest {:.2} ms, imbalance {:.1}%",
+                c.steps,
+                c.max_ms(),
+                c.min_ms(),
+                100.0 * c.imbalance()
             );
         }
         let _ = writeln!(

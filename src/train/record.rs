@@ -5,7 +5,7 @@
 use crate::comm::TallySnapshot;
 use crate::config::RunConfig;
 use crate::ops::profile::OpTimes;
-use crate::run_dir::LogLine;
+use crate::run_dir::{LogLine, RankCompute};
 use anyhow::Result;
 
 /// Seconds of one step's phases on this rank.
@@ -29,6 +29,12 @@ pub struct StepRecord {
     pub grad_norm: f32,
     /// Wall-clock milliseconds of the whole step.
     pub ms: f64,
+    /// Wall-clock milliseconds the rank was blocked in collectives during the step
+    /// (waiting for the other ranks and for the link; at tp 1 nothing).
+    pub waited_ms: f64,
+    /// CPU milliseconds this rank computed in the step ([`super::compute_clock::ComputeClock`]); `None` where
+    /// that is not its compute (math on a GPU or on more threads than the rank's own).
+    pub compute_cpu_ms: Option<f64>,
     pub phases: Phases,
     /// Forward and backward passes (micro-steps) the step ran.
     pub passes: usize,
@@ -84,6 +90,9 @@ pub struct RankOutcome {
     /// Every rank's host ([`crate::util::host::label`]) in rank order, filled in by the
     /// launcher (empty until then).
     pub hosts: Vec<String>,
+    /// Every rank's compute per step in this invocation, filled in by the launcher;
+    /// `None` where a rank could not measure it or ran no steps.
+    pub ranks_compute: Option<RankCompute>,
 }
 
 impl RankOutcome {

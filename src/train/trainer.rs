@@ -4,6 +4,7 @@
 //! branches on rank inside the model: every rank of a group issues the same collectives
 //! in the same order.
 
+use super::compute_clock::ComputeClock;
 use super::context::RankContext;
 use super::faults::Faults;
 use super::generate::{generate, SampleOptions};
@@ -303,6 +304,8 @@ impl<'a> Trainer<'a> {
         let measure_rss = self.ctx.mesh.rank == 0 && memory::reset_peak();
         profile::take();
         let t_step = Instant::now();
+        let cpu_step = ComputeClock::start(&self.ctx.device);
+        let blocked = self.ctx.tally.blocked();
         let lr = self.sched.lr(step);
         let accum = self.cfg.optim.gradient_accumulation_steps;
         let mut phases = Phases::default();
@@ -364,6 +367,8 @@ impl<'a> Trainer<'a> {
             lr,
             grad_norm: norm,
             ms: t_step.elapsed().as_secs_f64() * 1e3,
+            waited_ms: (self.ctx.tally.blocked() - blocked).as_secs_f64() * 1e3,
+            compute_cpu_ms: cpu_step.and_then(|c| c.ms()),
             phases,
             passes: accum,
             ops: profile::take(),

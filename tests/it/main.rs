@@ -24,5 +24,6 @@ mod sizes;
 mod sweep;
 mod t_equals_gpt2;
 mod tally_counts;
+mod time_model;
 mod training_invariants;
 mod vocab_parallel;

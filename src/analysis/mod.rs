@@ -2,11 +2,14 @@
 //! from `run_dir`; here are what is made of them — the median and replicate statistics
 //! (`stats`), step, communication and compute time and time on a link (`timing`), runs'
 //! loss curves and replicate groups (`runs`), and the link model's calibration against
-//! real links (`calibration`), and the table of runs on a modelled link (`on_link`). `plot` only draws these; `sweep` and the launcher's
-//! closing summary compute through them.
+//! real links (`calibration`), the table of runs on a modelled link (`on_link`), and a
+//! study's loss penalty of each pattern against its setting's baseline (`penalty`).
+//! `plot` only draws these; `sweep` and the launcher's closing summary compute through
+//! them.
 
 pub mod calibration;
 pub mod on_link;
+pub mod penalty;
 pub mod runs;
 pub mod stats;
 pub mod timing;

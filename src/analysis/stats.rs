@@ -50,6 +50,18 @@ impl Replicates {
     pub fn excludes_zero(&self) -> bool {
         self.ci95.is_finite() && (self.mean.abs() > self.ci95)
     }
+
+    /// For paired differences: the smallest true mean difference this many pairs would
+    /// find significant (5%, two-sided) four times in five (80% power), at the spread
+    /// observed, `(t975 + t80) sd / sqrt(n)` with n - 1 degrees of freedom. Infinite for
+    /// one value.
+    pub fn detectable(&self) -> f64 {
+        if self.n < 2 {
+            return f64::INFINITY;
+        }
+        let df = self.n - 1;
+        (t975(df) + t80(df)) * self.std / (self.n as f64).sqrt()
+    }
 }
 
 /// The 97.5% quantile of Student's t with `df` degrees of freedom (two-sided 95%).
@@ -64,6 +76,20 @@ pub fn t975(df: usize) -> f64 {
         d if d <= 30 => TABLE[d - 1],
         // Beyond the table: the normal quantile with the first correction term.
         d => 1.959_964 + 2.5 / d as f64,
+    }
+}
+
+/// The 80% quantile of Student's t with `df` degrees of freedom (80% power).
+pub fn t80(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879, 0.876, 0.873, 0.870,
+        0.868, 0.866, 0.865, 0.863, 0.862, 0.861, 0.860, 0.859, 0.858, 0.858, 0.857, 0.856, 0.856,
+        0.855, 0.855, 0.854, 0.854,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        d if d <= 30 => TABLE[d - 1],
+        d => 0.841_621 + 0.363 / d as f64,
     }
 }
 
@@ -126,5 +152,19 @@ mod tests {
         assert_eq!(t975(30), 2.042);
         assert!((t975(120) - 1.98).abs() < 0.01);
         assert!(t975(0).is_infinite());
+        assert_eq!(t80(7), 0.896);
+        assert!((t80(60) - 0.8477).abs() < 1e-3 && (t80(120) - 0.8446).abs() < 1e-3);
+        assert!(t80(0).is_infinite());
+    }
+
+    /// Eight pairs with sd 0.01: (2.365 + 0.896) x 0.01 / sqrt 8 = 0.01153.
+    #[test]
+    fn the_detectable_difference_is_the_80_percent_power_shift_at_the_observed_spread() {
+        let d = [0.01, -0.01, 0.01, -0.01, 0.01, -0.01, 0.01, -0.01];
+        let r = Replicates::of(&d).unwrap();
+        let sd = (8.0 * 1e-4 / 7.0f64).sqrt();
+        assert!((r.std - sd).abs() < 1e-12);
+        assert!((r.detectable() - 3.261 * sd / 8f64.sqrt()).abs() < 1e-12);
+        assert!(Replicates::of(&[0.1]).unwrap().detectable().is_infinite());
     }
 }

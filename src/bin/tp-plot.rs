@@ -1,15 +1,17 @@
 //! `tp-plot RUN_DIR... [--out DIR] [--x time --link 10gbe ...]`: loss curves and the
 //! loss/communication trade-off, and loss against modelled time on given links.
 //! `tp-plot --link-calibration DIR`: measured step times on shaped links against the
-//! link model.
+//! link model. `tp-plot --penalty RUN_DIR...`: a study's loss penalties.
 
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::calibration::{calibrate, on_real_links};
+use tp_harness::analysis::penalty::{self, penalty_rows, PenaltyRun};
 use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
-use tp_harness::plot::{label_runs, plot_on_link, plot_runs};
+use tp_harness::plot::{label_runs, plot_on_link, plot_penalty, plot_runs};
+use tp_harness::util::write_atomic;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,12 +44,62 @@ struct Args {
     /// of the runs, which every run reaches).
     #[arg(long, value_name = "LOSS")]
     target: Option<f64>,
+    /// Instead of loss curves: each pattern's final val loss against its setting's
+    /// baseline (same model, TP degree and length), paired by seed (penalty.{md,csv},
+    /// penalty_vs_tp and penalty_vs_syncs .{png,svg}). Unfinished runs are left out.
+    #[arg(long)]
+    penalty: bool,
+    /// The pattern --penalty pairs with (default: each setting's all-t layout).
+    #[arg(long, value_name = "PATTERN", requires = "penalty")]
+    baseline: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum XArg {
     Step,
     Time,
+}
+
+/// `--out`, else plots/ beside the first run.
+fn out_dir(a: &Args) -> PathBuf {
+    a.out.clone().unwrap_or_else(|| {
+        a.runs[0]
+            .parent()
+            .map(|p| p.join("plots"))
+            .unwrap_or_else(|| PathBuf::from("plots"))
+    })
+}
+
+/// `--penalty`: the table (printed and written) and the figures.
+fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
+    let mut runs = Vec::new();
+    for d in &a.runs {
+        match PenaltyRun::load(d)? {
+            Some(r) => runs.push(r),
+            None => eprintln!(
+                "{}: not finished (no final val loss), left out",
+                d.display()
+            ),
+        }
+    }
+    let rows = penalty_rows(&runs, a.baseline.as_deref());
+    if let Some(b) = &a.baseline {
+        if !rows.iter().any(|r| &r.variant == b) {
+            return Err(user(format!(
+                "--baseline {b} is not a pattern of the finished runs given"
+            )));
+        }
+    }
+    let out = out_dir(a);
+    std::fs::create_dir_all(&out)?;
+    let md = penalty::markdown(&rows);
+    print!("{md}");
+    let (md_path, csv_path) = (out.join("penalty.md"), out.join("penalty.csv"));
+    write_atomic(&md_path, md.as_bytes())?;
+    write_atomic(&csv_path, penalty::csv(&rows).as_bytes())?;
+    let mut files = vec![md_path, csv_path];
+    files.extend(plot_penalty(&rows, &out)?);
+    Ok(files)
 }
 
 fn main() {
@@ -69,6 +121,9 @@ fn main() {
                 files.extend(write_real_links(&rows, out)?);
             }
             return Ok(files);
+        }
+        if a.penalty {
+            return penalty(&a);
         }
         if a.target.is_some_and(|t| !t.is_finite()) {
             return Err(user(
@@ -104,15 +159,9 @@ fn main() {
         // Runs that differ only in the seed become one curve with a band.
         let mut runs = merge_replicates(runs);
         label_runs(&mut runs);
-        let out = a.out.clone().unwrap_or_else(|| {
-            a.runs[0]
-                .parent()
-                .map(|p| p.join("plots"))
-                .unwrap_or_else(|| PathBuf::from("plots"))
-        });
-        let mut files = plot_runs(&runs, &out)?;
+        let mut files = plot_runs(&runs, &out_dir(&a))?;
         for link in &links {
-            files.extend(plot_on_link(&runs, &out, link, a.target)?);
+            files.extend(plot_on_link(&runs, &out_dir(&a), link, a.target)?);
         }
         Ok(files)
     };

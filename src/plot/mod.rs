@@ -1,7 +1,7 @@
 //! Figures, PNG and SVG, drawn from the numbers `analysis` computes: loss curves and the
 //! trade-off of final loss against communication (`curves`, `tp-plot` and sweeps), the
-//! same against modelled time on a link, the sensitivity scan (`scan`) and the link
-//! calibration (`calibration`). Replicates come merged ([`crate::analysis::runs`]): one
+//! same against modelled time on a link, the sensitivity scan (`scan`), the link
+//! calibration (`calibration`) and a study's loss penalties (`penalty`). Replicates come merged ([`crate::analysis::runs`]): one
 //! mean curve with a band of one standard deviation, one point with the 95% interval of
 //! the mean as an error bar.
 
@@ -26,7 +26,9 @@ macro_rules! both_formats {
 // After the macro: the figures draw with it.
 pub mod calibration;
 mod curves;
+mod penalty;
 mod scan;
 
 pub use curves::{plot_on_link, plot_runs};
+pub use penalty::plot_penalty;
 pub use scan::plot_scan;

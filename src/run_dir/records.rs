@@ -409,8 +409,12 @@ pub struct RunSummary {
     /// all-reduced per step.
     #[serde(default)]
     pub step_ms: Option<f64>,
+    /// Communication rank 0 waited for per step (comm.json's measured seconds less the
+    /// hidden ones).
     #[serde(default)]
     pub comm_ms_per_step: Option<f64>,
+    /// The slowest rank's compute per step as its thread's CPU time (comm.json's
+    /// `compute`), else the step less its communication.
     #[serde(default)]
     pub compute_ms_per_step: Option<f64>,
     #[serde(default)]

@@ -143,7 +143,7 @@ pub fn groups(results: &[PointResult], baseline: Option<&str>) -> Vec<GroupRow> 
         .collect()
 }
 
-const GROUP_COLUMNS: [&str; 10] = [
+const GROUP_COLUMNS: [&str; 11] = [
     "group",
     "pattern",
     "forward_allreduces_per_step",
@@ -154,6 +154,7 @@ const GROUP_COLUMNS: [&str; 10] = [
     "diff_vs_baseline_mean",
     "diff_vs_baseline_ci95",
     "significant",
+    "detectable_diff",
 ];
 
 fn group_row(g: &GroupRow) -> Vec<String> {
@@ -179,6 +180,7 @@ fn group_row(g: &GroupRow) -> Vec<String> {
         d.map_or(String::new(), |d| {
             if d.excludes_zero() { "yes" } else { "no" }.to_string()
         }),
+        d.map_or(String::new(), |d| f(d.detectable(), 4)),
     ]
 }
 
@@ -194,7 +196,7 @@ pub fn groups_markdown(rows: &[GroupRow], baseline: Option<&str>) -> String {
         out,
         "Final validation loss over the seeds of each point: mean, sample standard deviation, n and the half-width of the 95% interval of the mean (Student's t).{}\n",
         baseline.map_or(String::new(), |b| format!(
-            " Differences are paired by seed against `{b}` with the same other keys; `significant` means their 95% interval excludes zero."
+            " Differences are paired by seed against `{b}` with the same other keys; `significant` means their 95% interval excludes zero; `detectable_diff` is the smallest true difference these pairs would find significant with 80% power at the spread they show."
         ))
     );
     let _ = writeln!(out, "| {} |", GROUP_COLUMNS.join(" | "));

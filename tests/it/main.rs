@@ -21,6 +21,7 @@ mod mpi;
 mod s_and_p_equal_blocks_md;
 mod scan;
 mod sizes;
+mod study;
 mod sweep;
 mod t_equals_gpt2;
 mod tally_counts;

@@ -460,3 +460,23 @@ pub fn hf_expected(
     }
     m
 }
+
+/// `p` is a PNG of some substance.
+pub fn assert_png(p: &std::path::Path) {
+    let b = std::fs::read(p).unwrap_or_else(|_| panic!("{} missing", p.display()));
+    assert!(
+        b.len() > 5000 && b.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is not a PNG",
+        p.display()
+    );
+}
+
+/// `p` is a whole SVG of some substance.
+pub fn assert_svg(p: &std::path::Path) {
+    let t = std::fs::read_to_string(p).unwrap_or_else(|_| panic!("{} missing", p.display()));
+    assert!(
+        t.contains("<svg") && t.trim_end().ends_with("</svg>") && t.len() > 2000,
+        "{} is not an SVG",
+        p.display()
+    );
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The study of issue 25, end to end: the loss penalty of removing, hiding and shrinking
+# Megatron's synchronisations, with enough seeds to put intervals on it, over TP degree,
+# training length and model size; then its table and figures in plots/study/.
+#
+#   scripts/study.sh            run (or resume) every sweep, then draw
+#   scripts/study.sh --draw     draw from the runs there are (unfinished ones left out)
+#
+# Each sweep is resumable: interrupt it (Ctrl-C) and run this again; finished runs are
+# skipped and a half-done one continues from its checkpoint. About 6-7 hours on 2 cores
+# (AMD EPYC Zen 4); the sweeps in order:
+#   configs/sweeps/study_power_tp2.yaml   mini, tp 2, 6 patterns x 8 seeds
+#   configs/sweeps/study_shrink.yaml      mini, tp 2, tttt and sppp with int8 sums, 4 seeds
+#   configs/sweeps/study_tp_degree.yaml   mini (8 heads), tp 2/4/8, 6 patterns x 4 seeds
+#   configs/sweeps/study_length.yaml      mini, tp 2, 6000 iterations, 4 patterns x 4 seeds
+#   configs/sweeps/study_size.yaml        6 x 256, tp 2, 4 patterns x 3 seeds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${TP_STUDY_BIN:-target/release}
+SWEEPS="study_power_tp2 study_shrink study_tp_degree study_length study_size"
+OUT=plots/study
+
+if [ "${1:-}" != "--draw" ]; then
+  [ -x "$BIN/tp-sweep" ] || cargo build --release
+  for s in $SWEEPS; do
+    echo "== $s ($(date -u +%FT%TZ))"
+    "$BIN/tp-sweep" "configs/sweeps/$s.yaml"
+  done
+fi
+
+mkdir -p "$OUT"
+runs() { find "runs/$1" -mindepth 1 -maxdepth 1 -type d -name '*=*' 2>/dev/null | sort; }
+# The penalty table and figures over every setting.
+# shellcheck disable=SC2046
+"$BIN/tp-plot" --penalty $(for s in $SWEEPS; do runs "$s"; done) --out "$OUT" > /dev/null
+# Loss against modelled time on 1 Gbit/s and 100 Mbit/s links (this machine's compute,
+# the ring model at the links' rates with 50 us a message): Megatron's layout and the
+# best of each family at tp 2 (remove: sppp and pppp; hide: llll; shrink: int8 sums).
+time_runs=$(runs study_power_tp2 | grep -E 'pattern=(tttt|sppp|pppp|llll),' || true)
+time_runs="$time_runs $(runs study_shrink)"
+# shellcheck disable=SC2086
+"$BIN/tp-plot" $time_runs --out "$OUT/time" --x time --link 1:50 --link 0.1:50 > /dev/null
+{
+  echo "Made by scripts/study.sh on $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)" \
+    "($(nproc) cores), $(date -u +%F)."
+} > "$OUT/MACHINE.md"
+echo "table and figures in $OUT/"

@@ -1,0 +1,335 @@
+//! The loss penalty of cutting synchronisations, as a study reads it: runs grouped by
+//! **setting** (everything but the pattern, the compression and the seed: model, TP
+//! degree, length, data), and in each setting every pattern's final val loss set against
+//! the baseline pattern's (Megatron's all-`t` layout unless told otherwise), paired by
+//! seed. One row per (setting, pattern): mean ± sd, n, the paired difference with its 95%
+//! interval and the smallest difference the pairs could detect.
+
+use super::stats::{paired_differences, Replicates};
+use crate::config::RunConfig;
+use crate::run_dir::{read_config, read_summary};
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+/// What the study needs of one finished run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PenaltyRun {
+    pub setting: Setting,
+    /// The pattern, `+Q` when its activation sums were compressed.
+    pub variant: String,
+    /// Whether the layout is all `t` (every layer synchronised as Megatron does).
+    pub all_t: bool,
+    pub seed: u64,
+    pub final_val: f64,
+    /// Forward all-reduces per pass: blocks.md's count, and those a rank waits for with
+    /// nothing to compute (a ladder hides the rest).
+    pub syncs: usize,
+    pub exposed_syncs: usize,
+}
+
+/// Everything that makes runs comparable but the pattern, the compression and the seed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Setting {
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub tp: usize,
+    pub iters: usize,
+    /// The rest of the config, for equality only.
+    rest: String,
+}
+
+impl Setting {
+    pub fn of(cfg: &RunConfig) -> Result<Self> {
+        let mut c = cfg.clone();
+        c.model.pattern.clear();
+        c.optim.seed = 0;
+        c.parallel.comm_dtype = Default::default();
+        Ok(Self {
+            n_layer: cfg.model.arch.n_layer,
+            n_embd: cfg.model.arch.n_embd,
+            tp: cfg.parallel.tp,
+            iters: cfg.optim.max_iters,
+            rest: c.to_yaml()?,
+        })
+    }
+
+    /// The model's shape and length, without the TP degree (a penalty-vs-tp series).
+    pub fn family(&self) -> String {
+        format!("{}x{}, {} it", self.n_layer, self.n_embd, self.iters)
+    }
+
+    pub fn label(&self) -> String {
+        format!(
+            "{}x{}, tp {}, {} it",
+            self.n_layer, self.n_embd, self.tp, self.iters
+        )
+    }
+}
+
+impl PenaltyRun {
+    /// The run in `dir`, if it finished (has a final val loss).
+    pub fn load(dir: &Path) -> Result<Option<Self>> {
+        let cfg = read_config(dir)?;
+        let Some(final_val) = read_summary(dir)?.and_then(|s| s.final_val_loss) else {
+            return Ok(None);
+        };
+        let layout = cfg.layout()?;
+        Ok(Some(Self {
+            setting: Setting::of(&cfg)?,
+            variant: cfg.variant(),
+            all_t: layout.expanded().chars().all(|c| c == 't'),
+            seed: cfg.optim.seed,
+            final_val: final_val as f64,
+            syncs: layout.forward_allreduces(),
+            exposed_syncs: layout.exposed_allreduces(),
+        }))
+    }
+}
+
+/// One pattern in one setting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PenaltyRow {
+    pub setting: Setting,
+    pub variant: String,
+    pub syncs: usize,
+    pub exposed_syncs: usize,
+    pub val: Replicates,
+    /// The baseline it was paired with, and the paired differences (this − baseline);
+    /// none for the baseline itself or where the setting has none.
+    pub baseline: Option<String>,
+    pub diff: Option<Replicates>,
+}
+
+/// Every (setting, pattern) of `runs`, settings in order, patterns by descending syncs.
+/// `baseline`: the pattern to pair with (default: the setting's all-`t` f32 layout).
+pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyRow> {
+    let mut groups: BTreeMap<(&Setting, &str), Vec<&PenaltyRun>> = BTreeMap::new();
+    for r in runs {
+        groups
+            .entry((&r.setting, r.variant.as_str()))
+            .or_default()
+            .push(r);
+    }
+    let seeded = |v: &[&PenaltyRun]| v.iter().map(|r| (r.seed, r.final_val)).collect::<Vec<_>>();
+    let base_of = |setting: &Setting| -> Option<&str> {
+        groups
+            .iter()
+            .filter(|((s, _), _)| *s == setting)
+            .find(|((_, v), members)| match baseline {
+                Some(b) => *v == b,
+                None => !v.contains('+') && members[0].all_t,
+            })
+            .map(|((_, v), _)| *v)
+    };
+    let mut rows: Vec<PenaltyRow> = groups
+        .iter()
+        .filter_map(|(&(setting, variant), members)| {
+            let losses = seeded(members);
+            let val = Replicates::of(&losses.iter().map(|l| l.1).collect::<Vec<_>>())?;
+            let base = base_of(setting).filter(|b| *b != variant);
+            let diff = base.and_then(|b| {
+                let base_losses = seeded(&groups[&(setting, b)]);
+                Replicates::of(&paired_differences(&losses, &base_losses))
+            });
+            Some(PenaltyRow {
+                setting: setting.clone(),
+                variant: variant.to_string(),
+                syncs: members[0].syncs,
+                exposed_syncs: members[0].exposed_syncs,
+                val,
+                baseline: base.map(str::to_string),
+                diff,
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        (&a.setting, std::cmp::Reverse(a.syncs), &a.variant).cmp(&(
+            &b.setting,
+            std::cmp::Reverse(b.syncs),
+            &b.variant,
+        ))
+    });
+    rows
+}
+
+fn cells(r: &PenaltyRow) -> [String; 10] {
+    let f = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.4}")
+        } else {
+            "-".into()
+        }
+    };
+    let d = r.diff.as_ref();
+    [
+        r.setting.label(),
+        r.variant.clone(),
+        format!("{} ({})", r.syncs, r.exposed_syncs),
+        r.val.n.to_string(),
+        format!("{} ± {}", f(r.val.mean), f(r.val.std)),
+        r.baseline.clone().unwrap_or_else(|| "-".into()),
+        d.map_or("-".into(), |d| {
+            format!(
+                "{:+.4} ({:+.4} .. {:+.4})",
+                d.mean,
+                d.mean - d.ci95,
+                d.mean + d.ci95
+            )
+        }),
+        d.map_or("-".into(), |d| d.n.to_string()),
+        d.map_or("-".into(), |d| f(d.detectable())),
+        d.map_or("-".into(), |d| {
+            if d.excludes_zero() { "yes" } else { "no" }.into()
+        }),
+    ]
+}
+
+const HEADER: [&str; 10] = [
+    "setting",
+    "pattern",
+    "fwd all-reduces / pass (exposed)",
+    "n",
+    "final val loss, mean ± sd",
+    "paired with",
+    "difference (95% interval)",
+    "pairs",
+    "detectable (80% power)",
+    "significant",
+];
+
+/// The summary table, with how to read it.
+pub fn markdown(rows: &[PenaltyRow]) -> String {
+    let mut s = String::from(
+        "Final val loss over the whole validation split per setting (model layers x width, TP degree, iterations) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and whether the interval excludes zero. All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n",
+    );
+    let _ = writeln!(s, "| {} |", HEADER.join(" | "));
+    let _ = writeln!(s, "|{}", "---|".repeat(HEADER.len()));
+    for r in rows {
+        let _ = writeln!(s, "| {} |", cells(r).join(" | "));
+    }
+    s
+}
+
+/// `penalty.csv`: one line per row, plain numbers.
+pub fn csv(rows: &[PenaltyRow]) -> String {
+    let mut s = String::from(
+        "n_layer,n_embd,tp,iters,pattern,fwd_allreduces,exposed_allreduces,n,val_mean,val_std,baseline,diff_mean,diff_ci95,pairs,detectable,significant\n",
+    );
+    for r in rows {
+        let d = r.diff.as_ref();
+        let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{:.6},{:.6},{},{},{},{},{},{}",
+            r.setting.n_layer,
+            r.setting.n_embd,
+            r.setting.tp,
+            r.setting.iters,
+            r.variant,
+            r.syncs,
+            r.exposed_syncs,
+            r.val.n,
+            r.val.mean,
+            r.val.std,
+            r.baseline.as_deref().unwrap_or(""),
+            num(d.map(|d| d.mean)),
+            num(d.map(|d| d.ci95).filter(|c| c.is_finite())),
+            d.map_or(String::new(), |d| d.n.to_string()),
+            num(d.map(|d| d.detectable()).filter(|c| c.is_finite())),
+            d.map_or("", |d| if d.excludes_zero() { "yes" } else { "no" }),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(setting: &Setting, variant: &str, seed: u64, loss: f64, syncs: usize) -> PenaltyRun {
+        PenaltyRun {
+            setting: setting.clone(),
+            variant: variant.into(),
+            all_t: variant.chars().all(|c| c == 't'),
+            seed,
+            final_val: loss,
+            syncs,
+            exposed_syncs: syncs,
+        }
+    }
+
+    fn setting(tp: usize) -> Setting {
+        Setting {
+            n_layer: 4,
+            n_embd: 128,
+            tp,
+            iters: 2000,
+            rest: String::new(),
+        }
+    }
+
+    /// Two settings; in each, pppp against tttt by seed (seed 9 has no tttt partner and
+    /// is not paired), and tttt+int8 paired with the f32 tttt, not taken as the baseline.
+    #[test]
+    fn each_pattern_is_paired_by_seed_with_its_own_setting_s_all_t_baseline() {
+        let (a, b) = (setting(2), setting(4));
+        let runs = vec![
+            run(&a, "tttt", 1, 1.90, 8),
+            run(&a, "tttt", 2, 1.92, 8),
+            run(&a, "tttt+int8", 1, 1.91, 8),
+            run(&a, "tttt+int8", 2, 1.93, 8),
+            run(&a, "pppp", 2, 1.95, 1),
+            run(&a, "pppp", 1, 1.92, 1),
+            run(&a, "pppp", 9, 1.99, 1),
+            run(&b, "tttt", 1, 2.00, 8),
+            run(&b, "pppp", 1, 2.10, 1),
+        ];
+        let rows = penalty_rows(&runs, None);
+        let find = |s: &Setting, v: &str| {
+            rows.iter()
+                .find(|r| &r.setting == s && r.variant == v)
+                .unwrap()
+        };
+        assert_eq!(rows.len(), 5);
+        let base = find(&a, "tttt");
+        assert_eq!((base.baseline.clone(), base.diff), (None, None));
+        let p = find(&a, "pppp");
+        assert_eq!(p.val.n, 3);
+        let d = p.diff.unwrap();
+        // Pairs: seed 1 (1.92 - 1.90) and seed 2 (1.95 - 1.92): mean 0.025.
+        assert_eq!(d.n, 2);
+        assert!((d.mean - 0.025).abs() < 1e-12, "{d:?}");
+        let q = find(&a, "tttt+int8");
+        assert_eq!(q.baseline.as_deref(), Some("tttt"));
+        assert!((q.diff.unwrap().mean - 0.01).abs() < 1e-12);
+        let pb = find(&b, "pppp").diff.unwrap();
+        assert!((pb.mean - 0.10).abs() < 1e-12 && pb.ci95.is_infinite());
+        // A setting's rows by descending synchronisations.
+        let order: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.setting == a)
+            .map(|r| r.variant.as_str())
+            .collect();
+        assert_eq!(order, ["tttt", "tttt+int8", "pppp"]);
+        let md = markdown(&rows);
+        assert!(
+            md.contains("| 4x128, tp 2, 2000 it | pppp | 1 (1) | 3 |"),
+            "{md}"
+        );
+        assert!(md.contains("+0.0250 (-0.0385 .. +0.0885)"), "{md}");
+        let csv = csv(&rows);
+        assert_eq!(csv.lines().count(), 6);
+        assert!(
+            csv.contains("4,128,4,2000,pppp,1,1,1,2.100000,0.000000,tttt,0.100000,,1,,no"),
+            "{csv}"
+        );
+        // An explicit baseline replaces the all-t one.
+        let vs_p = penalty_rows(&runs, Some("pppp"));
+        assert!(vs_p
+            .iter()
+            .filter(|r| r.variant == "tttt")
+            .all(|r| r.baseline.as_deref() == Some("pppp")));
+    }
+}

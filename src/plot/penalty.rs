@@ -1,0 +1,180 @@
+//! A study's penalty figures (`tp-plot --penalty`): each pattern's paired difference in
+//! final val loss from its setting's baseline, with the 95% interval as an error bar,
+//! against the TP degree and against the synchronisations per pass. Zero is drawn: an
+//! interval that crosses it is no evidence of a penalty.
+
+use super::font;
+use super::style::{color, draw_legend, range, PlotResult};
+use crate::analysis::penalty::PenaltyRow;
+use anyhow::{Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// One point of a penalty figure: x, the difference, its interval's half-width (0 where
+/// it has only one pair) and the pattern.
+type Point = (f64, f64, f64, String);
+
+/// `penalty_vs_tp.{png,svg}` (where the rows cover more than one TP degree of a model
+/// and length) and `penalty_vs_syncs.{png,svg}`.
+pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
+    font::ensure_font()?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut files = Vec::new();
+    let by_tp = series(rows, |r| {
+        (
+            format!("{} ({})", r.variant, r.setting.family()),
+            (r.setting.tp as f64).log2(),
+        )
+    });
+    let degrees = |s: &(String, Vec<Point>)| s.1.len();
+    if by_tp.iter().any(|s| degrees(s) > 1) {
+        let by_tp: Vec<_> = by_tp.into_iter().filter(|s| degrees(s) > 1).collect();
+        let axis = Axis {
+            desc: "TP degree",
+            log2: true,
+            lines: true,
+        };
+        files.extend(both_formats!(out, "penalty_vs_tp", (1100, 700), |a| draw(
+            a, &by_tp, &axis
+        )));
+    }
+    let by_syncs = series(rows, |r| (r.setting.label(), r.syncs as f64));
+    let axis = Axis {
+        desc: "TP all-reduces per forward pass (blocks.md count)",
+        log2: false,
+        lines: false,
+    };
+    files.extend(both_formats!(out, "penalty_vs_syncs", (1100, 700), |a| {
+        draw(a, &by_syncs, &axis)
+    }));
+    Ok(files)
+}
+
+/// The rows with a difference, and the baselines they were paired with (at 0), as named
+/// series of points (`key` gives each row its series and x), in first-seen order.
+fn series(
+    rows: &[PenaltyRow],
+    key: impl Fn(&PenaltyRow) -> (String, f64),
+) -> Vec<(String, Vec<Point>)> {
+    let is_baseline = |r: &PenaltyRow| {
+        rows.iter()
+            .any(|o| o.setting == r.setting && o.baseline.as_deref() == Some(r.variant.as_str()))
+    };
+    let mut out: Vec<(String, Vec<Point>)> = Vec::new();
+    for r in rows {
+        let (y, ci) = match &r.diff {
+            Some(d) => (d.mean, if d.ci95.is_finite() { d.ci95 } else { 0.0 }),
+            None if is_baseline(r) => (0.0, 0.0),
+            None => continue,
+        };
+        let (name, x) = key(r);
+        let p = (x, y, ci, r.variant.clone());
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, pts)) => pts.push(p),
+            None => out.push((name, vec![p])),
+        }
+    }
+    for (_, pts) in &mut out {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+struct Axis {
+    desc: &'static str,
+    /// x is log2 of the value (labelled with the value).
+    log2: bool,
+    /// A series is a line through its points (one pattern over TP degrees), else points
+    /// named by their pattern (patterns of one setting).
+    lines: bool,
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    series: &[(String, Vec<Point>)],
+    axis: &Axis,
+) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let all = || series.iter().flat_map(|s| s.1.iter());
+    let (x_lo, x_hi) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+        (a.min(p.0), b.max(p.0))
+    });
+    let (x_lo, x_hi) = if x_lo.is_finite() {
+        (x_lo - 0.5, x_hi + 0.5)
+    } else {
+        (0.0, 1.0)
+    };
+    let (lo, hi) = range(all().flat_map(|p| [p.1 - p.2, p.1 + p.2]).chain([0.0]));
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "final val loss penalty vs the all-t baseline (paired by seed, 95% interval)",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(75)
+        .build_cartesian_2d(x_lo..x_hi, lo..hi)?;
+    let log2 = axis.log2;
+    chart
+        .configure_mesh()
+        .x_desc(axis.desc)
+        .y_desc("val loss difference from baseline")
+        .x_label_formatter(&|v| {
+            if log2 {
+                format!("{:.0}", v.exp2())
+            } else {
+                format!("{v:.0}")
+            }
+        })
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()?;
+    chart.draw_series(DashedLineSeries::new(
+        [(x_lo, 0.0), (x_hi, 0.0)],
+        6,
+        4,
+        BLACK.stroke_width(1),
+    ))?;
+    // Series side by side at a shared x, so that their error bars do not overprint.
+    let width = 0.5 / series.len().max(1) as f64;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = color(i);
+        let dx = (i as f64 - (series.len() as f64 - 1.0) / 2.0) * width;
+        let pts: Vec<Point> = pts
+            .iter()
+            .map(|p| (p.0 + dx, p.1, p.2, p.3.clone()))
+            .collect();
+        let legend = move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3));
+        if axis.lines {
+            chart
+                .draw_series(LineSeries::new(
+                    pts.iter().map(|p| (p.0, p.1)),
+                    c.stroke_width(2),
+                ))?
+                .label(name.clone())
+                .legend(legend);
+        } else {
+            chart
+                .draw_series(pts.iter().map(|p| {
+                    EmptyElement::at((p.0, p.1))
+                        + Text::new(p.3.clone(), (8, -16), ("sans-serif", 14).into_font())
+                }))?
+                .label(name.clone())
+                .legend(legend);
+        }
+        chart.draw_series(pts.iter().map(|&(x, y, e, _)| {
+            ErrorBar::new_vertical(x, y - e, y, y + e, c.stroke_width(2), 8)
+        }))?;
+        chart.draw_series(
+            pts.iter()
+                .map(|&(x, y, _, _)| Circle::new((x, y), 4, c.filled())),
+        )?;
+    }
+    draw_legend(&mut chart, 14)?;
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! The study's tools: the sweeps it ships, and the penalty figures and table it is read
+//! through.
+
+use std::path::Path;
+
+/// The sweeps shipped in configs/sweeps are what the README and docs tell users to run:
+/// every one loads, and each of its points is a config tp-train accepts (a study's point
+/// that fails only when the sweep reaches it, hours in, would be found here).
+#[test]
+fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/sweeps");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let s = tp_harness::sweep::Sweep::load(&path)
+                .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            assert!(!s.points.is_empty(), "{}", path.display());
+            for p in &s.points {
+                p.cfg
+                    .validate()
+                    .unwrap_or_else(|e| panic!("{} {}: {e:#}", path.display(), p.name));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "{checked} sweep files");
+}
+
+/// A tiny study made the way a user makes one (a sweep over tp and pattern with two
+/// seeds), read by `tp-plot --penalty`: one row per setting and pattern, each difference
+/// the mean of the per-seed differences of the runs' own final val losses, and the two
+/// figures (tp 1 and 2 make a TP-degree series).
+#[test]
+fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
+    use crate::common::*;
+    let d = scratch("penalty");
+    std::fs::write(
+        d.join("study.yaml"),
+        "name: tiny_study\nbase: {n_layer: 2, n_embd: 32, max_iters: 4, eval_interval: 4, eval_iters: 1, sample_tokens: 0}\ngrid: {tp: [1, 2], pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\n",
+    )
+    .unwrap();
+    assert_ok(&bin("tp-sweep", &d, &["study.yaml", "--out", "runs"], &[]));
+    let runs: Vec<String> = std::fs::read_dir(d.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("config.yaml").exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(runs.len(), 8, "{runs:?}");
+    let mut args = vec!["--penalty", "--out", "study"];
+    args.extend(runs.iter().map(String::as_str));
+    assert_ok(&bin("tp-plot", &d, &args, &[]));
+    let loss = |tp: usize, p: &str, seed: u64| -> f64 {
+        let dir = d.join(format!("runs/tp={tp},pattern={p},seed={seed}"));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        s["final_val_loss"].as_f64().unwrap()
+    };
+    let csv = std::fs::read_to_string(d.join("study/penalty.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    for tp in [1, 2] {
+        let row = rows
+            .iter()
+            .find(|r| r[2] == tp.to_string() && r[4] == "pp")
+            .unwrap_or_else(|| panic!("no pp at tp {tp}: {csv}"));
+        let want =
+            (loss(tp, "pp", 1) - loss(tp, "tt", 1) + loss(tp, "pp", 2) - loss(tp, "tt", 2)) / 2.0;
+        let got: f64 = row[11].parse().unwrap();
+        assert!((got - want).abs() < 2e-6, "tp {tp}: {got} vs {want}\n{csv}");
+        assert_eq!(
+            (row[5], row[7], row[10], row[13]),
+            ("1", "2", "tt", "2"),
+            "{csv}"
+        );
+        let base = rows
+            .iter()
+            .find(|r| r[2] == tp.to_string() && r[4] == "tt")
+            .unwrap();
+        assert_eq!(
+            (base[5], base[7], base[10], base[11]),
+            ("4", "2", "", ""),
+            "{csv}"
+        );
+    }
+    for f in ["penalty_vs_tp", "penalty_vs_syncs"] {
+        assert_png(&d.join(format!("study/{f}.png")));
+        assert_svg(&d.join(format!("study/{f}.svg")));
+    }
+    let md = std::fs::read_to_string(d.join("study/penalty.md")).unwrap();
+    assert!(md.contains("| 2x32, tp 2, 4 it | pp | 1 (1) | 2 |"), "{md}");
+    let bad = bin(
+        "tp-plot",
+        &d,
+        &[&["--penalty", "--baseline", "ss"][..], &args[3..]].concat(),
+        &[],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("--baseline ss is not a pattern") && err.lines().count() == 1,
+        "{err}"
+    );
+}

@@ -23,6 +23,12 @@ fn mpirun_n2_tp2_and_n4_tp2_dp2_match_the_threads_backend() {
         let (cm, ct) = (comm(&d.join(&m)), comm(&d.join(&t)));
         assert_same_counts(&cm, &ct);
         assert_eq!(cm["tp_forward_allreduces"], 6.0);
+        // Every process's compute reached rank 0's comm.json, as every thread's does.
+        for c in [&cm, &ct] {
+            let per_rank = c["compute"]["per_rank_ms"].as_array().unwrap();
+            assert_eq!(per_rank.len(), n, "{}", c["compute"]);
+            assert!(per_rank.iter().all(|v| v.as_f64().unwrap() > 0.0));
+        }
         if n == 4 {
             assert_eq!(cm["dp"], 2);
             assert_eq!(cm["per_step"]["dp-grad"]["calls"], 1.0);

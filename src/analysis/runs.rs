@@ -155,16 +155,22 @@ pub fn merge_replicates(runs: Vec<RunCurves>) -> Vec<RunCurves> {
                 n: members.len(),
                 final_val: fin.map(|f| f.mean),
                 final_ci95: fin.map(|f| f.ci95).filter(|c| c.is_finite()),
-                // The replicates' mean step time with the first one's collectives (the
-                // same for every seed).
-                timing: members[0].timing.clone().map(|mut t| {
-                    let ms: Vec<f64> = members
-                        .iter()
-                        .filter_map(|r| r.timing.as_ref().map(|t| t.step_ms))
-                        .collect();
-                    t.step_ms = ms.iter().sum::<f64>() / ms.len() as f64;
-                    t
-                }),
+                // The replicates' mean step time with the collectives (the same for every
+                // seed) and measured compute of the first one that has them.
+                timing: members
+                    .iter()
+                    .filter_map(|r| r.timing.as_ref())
+                    .find(|t| t.compute.is_some())
+                    .or(members[0].timing.as_ref())
+                    .cloned()
+                    .map(|mut t| {
+                        let ms: Vec<f64> = members
+                            .iter()
+                            .filter_map(|r| r.timing.as_ref().map(|t| t.step_ms))
+                            .collect();
+                        t.step_ms = ms.iter().sum::<f64>() / ms.len() as f64;
+                        t
+                    }),
                 ..members[0].clone()
             }
         })

@@ -105,7 +105,8 @@ fn outcome(run: &Path) -> Outcome {
                 "wall_seconds",
             ],
         ),
-        comm: json("comm.json", &["seconds"]),
+        // Timings: each invocation measures its own (`compute` its steps' CPU time).
+        comm: json("comm.json", &["seconds", "compute"]),
         eval: json("eval.json", &[]),
         sample: String::from_utf8(read(&run.join("sample.txt"))).unwrap(),
     }

@@ -29,15 +29,24 @@ if [ "${1:-}" != "--draw" ]; then
 fi
 
 mkdir -p "$OUT"
-runs() { find "runs/$1" -mindepth 1 -maxdepth 1 -type d -name '*=*' 2>/dev/null | sort; }
+# The finished runs of a sweep (a run still training has no summary.json yet).
+runs() {
+  find "runs/$1" -mindepth 2 -maxdepth 2 -name summary.json 2>/dev/null | xargs -r -n1 dirname | sort
+}
 # The penalty table and figures over every setting.
 # shellcheck disable=SC2046
 "$BIN/tp-plot" --penalty $(for s in $SWEEPS; do runs "$s"; done) --out "$OUT" > /dev/null
 # Loss against modelled time on 1 Gbit/s and 100 Mbit/s links (this machine's compute,
 # the ring model at the links' rates with 50 us a message): Megatron's layout and the
 # best of each family at tp 2 (remove: sppp and pppp; hide: llll; shrink: int8 sums).
-time_runs=$(runs study_power_tp2 | grep -E 'pattern=(tttt|sppp|pppp|llll),' || true)
-time_runs="$time_runs $(runs study_shrink)"
+# A run re-measured in runs/study_timing (the same config and seed, for runs made before
+# compute was each rank's thread CPU time) stands in for its namesake.
+time_runs=""
+for r in $(runs study_power_tp2 | grep -E 'pattern=(tttt|sppp|pppp|llll),'); do
+  again="runs/study_timing/$(basename "$r")"
+  if [ -f "$again/summary.json" ]; then time_runs="$time_runs $again"; else time_runs="$time_runs $r"; fi
+done
+time_runs="$time_runs $(runs study_shrink | tr '\n' ' ')"
 # shellcheck disable=SC2086
 "$BIN/tp-plot" $time_runs --out "$OUT/time" --x time --link 1:50 --link 0.1:50 > /dev/null
 {

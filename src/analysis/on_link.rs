@@ -20,7 +20,7 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
         "Modelled on {} ({} Gbit/s, {} us a message): each run's compute plus its collectives' ring time.\n\n\
          - link calibration: {}\n\
          - compute: each run's slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\n\
-         | run | fwd all-reduces / step | final val loss | compute ms (imbalance) | ms/step | minutes to {target:.3} |\n|---|---|---|---|---|---|\n",
+         | run | fwd all-reduces / step | final val loss (± 95% interval) | compute ms (imbalance) | ms/step | minutes to {target:.3} |\n|---|---|---|---|---|---|\n",
         link.label, link.model.gbit_per_s, link.model.latency_us, link.calibration
     );
     for r in runs {

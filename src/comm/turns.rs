@@ -29,15 +29,21 @@ pub fn cpu_in_collectives() -> Duration {
 /// in collectives, and the turn given up meanwhile (then taken back, inside the call's
 /// measured time) if this thread holds one.
 pub(crate) fn inside_collective<R>(f: impl FnOnce() -> R) -> R {
+    /// Takes the turn back when the collective is over, also if it panics (the rank's
+    /// own guard then gives it up as it unwinds).
+    struct Given;
+    impl Drop for Given {
+        fn drop(&mut self) {
+            TURN.take();
+        }
+    }
     let c0 = thread_cpu_time();
-    let r = if HOLDS_TURN.get() {
+    let given = HOLDS_TURN.get().then(|| {
         TURN.give();
-        let r = f();
-        TURN.take();
-        r
-    } else {
-        f()
-    };
+        Given
+    });
+    let r = f();
+    drop(given);
     if let (Some(a), Some(b)) = (c0, thread_cpu_time()) {
         CPU_IN_COLLECTIVES.set(CPU_IN_COLLECTIVES.get() + b.saturating_sub(a));
     }

@@ -64,6 +64,16 @@ impl Replicates {
     }
 }
 
+/// A quantile of Student's t with `df` degrees of freedom: from `table` (df 1-30), beyond
+/// it the normal quantile `normal` with the first correction term `c / df`; infinite at 0.
+fn t_quantile(df: usize, table: &[f64; 30], normal: f64, c: f64) -> f64 {
+    match df {
+        0 => f64::INFINITY,
+        d if d <= 30 => table[d - 1],
+        d => normal + c / d as f64,
+    }
+}
+
 /// The 97.5% quantile of Student's t with `df` degrees of freedom (two-sided 95%).
 pub fn t975(df: usize) -> f64 {
     const TABLE: [f64; 30] = [
@@ -71,12 +81,7 @@ pub fn t975(df: usize) -> f64 {
         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
         2.052, 2.048, 2.045, 2.042,
     ];
-    match df {
-        0 => f64::INFINITY,
-        d if d <= 30 => TABLE[d - 1],
-        // Beyond the table: the normal quantile with the first correction term.
-        d => 1.959_964 + 2.5 / d as f64,
-    }
+    t_quantile(df, &TABLE, 1.959_964, 2.5)
 }
 
 /// The 80% quantile of Student's t with `df` degrees of freedom (80% power).
@@ -86,11 +91,7 @@ pub fn t80(df: usize) -> f64 {
         0.868, 0.866, 0.865, 0.863, 0.862, 0.861, 0.860, 0.859, 0.858, 0.858, 0.857, 0.856, 0.856,
         0.855, 0.855, 0.854, 0.854,
     ];
-    match df {
-        0 => f64::INFINITY,
-        d if d <= 30 => TABLE[d - 1],
-        d => 0.841_621 + 0.363 / d as f64,
-    }
+    t_quantile(df, &TABLE, 0.841_621, 0.363)
 }
 
 /// `a[i] - b[i]` over the seeds both have (pairs given as (seed, value)).

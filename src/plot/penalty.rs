@@ -15,31 +15,54 @@ use std::path::{Path, PathBuf};
 /// it has only one pair) and the pattern.
 type Point = (f64, f64, f64, String);
 
-/// `penalty_vs_tp.{png,svg}` (where the rows cover more than one TP degree of a model
-/// and length) and `penalty_vs_syncs.{png,svg}`.
+/// `penalty_vs_tp.{png,svg}` and `penalty_vs_iters.{png,svg}` (where the rows cover more
+/// than one TP degree, or length, of a setting that is otherwise the same: one line per
+/// pattern) and `penalty_vs_syncs.{png,svg}`.
 pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
     font::ensure_font()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut files = Vec::new();
-    let by_tp = series(rows, |r| {
+    let axes: [(&str, Axis, fn(&PenaltyRow) -> (String, f64)); 2] = [
         (
-            format!("{} ({})", r.variant, r.setting.family()),
-            (r.setting.tp as f64).log2(),
-        )
-    });
-    let degrees = |s: &(String, Vec<Point>)| s.1.len();
-    if by_tp.iter().any(|s| degrees(s) > 1) {
-        let by_tp: Vec<_> = by_tp.into_iter().filter(|s| degrees(s) > 1).collect();
-        let axis = Axis {
-            desc: "TP degree",
-            log2: true,
-            lines: true,
-        };
-        files.extend(both_formats!(out, "penalty_vs_tp", (1100, 700), |a| draw(
-            a, &by_tp, &axis
-        )));
+            "penalty_vs_tp",
+            Axis {
+                desc: "TP degree",
+                log2: true,
+                lines: true,
+            },
+            |r| {
+                let s = &r.setting;
+                let rest = format!("{}x{}, {} it", s.n_layer, s.n_embd, s.iters);
+                (format!("{} ({rest})", r.variant), (s.tp as f64).log2())
+            },
+        ),
+        (
+            "penalty_vs_iters",
+            Axis {
+                desc: "training iterations",
+                log2: false,
+                lines: true,
+            },
+            |r| {
+                let s = &r.setting;
+                let rest = format!("{}x{}, tp {}", s.n_layer, s.n_embd, s.tp);
+                (format!("{} ({rest})", r.variant), s.iters as f64)
+            },
+        ),
+    ];
+    for (name, axis, key) in axes {
+        // Only series that vary along the axis: a single point says nothing of it.
+        let lines: Vec<_> = series(rows, false, key)
+            .into_iter()
+            .filter(|s| s.1.len() > 1)
+            .collect();
+        if !lines.is_empty() {
+            files.extend(both_formats!(out, name, (1100, 700), |a| draw(
+                a, &lines, &axis
+            )));
+        }
     }
-    let by_syncs = series(rows, |r| (r.setting.label(), r.syncs as f64));
+    let by_syncs = series(rows, true, |r| (r.setting.label(), r.syncs as f64));
     let axis = Axis {
         desc: "TP all-reduces per forward pass (blocks.md count)",
         log2: false,
@@ -51,10 +74,12 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// The rows with a difference, and the baselines they were paired with (at 0), as named
-/// series of points (`key` gives each row its series and x), in first-seen order.
+/// The rows with a difference, and (`baselines`) the baselines they were paired with, at
+/// 0, as named series of points (`key` gives each row its series and x), in first-seen
+/// order.
 fn series(
     rows: &[PenaltyRow],
+    baselines: bool,
     key: impl Fn(&PenaltyRow) -> (String, f64),
 ) -> Vec<(String, Vec<Point>)> {
     let is_baseline = |r: &PenaltyRow| {
@@ -65,7 +90,7 @@ fn series(
     for r in rows {
         let (y, ci) = match &r.diff {
             Some(d) => (d.mean, if d.ci95.is_finite() { d.ci95 } else { 0.0 }),
-            None if is_baseline(r) => (0.0, 0.0),
+            None if baselines && is_baseline(r) => (0.0, 0.0),
             None => continue,
         };
         let (name, x) = key(r);
@@ -103,8 +128,15 @@ where
     let (x_lo, x_hi) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
         (a.min(p.0), b.max(p.0))
     });
+    // A margin, and the spread of series sharing an x, in units of the axis's scale
+    // (all-reduce counts and log2 TP degrees: 0.5; thousands of iterations: an eighth).
+    let unit = if x_lo.is_finite() {
+        ((x_hi - x_lo) / 8.0).max(0.5)
+    } else {
+        0.5
+    };
     let (x_lo, x_hi) = if x_lo.is_finite() {
-        (x_lo - 0.5, x_hi + 0.5)
+        (x_lo - unit, x_hi + unit)
     } else {
         (0.0, 1.0)
     };
@@ -124,10 +156,15 @@ where
         .x_desc(axis.desc)
         .y_desc("val loss difference from baseline")
         .x_label_formatter(&|v| {
-            if log2 {
-                format!("{:.0}", v.exp2())
-            } else {
+            // A log2 axis names only its powers of two (the TP degrees there can be).
+            if log2 && (v - v.round()).abs() > 1e-6 {
+                return String::new();
+            }
+            let v = if log2 { v.exp2() } else { *v };
+            if (v - v.round()).abs() < 1e-6 || v.abs() >= 100.0 {
                 format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
             }
         })
         .label_style(("sans-serif", 16))
@@ -140,7 +177,7 @@ where
         BLACK.stroke_width(1),
     ))?;
     // Series side by side at a shared x, so that their error bars do not overprint.
-    let width = 0.5 / series.len().max(1) as f64;
+    let width = unit / series.len().max(1) as f64;
     for (i, (name, pts)) in series.iter().enumerate() {
         let c = color(i);
         let dx = (i as f64 - (series.len() as f64 - 1.0) / 2.0) * width;

@@ -27,17 +27,17 @@ fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
     assert!(checked >= 4, "{checked} sweep files");
 }
 
-/// A tiny study made the way a user makes one (a sweep over tp and pattern with two
-/// seeds), read by `tp-plot --penalty`: one row per setting and pattern, each difference
-/// the mean of the per-seed differences of the runs' own final val losses, and the two
-/// figures (tp 1 and 2 make a TP-degree series).
+/// A tiny study made the way a user makes one (a sweep over tp, length and pattern with
+/// two seeds), read by `tp-plot --penalty`: one row per setting and pattern, each
+/// difference the mean of the per-seed differences of the runs' own final val losses,
+/// and the figures (tp 1 and 2 make TP-degree series, 4 and 6 iterations length ones).
 #[test]
 fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
     use crate::common::*;
     let d = scratch("penalty");
     std::fs::write(
         d.join("study.yaml"),
-        "name: tiny_study\nbase: {n_layer: 2, n_embd: 32, max_iters: 4, eval_interval: 4, eval_iters: 1, sample_tokens: 0}\ngrid: {tp: [1, 2], pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\n",
+        "name: tiny_study\nbase: {n_layer: 2, n_embd: 32, eval_interval: 4, eval_iters: 1, sample_tokens: 0}\ngrid: {tp: [1, 2], max_iters: [4, 6], pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\n",
     )
     .unwrap();
     assert_ok(&bin("tp-sweep", &d, &["study.yaml", "--out", "runs"], &[]));
@@ -47,12 +47,14 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
         .filter(|p| p.join("config.yaml").exists())
         .map(|p| p.display().to_string())
         .collect();
-    assert_eq!(runs.len(), 8, "{runs:?}");
+    assert_eq!(runs.len(), 16, "{runs:?}");
     let mut args = vec!["--penalty", "--out", "study"];
     args.extend(runs.iter().map(String::as_str));
     assert_ok(&bin("tp-plot", &d, &args, &[]));
-    let loss = |tp: usize, p: &str, seed: u64| -> f64 {
-        let dir = d.join(format!("runs/tp={tp},pattern={p},seed={seed}"));
+    let loss = |tp: usize, iters: usize, p: &str, seed: u64| -> f64 {
+        let dir = d.join(format!(
+            "runs/tp={tp},max_iters={iters},pattern={p},seed={seed}"
+        ));
         let s: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
                 .unwrap();
@@ -64,14 +66,17 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
         .skip(1)
         .map(|l| l.split(',').collect())
         .collect();
-    assert_eq!(rows.len(), 4, "{csv}");
-    for tp in [1, 2] {
+    assert_eq!(rows.len(), 8, "{csv}");
+    for (tp, iters) in [(1, 4), (1, 6), (2, 4), (2, 6)] {
+        let here = |r: &&Vec<&str>, p: &str| {
+            r[2] == tp.to_string() && r[3] == iters.to_string() && r[4] == p
+        };
         let row = rows
             .iter()
-            .find(|r| r[2] == tp.to_string() && r[4] == "pp")
-            .unwrap_or_else(|| panic!("no pp at tp {tp}: {csv}"));
-        let want =
-            (loss(tp, "pp", 1) - loss(tp, "tt", 1) + loss(tp, "pp", 2) - loss(tp, "tt", 2)) / 2.0;
+            .find(|r| here(r, "pp"))
+            .unwrap_or_else(|| panic!("no pp at tp {tp}, {iters} it: {csv}"));
+        let diff = |seed| loss(tp, iters, "pp", seed) - loss(tp, iters, "tt", seed);
+        let want = (diff(1) + diff(2)) / 2.0;
         let got: f64 = row[11].parse().unwrap();
         assert!((got - want).abs() < 2e-6, "tp {tp}: {got} vs {want}\n{csv}");
         assert_eq!(
@@ -79,17 +84,14 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
             ("1", "2", "tt", "2"),
             "{csv}"
         );
-        let base = rows
-            .iter()
-            .find(|r| r[2] == tp.to_string() && r[4] == "tt")
-            .unwrap();
+        let base = rows.iter().find(|r| here(r, "tt")).unwrap();
         assert_eq!(
             (base[5], base[7], base[10], base[11]),
             ("4", "2", "", ""),
             "{csv}"
         );
     }
-    for f in ["penalty_vs_tp", "penalty_vs_syncs"] {
+    for f in ["penalty_vs_tp", "penalty_vs_iters", "penalty_vs_syncs"] {
         assert_png(&d.join(format!("study/{f}.png")));
         assert_svg(&d.join(format!("study/{f}.svg")));
     }

@@ -11,6 +11,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
+/// A row's series name and x in one figure.
+type SeriesKey = fn(&PenaltyRow) -> (String, f64);
+
 /// One point of a penalty figure: x, the difference, its interval's half-width (0 where
 /// it has only one pair) and the pattern.
 type Point = (f64, f64, f64, String);
@@ -22,7 +25,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
     font::ensure_font()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut files = Vec::new();
-    let axes: [(&str, Axis, fn(&PenaltyRow) -> (String, f64)); 2] = [
+    let axes: [(&str, Axis, SeriesKey); 2] = [
         (
             "penalty_vs_tp",
             Axis {

@@ -34,6 +34,7 @@ pub struct PenaltyRun {
 pub struct Setting {
     pub n_layer: usize,
     pub n_embd: usize,
+    pub n_head: usize,
     pub tp: usize,
     pub iters: usize,
     /// The rest of the config, for equality only.
@@ -49,22 +50,30 @@ impl Setting {
         Ok(Self {
             n_layer: cfg.model.arch.n_layer,
             n_embd: cfg.model.arch.n_embd,
+            n_head: cfg.model.arch.n_head,
             tp: cfg.parallel.tp,
             iters: cfg.optim.max_iters,
             rest: c.to_yaml()?,
         })
     }
 
-    /// The model's shape and length, without the TP degree (a penalty-vs-tp series).
-    pub fn family(&self) -> String {
-        format!("{}x{}, {} it", self.n_layer, self.n_embd, self.iters)
+    /// The model's shape: layers x width / heads.
+    pub fn model(&self) -> String {
+        format!("{}x{}/{}h", self.n_layer, self.n_embd, self.n_head)
     }
 
     pub fn label(&self) -> String {
-        format!(
-            "{}x{}, tp {}, {} it",
-            self.n_layer, self.n_embd, self.tp, self.iters
-        )
+        format!("{}, tp {}, {} it", self.model(), self.tp, self.iters)
+    }
+
+    /// The config lines that tell this setting from `others` (all of them settings that
+    /// share its label), as `key: value; ...`.
+    fn differences(&self, others: &[&Setting]) -> String {
+        self.rest
+            .lines()
+            .filter(|l| others.iter().any(|o| !o.rest.lines().any(|m| m == *l)))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -92,6 +101,9 @@ impl PenaltyRun {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PenaltyRow {
     pub setting: Setting,
+    /// The setting as tables name it: [`Setting::label`], and where settings share that,
+    /// the config lines that tell them apart.
+    pub setting_label: String,
     pub variant: String,
     pub syncs: usize,
     pub exposed_syncs: usize,
@@ -135,6 +147,7 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyR
             });
             Some(PenaltyRow {
                 setting: setting.clone(),
+                setting_label: setting.label(),
                 variant: variant.to_string(),
                 syncs: members[0].syncs,
                 exposed_syncs: members[0].exposed_syncs,
@@ -144,6 +157,17 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyR
             })
         })
         .collect();
+    let settings: Vec<&Setting> = groups.keys().map(|(s, _)| *s).collect();
+    for r in &mut rows {
+        let twins: Vec<&Setting> = settings
+            .iter()
+            .copied()
+            .filter(|s| **s != r.setting && s.label() == r.setting_label)
+            .collect();
+        if !twins.is_empty() {
+            r.setting_label = format!("{} [{}]", r.setting_label, r.setting.differences(&twins));
+        }
+    }
     rows.sort_by(|a, b| {
         (&a.setting, std::cmp::Reverse(a.syncs), &a.variant).cmp(&(
             &b.setting,
@@ -164,7 +188,7 @@ fn cells(r: &PenaltyRow) -> [String; 10] {
     };
     let d = r.diff.as_ref();
     [
-        r.setting.label(),
+        r.setting_label.clone(),
         r.variant.clone(),
         format!("{} ({})", r.syncs, r.exposed_syncs),
         r.val.n.to_string(),
@@ -202,7 +226,7 @@ const HEADER: [&str; 10] = [
 /// The summary table, with how to read it.
 pub fn markdown(rows: &[PenaltyRow]) -> String {
     let mut s = String::from(
-        "Final val loss over the whole validation split per setting (model layers x width, TP degree, iterations) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and whether the interval excludes zero. All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n",
+        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and whether the interval excludes zero. All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n",
     );
     let _ = writeln!(s, "| {} |", HEADER.join(" | "));
     let _ = writeln!(s, "|{}", "---|".repeat(HEADER.len()));
@@ -215,16 +239,17 @@ pub fn markdown(rows: &[PenaltyRow]) -> String {
 /// `penalty.csv`: one line per row, plain numbers.
 pub fn csv(rows: &[PenaltyRow]) -> String {
     let mut s = String::from(
-        "n_layer,n_embd,tp,iters,pattern,fwd_allreduces,exposed_allreduces,n,val_mean,val_std,baseline,diff_mean,diff_ci95,pairs,detectable,significant\n",
+        "n_layer,n_embd,n_head,tp,iters,pattern,fwd_allreduces,exposed_allreduces,n,val_mean,val_std,baseline,diff_mean,diff_ci95,pairs,detectable,significant\n",
     );
     for r in rows {
         let d = r.diff.as_ref();
         let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.6},{:.6},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{:.6},{:.6},{},{},{},{},{},{}",
             r.setting.n_layer,
             r.setting.n_embd,
+            r.setting.n_head,
             r.setting.tp,
             r.setting.iters,
             r.variant,
@@ -264,6 +289,7 @@ mod tests {
         Setting {
             n_layer: 4,
             n_embd: 128,
+            n_head: 4,
             tp,
             iters: 2000,
             rest: String::new(),
@@ -315,15 +341,33 @@ mod tests {
         assert_eq!(order, ["tttt", "tttt+int8", "pppp"]);
         let md = markdown(&rows);
         assert!(
-            md.contains("| 4x128, tp 2, 2000 it | pppp | 1 (1) | 3 |"),
+            md.contains("| 4x128/4h, tp 2, 2000 it | pppp | 1 (1) | 3 |"),
             "{md}"
         );
         assert!(md.contains("+0.0250 (-0.0385 .. +0.0885)"), "{md}");
         let csv = csv(&rows);
         assert_eq!(csv.lines().count(), 6);
         assert!(
-            csv.contains("4,128,4,2000,pppp,1,1,1,2.100000,0.000000,tttt,0.100000,,1,,no"),
+            csv.contains("4,128,4,4,2000,pppp,1,1,1,2.100000,0.000000,tttt,0.100000,,1,,no"),
             "{csv}"
+        );
+        // Settings that share a label are told apart by the config lines that differ.
+        let mut lr = |v: &str| Setting {
+            rest: format!("n_head: 4\nlearning_rate: {v}\n"),
+            ..setting(8)
+        };
+        let (c, d) = (lr("0.001"), lr("0.002"));
+        let twins = penalty_rows(
+            &[run(&c, "tttt", 1, 1.9, 8), run(&d, "tttt", 1, 1.8, 8)],
+            None,
+        );
+        let labels: Vec<&str> = twins.iter().map(|r| r.setting_label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "4x128/4h, tp 8, 2000 it [learning_rate: 0.001]",
+                "4x128/4h, tp 8, 2000 it [learning_rate: 0.002]"
+            ]
         );
         // An explicit baseline replaces the all-t one.
         let vs_p = penalty_rows(&runs, Some("pppp"));

@@ -35,7 +35,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
             },
             |r| {
                 let s = &r.setting;
-                let rest = format!("{}x{}, {} it", s.n_layer, s.n_embd, s.iters);
+                let rest = format!("{}, {} it", s.model(), s.iters);
                 (format!("{} ({rest})", r.variant), (s.tp as f64).log2())
             },
         ),
@@ -48,7 +48,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
             },
             |r| {
                 let s = &r.setting;
-                let rest = format!("{}x{}, tp {}", s.n_layer, s.n_embd, s.tp);
+                let rest = format!("{}, tp {}", s.model(), s.tp);
                 (format!("{} ({rest})", r.variant), s.iters as f64)
             },
         ),
@@ -65,7 +65,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
             )));
         }
     }
-    let by_syncs = series(rows, true, |r| (r.setting.label(), r.syncs as f64));
+    let by_syncs = series(rows, true, |r| (r.setting_label.clone(), r.syncs as f64));
     let axis = Axis {
         desc: "TP all-reduces per forward pass (blocks.md count)",
         log2: false,

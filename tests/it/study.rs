@@ -69,7 +69,7 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
     assert_eq!(rows.len(), 8, "{csv}");
     for (tp, iters) in [(1, 4), (1, 6), (2, 4), (2, 6)] {
         let here = |r: &&Vec<&str>, p: &str| {
-            r[2] == tp.to_string() && r[3] == iters.to_string() && r[4] == p
+            r[3] == tp.to_string() && r[4] == iters.to_string() && r[5] == p
         };
         let row = rows
             .iter()
@@ -77,16 +77,16 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
             .unwrap_or_else(|| panic!("no pp at tp {tp}, {iters} it: {csv}"));
         let diff = |seed| loss(tp, iters, "pp", seed) - loss(tp, iters, "tt", seed);
         let want = (diff(1) + diff(2)) / 2.0;
-        let got: f64 = row[11].parse().unwrap();
+        let got: f64 = row[12].parse().unwrap();
         assert!((got - want).abs() < 2e-6, "tp {tp}: {got} vs {want}\n{csv}");
         assert_eq!(
-            (row[5], row[7], row[10], row[13]),
+            (row[6], row[8], row[11], row[14]),
             ("1", "2", "tt", "2"),
             "{csv}"
         );
         let base = rows.iter().find(|r| here(r, "tt")).unwrap();
         assert_eq!(
-            (base[5], base[7], base[10], base[11]),
+            (base[6], base[8], base[11], base[12]),
             ("4", "2", "", ""),
             "{csv}"
         );
@@ -96,7 +96,10 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
         assert_svg(&d.join(format!("study/{f}.svg")));
     }
     let md = std::fs::read_to_string(d.join("study/penalty.md")).unwrap();
-    assert!(md.contains("| 2x32, tp 2, 4 it | pp | 1 (1) | 2 |"), "{md}");
+    assert!(
+        md.contains("| 2x32/4h, tp 2, 4 it | pp | 1 (1) | 2 |"),
+        "{md}"
+    );
     let bad = bin(
         "tp-plot",
         &d,

@@ -352,7 +352,7 @@ mod tests {
             "{csv}"
         );
         // Settings that share a label are told apart by the config lines that differ.
-        let mut lr = |v: &str| Setting {
+        let lr = |v: &str| Setting {
             rest: format!("n_head: 4\nlearning_rate: {v}\n"),
             ..setting(8)
         };

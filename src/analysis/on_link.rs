@@ -7,9 +7,13 @@ use super::timing::Link;
 use std::fmt::Write;
 
 /// The target a comparison uses when none is given: the worst final val loss among the
-/// runs, so that every run reaches it.
+/// finished runs, so that every one of them reaches it (a run still training would set
+/// it at whatever loss it has got to).
 pub fn default_target(runs: &[RunCurves]) -> Option<f64> {
-    runs.iter().filter_map(|r| r.final_val).reduce(f64::max)
+    runs.iter()
+        .filter(|r| r.finished)
+        .filter_map(|r| r.final_val)
+        .reduce(f64::max)
 }
 
 /// Markdown: label, forward all-reduces per step, final val loss (± its 95% interval
@@ -44,8 +48,9 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
         });
         let _ = writeln!(
             s,
-            "| {} | {} | {final_val} | {compute} | {} | {} |",
+            "| {}{} | {} | {final_val} | {compute} | {} | {} |",
             r.label,
+            if r.finished { "" } else { " (unfinished)" },
             show(r.forward_allreduces_per_step, 0),
             show(ms, 1),
             show(minutes, 2),

@@ -58,6 +58,9 @@ pub struct RunCurves {
     /// Mean +- one standard deviation over the replicates at each step of `train`/`val`.
     pub train_band: Vec<(f64, f64, f64)>,
     pub val_band: Vec<(f64, f64, f64)>,
+    /// Whether the run (every replicate merged into it) finished: has a summary. An
+    /// unfinished run's `final_val` is only its latest evaluation.
+    pub finished: bool,
     /// Half-width of the 95% interval of `final_val` over the replicates.
     pub final_ci95: Option<f64>,
     /// Step time and collectives per step, for modelled time on a link.
@@ -80,12 +83,15 @@ impl RunCurves {
         let forward_allreduces_per_step =
             read_comm(dir)?.and_then(|c| c.per_step.get(&CommKind::TpForward).map(|s| s.calls));
         let timing = StepTiming::load(dir)?;
-        let final_val = read_summary(dir)?
+        let summary = read_summary(dir)?;
+        let finished = summary.is_some();
+        let final_val = summary
             .and_then(|s| s.final_val_loss.map(f64::from))
             .or_else(|| val.last().map(|p| p.1));
         let group_key = ReplicateKey::of(&cfg)?;
         Ok(Self {
             final_val,
+            finished,
             group_key,
             n: 1,
             train_band: Vec::new(),
@@ -154,6 +160,7 @@ pub fn merge_replicates(runs: Vec<RunCurves>) -> Vec<RunCurves> {
                 val_band,
                 n: members.len(),
                 final_val: fin.map(|f| f.mean),
+                finished: members.iter().all(|r| r.finished),
                 final_ci95: fin.map(|f| f.ci95).filter(|c| c.is_finite()),
                 // The replicates' mean step time with the collectives (the same for every
                 // seed) and measured compute of the first one that has them.

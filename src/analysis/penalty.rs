@@ -5,6 +5,7 @@
 //! seed. One row per (setting, pattern): mean ± sd, n, the paired difference with its 95%
 //! interval and the smallest difference the pairs could detect.
 
+use super::runs::ReplicateKey;
 use super::stats::{paired_differences, Replicates};
 use crate::config::RunConfig;
 use crate::run_dir::{read_config, read_summary};
@@ -43,9 +44,8 @@ pub struct Setting {
 
 impl Setting {
     pub fn of(cfg: &RunConfig) -> Result<Self> {
+        // Replicate groups that differ only in pattern, and compression not either.
         let mut c = cfg.clone();
-        c.model.pattern.clear();
-        c.optim.seed = 0;
         c.parallel.comm_dtype = Default::default();
         Ok(Self {
             n_layer: cfg.model.arch.n_layer,
@@ -53,7 +53,7 @@ impl Setting {
             n_head: cfg.model.arch.n_head,
             tp: cfg.parallel.tp,
             iters: cfg.optim.max_iters,
-            rest: c.to_yaml()?,
+            rest: ReplicateKey::without_pattern(&c)?.yaml().to_string(),
         })
     }
 

@@ -31,6 +31,12 @@ impl ReplicateKey {
         c.model.pattern.clear();
         Self::of(&c)
     }
+
+    /// The config the key stands for, as YAML (the seed, and the pattern where taken out,
+    /// blank).
+    pub fn yaml(&self) -> &str {
+        &self.0
+    }
 }
 
 /// What a plot needs of one run directory.

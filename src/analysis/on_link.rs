@@ -16,6 +16,22 @@ pub fn default_target(runs: &[RunCurves]) -> Option<f64> {
         .reduce(f64::max)
 }
 
+/// The distinct machines `runs` were made on, in words.
+fn machines(runs: &[RunCurves]) -> String {
+    let mut all: Vec<Option<String>> = runs.iter().flat_map(|r| r.machines.clone()).collect();
+    all.sort();
+    all.dedup();
+    let named: Vec<String> = all.iter().flatten().cloned().collect();
+    let unrecorded = all.contains(&None).then_some(
+        "not recorded by some runs (made before summary.json kept its machine)".to_string(),
+    );
+    named
+        .into_iter()
+        .chain(unrecorded)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Markdown: label, forward all-reduces per step, final val loss (± its 95% interval
 /// over replicates), modelled ms per step on `link`, minutes to `target` ("-" where the
 /// curve never reaches it, or a run has no timing to model).
@@ -23,9 +39,14 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
     let mut s = format!(
         "Modelled on {} ({} Gbit/s, {} us a message): each run's compute plus its collectives' ring time.\n\n\
          - link calibration: {}\n\
-         - compute: each run's slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\n\
+         - compute: each run's slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\
+         - compute measured on: {}\n\n\
          | run | fwd all-reduces / step | final val loss (± 95% interval) | compute ms (imbalance) | ms/step | minutes to {target:.3} |\n|---|---|---|---|---|---|\n",
-        link.label, link.model.gbit_per_s, link.model.latency_us, link.calibration
+        link.label,
+        link.model.gbit_per_s,
+        link.model.latency_us,
+        link.calibration,
+        machines(runs)
     );
     for r in runs {
         let ms = r

@@ -28,6 +28,10 @@ pub struct PenaltyRun {
     /// nothing to compute (a ladder hides the rest).
     pub syncs: usize,
     pub exposed_syncs: usize,
+    /// Its steps' wall time, steps x the median step (evaluations left out), if timed.
+    pub train_seconds: Option<f64>,
+    /// The machine its summary names (none for runs made before summaries kept it).
+    pub machine: Option<String>,
 }
 
 /// Everything that makes runs comparable but the pattern, the compression and the seed.
@@ -81,7 +85,10 @@ impl PenaltyRun {
     /// The run in `dir`, if it finished (has a final val loss).
     pub fn load(dir: &Path) -> Result<Option<Self>> {
         let cfg = read_config(dir)?;
-        let Some(final_val) = read_summary(dir)?.and_then(|s| s.final_val_loss) else {
+        let Some(summary) = read_summary(dir)? else {
+            return Ok(None);
+        };
+        let Some(final_val) = summary.final_val_loss else {
             return Ok(None);
         };
         let layout = cfg.layout()?;
@@ -93,6 +100,8 @@ impl PenaltyRun {
             final_val: final_val as f64,
             syncs: layout.forward_allreduces(),
             exposed_syncs: layout.exposed_allreduces(),
+            train_seconds: summary.step_ms.map(|ms| ms * summary.steps as f64 / 1e3),
+            machine: summary.machine,
         }))
     }
 }
@@ -112,6 +121,10 @@ pub struct PenaltyRow {
     /// none for the baseline itself or where the setting has none.
     pub baseline: Option<String>,
     pub diff: Option<Replicates>,
+    /// The runs' training time summed (those that recorded one), and the machines they
+    /// were made on (distinct; `None`: not recorded).
+    pub train_seconds: f64,
+    pub machines: Vec<Option<String>>,
 }
 
 /// Every (setting, pattern) of `runs`, settings in order, patterns by descending syncs.
@@ -154,6 +167,8 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyR
                 val,
                 baseline: base.map(str::to_string),
                 diff,
+                train_seconds: members.iter().filter_map(|r| r.train_seconds).sum(),
+                machines: distinct(members.iter().map(|r| r.machine.clone())),
             })
         })
         .collect();
@@ -176,6 +191,42 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyR
         ))
     });
     rows
+}
+
+fn distinct<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = items.into_iter().collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Per setting: its runs, their hours of training and the machines they ran on.
+fn provenance(rows: &[PenaltyRow]) -> String {
+    let mut s = String::from(
+        "\nWhere and how long (training: each run's steps x its median step time, evaluations left out):\n\n| setting | runs | hours of training | made on |\n|---|---|---|---|\n",
+    );
+    let mut settings: Vec<&str> = Vec::new();
+    for r in rows {
+        if !settings.contains(&r.setting_label.as_str()) {
+            settings.push(&r.setting_label);
+        }
+    }
+    for label in settings {
+        let of: Vec<&PenaltyRow> = rows.iter().filter(|r| r.setting_label == label).collect();
+        let machines = distinct(of.iter().flat_map(|r| r.machines.clone()));
+        let made_on: Vec<String> = machines
+            .iter()
+            .map(|m| m.clone().unwrap_or_else(|| "not recorded".into()))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {label} | {} | {:.2} | {} |",
+            of.iter().map(|r| r.val.n).sum::<usize>(),
+            of.iter().map(|r| r.train_seconds).sum::<f64>() / 3600.0,
+            made_on.join("; ")
+        );
+    }
+    s
 }
 
 fn cells(r: &PenaltyRow) -> [String; 10] {
@@ -233,7 +284,7 @@ pub fn markdown(rows: &[PenaltyRow]) -> String {
     for r in rows {
         let _ = writeln!(s, "| {} |", cells(r).join(" | "));
     }
-    s
+    s + &provenance(rows)
 }
 
 /// `penalty.csv`: one line per row, plain numbers.
@@ -282,6 +333,8 @@ mod tests {
             final_val: loss,
             syncs,
             exposed_syncs: syncs,
+            train_seconds: Some(60.0),
+            machine: None,
         }
     }
 
@@ -345,6 +398,11 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("+0.0250 (-0.0385 .. +0.0885)"), "{md}");
+        // Seven runs of a minute each in the first setting, none saying where.
+        assert!(
+            md.contains("| 4x128/4h, tp 2, 2000 it | 7 | 0.12 | not recorded |"),
+            "{md}"
+        );
         let csv = csv(&rows);
         assert_eq!(csv.lines().count(), 6);
         assert!(

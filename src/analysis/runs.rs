@@ -71,6 +71,9 @@ pub struct RunCurves {
     pub final_ci95: Option<f64>,
     /// Step time and collectives per step, for modelled time on a link.
     pub timing: Option<StepTiming>,
+    /// The machines the runs merged here were made on (summary.json's `machine`,
+    /// distinct, sorted); `None` stands for a run that did not record it.
+    pub machines: Vec<Option<String>>,
 }
 
 impl RunCurves {
@@ -91,6 +94,7 @@ impl RunCurves {
         let timing = StepTiming::load(dir)?;
         let summary = read_summary(dir)?;
         let finished = summary.is_some();
+        let machines = vec![summary.as_ref().and_then(|s| s.machine.clone())];
         let final_val = summary
             .and_then(|s| s.final_val_loss.map(f64::from))
             .or_else(|| val.last().map(|p| p.1));
@@ -104,6 +108,7 @@ impl RunCurves {
             val_band: Vec::new(),
             final_ci95: None,
             timing,
+            machines,
             dir: dir.to_path_buf(),
             label: cfg.variant(),
             pattern: cfg.variant(),
@@ -167,6 +172,13 @@ pub fn merge_replicates(runs: Vec<RunCurves>) -> Vec<RunCurves> {
                 n: members.len(),
                 final_val: fin.map(|f| f.mean),
                 finished: members.iter().all(|r| r.finished),
+                machines: {
+                    let mut m: Vec<Option<String>> =
+                        members.iter().flat_map(|r| r.machines.clone()).collect();
+                    m.sort();
+                    m.dedup();
+                    m
+                },
                 final_ci95: fin.map(|f| f.ci95).filter(|c| c.is_finite()),
                 // The replicates' mean step time with the collectives (the same for every
                 // seed) and measured compute of the first one that has them.

@@ -7,6 +7,7 @@ use crate::analysis::{median, step_ms, StepTiming};
 use crate::blocks::Layout;
 use crate::comm::{CommKind, Site, NAMED_LINKS};
 use crate::config::RunConfig;
+use crate::device::{DeviceKind, Kernels};
 use crate::run_dir::{CommReport, LayerComm, LogLine, PerStep, RankCompute, RunSummary, SiteComm};
 use crate::train::record::RankOutcome;
 use std::collections::BTreeMap;
@@ -176,5 +177,18 @@ pub fn run_summary(
             .as_ref()
             .map(|t| t.comm.iter().map(|c| c.bytes).sum()),
         wall_seconds,
+        machine: Some(machine(cfg)),
     }
+}
+
+/// This machine and what computed on it, for [`RunSummary::machine`].
+fn machine(cfg: &RunConfig) -> String {
+    let compute = match (cfg.parallel.device, cfg.parallel.kernels) {
+        (DeviceKind::Cuda, _) => "cuda".to_string(),
+        (DeviceKind::Cpu, Kernels::Portable) => "portable ops".to_string(),
+        (DeviceKind::Cpu, Kernels::Fused) => {
+            format!("fused {} kernels", crate::ops::simd::level().label())
+        }
+    };
+    format!("{}, {compute}", crate::util::host::cpu())
 }

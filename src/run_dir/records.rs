@@ -421,4 +421,9 @@ pub struct RunSummary {
     pub comm_bytes_per_step: Option<f64>,
     /// Wall-clock seconds of the invocation that finished the run.
     pub wall_seconds: f64,
+    /// Where rank 0 ran the invocation that finished the run, the context every speed
+    /// figure above needs: the CPU (family and model, cores) and what computed ("fused
+    /// avx512 kernels", "portable ops", "cuda"). Absent in runs made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }

@@ -4,7 +4,7 @@ use super::runner::{PointResult, Status};
 use crate::analysis::{paired_differences, ReplicateKey, Replicates};
 use std::fmt::Write;
 
-const COLUMNS: [&str; 13] = [
+const COLUMNS: [&str; 14] = [
     "run",
     "pattern",
     "tp",
@@ -18,6 +18,8 @@ const COLUMNS: [&str; 13] = [
     "tokens_per_s",
     "wall_s",
     "steps",
+    // What the speed columns were measured on.
+    "machine",
 ];
 
 fn row(r: &PointResult) -> Vec<String> {
@@ -41,6 +43,7 @@ fn row(r: &PointResult) -> Vec<String> {
         f(s.and_then(|s| s.tokens_per_s), 0),
         f(s.map(|s| s.wall_seconds), 1),
         s.map_or(String::new(), |s| s.steps.to_string()),
+        s.and_then(|s| s.machine.clone()).unwrap_or_default(),
     ]
 }
 

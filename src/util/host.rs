@@ -23,6 +23,25 @@ pub fn physical_memory() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// The CPU as `lscpu` would name it, with the family and model its marketing name often
+/// omits (a VM's "AMD EPYC" is Zen 3 or Zen 4 only by those), and the cores this process
+/// may use: "AMD EPYC (family 25 model 17), 2 cores".
+pub fn cpu() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |key: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let name = field("model name").unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match (field("cpu family"), field("model")) {
+        (Some(f), Some(m)) => format!("{name} (family {f} model {m}), {cores} cores"),
+        _ => format!("{name}, {cores} cores"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -30,5 +49,13 @@ mod tests {
         let a = super::label();
         assert!(!a.is_empty());
         assert_eq!(a, super::label());
+    }
+
+    #[test]
+    fn the_cpu_is_named_with_its_cores() {
+        let cpu = super::cpu();
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert!(cpu.ends_with(&format!(", {cores} cores")), "{cpu}");
+        assert!(!cpu.starts_with(','), "{cpu}");
     }
 }

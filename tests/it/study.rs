@@ -100,6 +100,14 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
         md.contains("| 2x32/4h, tp 2, 4 it | pp | 1 (1) | 2 |"),
         "{md}"
     );
+    // Where the setting's runs were made, and how long they trained.
+    let made_here = format!(" | {}, fused ", tp_harness::util::host::cpu());
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("| 2x32/4h, tp 2, 4 it | 4 | ") && l.contains(&made_here))
+        .unwrap_or_else(|| panic!("no provenance line of tp 2, 4 it: {md}"));
+    let hours: f64 = line.split(" | ").nth(2).unwrap().parse().unwrap();
+    assert!((0.0..0.05).contains(&hours), "{line}");
     let bad = bin(
         "tp-plot",
         &d,

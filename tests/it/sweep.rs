@@ -20,7 +20,10 @@ fn a_two_point_sweep_writes_summaries_and_plots_and_a_rerun_skips_both() {
     let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 3, "{csv}");
-    assert!(lines[0].starts_with("run,pattern,tp,dp,status,forward_allreduces_per_step,allreduces_per_layer,final_train_loss,final_val_loss,best_val_loss,tokens_per_s,wall_s"));
+    assert_eq!(lines[0], "run,pattern,tp,dp,status,forward_allreduces_per_step,allreduces_per_layer,final_train_loss,final_val_loss,best_val_loss,tokens_per_s,wall_s,steps,machine");
+    // The machine the speeds were measured on, quoted (it has commas).
+    let machine = format!("\"{}, fused ", tp_harness::util::host::cpu());
+    assert!(lines[1].contains(&machine), "{csv}");
     assert!(
         lines[1].starts_with("pattern=tttt,tttt,2,1,finished,8,2.00,"),
         "{csv}"
@@ -152,6 +155,15 @@ fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
         table.contains("link calibration: given as --link 100:2"),
         "{table}"
     );
+    // The compute it models was measured on this machine, and the table says so (each
+    // run's summary.json keeps its CPU and which kernels computed).
+    let cpu = tp_harness::util::host::cpu();
+    assert!(
+        table.contains(&format!("compute measured on: {cpu}, fused ")),
+        "{table}"
+    );
+    let summary = std::fs::read_to_string(d.join("out/pattern=tttt/summary.json")).unwrap();
+    assert!(summary.contains(&cpu), "{summary}");
     // The table behind them: every run reaches the default target (the worst final
     // loss); a target nobody reaches leaves the minutes empty.
     let table = std::fs::read_to_string(d.join("pics/loss_vs_time_10gbe.md")).unwrap();

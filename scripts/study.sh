@@ -49,8 +49,11 @@ done
 time_runs="$time_runs $(runs study_shrink | tr '\n' ' ')"
 # shellcheck disable=SC2086
 "$BIN/tp-plot" $time_runs --out "$OUT/time" --x time --link 1:50 --link 0.1:50 > /dev/null
+cpu_field() { sed -n "s/^$1\s*: //p" /proc/cpuinfo | head -1; }
 {
-  echo "Made by scripts/study.sh on $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)" \
-    "($(nproc) cores), $(date -u +%F)."
+  echo "Drawn by scripts/study.sh on $(cpu_field 'model name') (family $(cpu_field 'cpu family')" \
+    "model $(cpu_field model)), $(nproc) cores, $(date -u +%F). The machine each setting's" \
+    "runs were trained on, and their hours of training, are in penalty.md (runs made" \
+    "before summary.json kept its machine say \"not recorded\")."
 } > "$OUT/MACHINE.md"
 echo "table and figures in $OUT/"

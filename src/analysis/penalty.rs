@@ -127,7 +127,8 @@ pub struct PenaltyRow {
     pub machines: Vec<Option<String>>,
 }
 
-/// Every (setting, pattern) of `runs`, settings in order, patterns by descending syncs.
+/// Every (setting, pattern) of `runs`, settings in order, patterns by descending exposed
+/// syncs.
 /// `baseline`: the pattern to pair with (default: the setting's all-`t` f32 layout).
 pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyRow> {
     let mut groups: BTreeMap<(&Setting, &str), Vec<&PenaltyRun>> = BTreeMap::new();
@@ -183,13 +184,17 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyR
             r.setting_label = format!("{} [{}]", r.setting_label, r.setting.differences(&twins));
         }
     }
-    rows.sort_by(|a, b| {
-        (&a.setting, std::cmp::Reverse(a.syncs), &a.variant).cmp(&(
-            &b.setting,
-            std::cmp::Reverse(b.syncs),
-            &b.variant,
-        ))
-    });
+    // A setting's rows by the synchronisations a rank waits for, most first (a ladder
+    // then sits with the layouts that expose as few, not beside Megatron's).
+    let order = |r: &PenaltyRow| {
+        (
+            r.setting.clone(),
+            std::cmp::Reverse(r.exposed_syncs),
+            std::cmp::Reverse(r.syncs),
+            r.variant.clone(),
+        )
+    };
+    rows.sort_by_key(order);
     rows
 }
 
@@ -362,6 +367,10 @@ mod tests {
             run(&a, "pppp", 2, 1.95, 1),
             run(&a, "pppp", 1, 1.92, 1),
             run(&a, "pppp", 9, 1.99, 1),
+            PenaltyRun {
+                exposed_syncs: 1,
+                ..run(&a, "llll", 1, 1.93, 8)
+            },
             run(&b, "tttt", 1, 2.00, 8),
             run(&b, "pppp", 1, 2.10, 1),
         ];
@@ -371,7 +380,7 @@ mod tests {
                 .find(|r| &r.setting == s && r.variant == v)
                 .unwrap()
         };
-        assert_eq!(rows.len(), 5);
+        assert_eq!(rows.len(), 6);
         let base = find(&a, "tttt");
         assert_eq!((base.baseline.clone(), base.diff), (None, None));
         let p = find(&a, "pppp");
@@ -385,26 +394,27 @@ mod tests {
         assert!((q.diff.unwrap().mean - 0.01).abs() < 1e-12);
         let pb = find(&b, "pppp").diff.unwrap();
         assert!((pb.mean - 0.10).abs() < 1e-12 && pb.ci95.is_infinite());
-        // A setting's rows by descending synchronisations.
+        // A setting's rows by descending exposed synchronisations (the ladder's 8 hide
+        // all but 1), then all of them.
         let order: Vec<&str> = rows
             .iter()
             .filter(|r| r.setting == a)
             .map(|r| r.variant.as_str())
             .collect();
-        assert_eq!(order, ["tttt", "tttt+int8", "pppp"]);
+        assert_eq!(order, ["tttt", "tttt+int8", "llll", "pppp"]);
         let md = markdown(&rows);
         assert!(
             md.contains("| 4x128/4h, tp 2, 2000 it | pppp | 1 (1) | 3 |"),
             "{md}"
         );
         assert!(md.contains("+0.0250 (-0.0385 .. +0.0885)"), "{md}");
-        // Seven runs of a minute each in the first setting, none saying where.
+        // Eight runs of a minute each in the first setting, none saying where.
         assert!(
-            md.contains("| 4x128/4h, tp 2, 2000 it | 7 | 0.12 | not recorded |"),
+            md.contains("| 4x128/4h, tp 2, 2000 it | 8 | 0.13 | not recorded |"),
             "{md}"
         );
         let csv = csv(&rows);
-        assert_eq!(csv.lines().count(), 6);
+        assert_eq!(csv.lines().count(), 7);
         assert!(
             csv.contains("4,128,4,4,2000,pppp,1,1,1,2.100000,0.000000,tttt,0.100000,,1,,no"),
             "{csv}"

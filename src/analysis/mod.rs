@@ -3,13 +3,15 @@
 //! (`stats`), step, communication and compute time and time on a link (`timing`), runs'
 //! loss curves and replicate groups (`runs`), and the link model's calibration against
 //! real links (`calibration`), the table of runs on a modelled link (`on_link`), and a
-//! study's loss penalty of each pattern against its setting's baseline (`penalty`).
+//! study's loss penalty of each pattern against its setting's baseline (`penalty`) and
+//! how it changes along the study's axes (`penalty_change`).
 //! `plot` only draws these; `sweep` and the launcher's closing summary compute through
 //! them.
 
 pub mod calibration;
 pub mod on_link;
 pub mod penalty;
+pub mod penalty_change;
 pub mod runs;
 pub mod stats;
 pub mod timing;

@@ -70,6 +70,34 @@ impl Setting {
         format!("{}, tp {}, {} it", self.model(), self.tp, self.iters)
     }
 
+    /// The one axis along which `other` differs from this setting — `tp`, `length`
+    /// (iterations) or `model` (layers, width, heads) — if it differs along exactly one
+    /// and in nothing else, so that a penalty's change from one to the other is the
+    /// axis's effect.
+    pub fn axis_to(&self, other: &Setting) -> Option<&'static str> {
+        let axis = |line: &str| match line.split(':').next().unwrap_or("") {
+            "tp" => Some("tp"),
+            "max_iters" => Some("length"),
+            "n_layer" | "n_embd" | "n_head" => Some("model"),
+            _ => None,
+        };
+        let (mine, theirs): (Vec<&str>, Vec<&str>) =
+            (self.rest.lines().collect(), other.rest.lines().collect());
+        let differing = mine
+            .iter()
+            .filter(|l| !theirs.contains(l))
+            .chain(theirs.iter().filter(|l| !mine.contains(l)));
+        let mut found = None;
+        for line in differing {
+            match (axis(line), found) {
+                (None, _) => return None,
+                (Some(a), Some(f)) if a != f => return None,
+                (a, _) => found = a,
+            }
+        }
+        found
+    }
+
     /// The config lines that tell this setting from `others` (all of them settings that
     /// share its label), as `key: value; ...`.
     fn differences(&self, others: &[&Setting]) -> String {
@@ -352,6 +380,35 @@ mod tests {
             iters: 2000,
             rest: String::new(),
         }
+    }
+
+    /// Settings are compared along an axis only when they differ along that one alone.
+    #[test]
+    fn a_setting_differs_from_another_along_one_axis_or_none() {
+        let of = |lines: &str| Setting {
+            rest: lines.replace(' ', "\n"),
+            ..setting(2)
+        };
+        let base = of("n_layer:4 n_head:4 tp:2 max_iters:2000 seed:0");
+        let axis = |other: &str| base.axis_to(&of(other));
+        assert_eq!(
+            axis("n_layer:4 n_head:4 tp:8 max_iters:2000 seed:0"),
+            Some("tp")
+        );
+        assert_eq!(
+            axis("n_layer:4 n_head:4 tp:2 max_iters:6000 seed:0"),
+            Some("length")
+        );
+        assert_eq!(
+            axis("n_layer:6 n_head:8 tp:2 max_iters:2000 seed:0"),
+            Some("model")
+        );
+        assert_eq!(axis("n_layer:6 n_head:4 tp:4 max_iters:2000 seed:0"), None);
+        assert_eq!(
+            axis("n_layer:4 n_head:4 tp:8 max_iters:2000 seed:0 lr:1"),
+            None
+        );
+        assert_eq!(axis("n_layer:4 n_head:4 tp:2 max_iters:2000 seed:0"), None);
     }
 
     /// Two settings; in each, pppp against tttt by seed (seed 9 has no tttt partner and

@@ -7,6 +7,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::calibration::{calibrate, on_real_links};
 use tp_harness::analysis::penalty::{self, penalty_rows, PenaltyRun};
+use tp_harness::analysis::penalty_change;
 use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
@@ -46,7 +47,9 @@ struct Args {
     target: Option<f64>,
     /// Instead of loss curves: each pattern's final val loss against its setting's
     /// baseline (same model, TP degree and length), paired by seed (penalty.{md,csv},
-    /// penalty_vs_tp and penalty_vs_syncs .{png,svg}). Unfinished runs are left out.
+    /// penalty_vs_tp, penalty_vs_iters and penalty_vs_syncs .{png,svg}), and how each
+    /// penalty changes between settings that differ along one axis, paired by seed
+    /// (penalty_change.{md,csv}). Unfinished runs are left out.
     #[arg(long)]
     penalty: bool,
     /// The pattern --penalty pairs with (default: each setting's all-t layout).
@@ -98,6 +101,19 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     write_atomic(&md_path, md.as_bytes())?;
     write_atomic(&csv_path, penalty::csv(&rows).as_bytes())?;
     let mut files = vec![md_path, csv_path];
+    // Along the study's axes: how each penalty changes, paired by seed.
+    let changes = penalty_change::penalty_changes(&runs, &rows);
+    if !changes.is_empty() {
+        let md = penalty_change::markdown(&changes);
+        print!("\n{md}");
+        let (md_path, csv_path) = (
+            out.join("penalty_change.md"),
+            out.join("penalty_change.csv"),
+        );
+        write_atomic(&md_path, md.as_bytes())?;
+        write_atomic(&csv_path, penalty_change::csv(&changes).as_bytes())?;
+        files.extend([md_path, csv_path]);
+    }
     files.extend(plot_penalty(&rows, &out)?);
     Ok(files)
 }

@@ -91,6 +91,43 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
             "{csv}"
         );
     }
+    // How pp's penalty changes along each axis, the other held: tp 1 -> 2 at 4 and at 6
+    // iterations, 4 -> 6 iterations at tp 1 and at tp 2; settings that differ in both
+    // are not compared. Each change is the mean over seeds of the per-seed change.
+    let changes = std::fs::read_to_string(d.join("study/penalty_change.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = changes
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{changes}");
+    let penalty = |tp, iters, seed| loss(tp, iters, "pp", seed) - loss(tp, iters, "tt", seed);
+    for (axis, (tp_a, it_a), (tp_b, it_b)) in [
+        ("tp", (1, 4), (2, 4)),
+        ("tp", (1, 6), (2, 6)),
+        ("length", (1, 4), (1, 6)),
+        ("length", (2, 4), (2, 6)),
+    ] {
+        let (from, to) = (
+            format!("2x32/4h,{tp_a},{it_a}"),
+            format!("2x32/4h,{tp_b},{it_b}"),
+        );
+        let row = rows
+            .iter()
+            .find(|r| r[0] == axis && r[3..6].join(",") == from && r[6..9].join(",") == to)
+            .unwrap_or_else(|| panic!("no {axis} change {from} -> {to}: {changes}"));
+        assert_eq!((row[1], row[2], row[13]), ("pp", "tt", "2"), "{changes}");
+        let want = [1, 2]
+            .iter()
+            .map(|&s| penalty(tp_b, it_b, s) - penalty(tp_a, it_a, s))
+            .sum::<f64>()
+            / 2.0;
+        let got: f64 = row[11].parse().unwrap();
+        assert!(
+            (got - want).abs() < 2e-6,
+            "{axis}: {got} vs {want}\n{changes}"
+        );
+    }
     for f in ["penalty_vs_tp", "penalty_vs_iters", "penalty_vs_syncs"] {
         assert_png(&d.join(format!("study/{f}.png")));
         assert_svg(&d.join(format!("study/{f}.svg")));

@@ -1,0 +1,183 @@
+//! How a pattern's loss penalty changes along one axis of a study — the TP degree, the
+//! training length or the model — paired by seed: for every seed that has the pattern
+//! and its baseline in both settings, (pattern − baseline) in the second setting less
+//! (pattern − baseline) in the first. Whether a gap closes, stays or grows is then a
+//! change with its 95% interval, not two intervals eyed against each other (each of which
+//! carries the seeds' spread that the pairing takes out).
+
+use super::penalty::{PenaltyRow, PenaltyRun, Setting};
+use super::stats::Replicates;
+use std::fmt::Write;
+
+/// One pattern's penalty in two settings that differ along one axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PenaltyChange {
+    /// `tp`, `length` or `model` ([`Setting::axis_to`]).
+    pub axis: &'static str,
+    /// The two settings as the penalty table names them, the smaller first, and what
+    /// they are.
+    pub from: String,
+    pub to: String,
+    pub from_setting: Setting,
+    pub to_setting: Setting,
+    pub variant: String,
+    pub baseline: String,
+    /// The mean penalty in each setting over the seeds the change is paired on.
+    pub from_penalty: f64,
+    pub to_penalty: f64,
+    /// Per seed: the penalty in `to` less the penalty in `from`.
+    pub change: Replicates,
+}
+
+/// (seed, pattern − baseline) in `setting`, for the seeds that ran both.
+fn penalties(runs: &[PenaltyRun], setting: &Setting, variant: &str, base: &str) -> Vec<(u64, f64)> {
+    let of = |v: &str| -> Vec<(u64, f64)> {
+        runs.iter()
+            .filter(|r| &r.setting == setting && r.variant == v)
+            .map(|r| (r.seed, r.final_val))
+            .collect()
+    };
+    let base = of(base);
+    of(variant)
+        .into_iter()
+        .filter_map(|(seed, x)| {
+            base.iter()
+                .find(|(s, _)| *s == seed)
+                .map(|(_, b)| (seed, x - b))
+        })
+        .collect()
+}
+
+/// Every pattern's change between every two settings of `rows` that differ along one
+/// axis only, smaller setting first (both must pair it with the same baseline).
+pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyChange> {
+    let mut settings: Vec<(&Setting, &str)> = Vec::new();
+    for r in rows {
+        if !settings.iter().any(|(s, _)| *s == &r.setting) {
+            settings.push((&r.setting, &r.setting_label));
+        }
+    }
+    let mut out = Vec::new();
+    for (i, &(a, a_label)) in settings.iter().enumerate() {
+        for &(b, b_label) in &settings[i + 1..] {
+            let Some(axis) = a.axis_to(b) else { continue };
+            for ra in rows.iter().filter(|r| &r.setting == a) {
+                let Some(base) = &ra.baseline else { continue };
+                let in_b = rows.iter().any(|r| {
+                    &r.setting == b && r.variant == ra.variant && r.baseline.as_ref() == Some(base)
+                });
+                if !in_b {
+                    continue;
+                }
+                let (pa, pb) = (
+                    penalties(runs, a, &ra.variant, base),
+                    penalties(runs, b, &ra.variant, base),
+                );
+                let pairs: Vec<(f64, f64)> = pa
+                    .iter()
+                    .filter_map(|(s, x)| pb.iter().find(|(t, _)| t == s).map(|(_, y)| (*x, *y)))
+                    .collect();
+                let changes: Vec<f64> = pairs.iter().map(|(x, y)| y - x).collect();
+                let Some(change) = Replicates::of(&changes) else {
+                    continue;
+                };
+                let mean = |f: fn(&(f64, f64)) -> f64| {
+                    pairs.iter().map(f).sum::<f64>() / pairs.len() as f64
+                };
+                out.push(PenaltyChange {
+                    axis,
+                    from: a_label.to_string(),
+                    to: b_label.to_string(),
+                    from_setting: a.clone(),
+                    to_setting: b.clone(),
+                    variant: ra.variant.clone(),
+                    baseline: base.clone(),
+                    from_penalty: mean(|p| p.0),
+                    to_penalty: mean(|p| p.1),
+                    change,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn interval(r: &Replicates) -> String {
+    if r.ci95.is_finite() {
+        format!(
+            "{:+.4} ({:+.4} .. {:+.4})",
+            r.mean,
+            r.mean - r.ci95,
+            r.mean + r.ci95
+        )
+    } else {
+        format!("{:+.4} (-)", r.mean)
+    }
+}
+
+/// `penalty_change.md`: the table, with how to read it.
+pub fn markdown(changes: &[PenaltyChange]) -> String {
+    let mut s = String::from(
+        "How each pattern's penalty (its final val loss less its baseline's, paired by seed) changes between two settings that differ along one axis only: TP degree, length (iterations) or model (layers, width, heads). Per seed that has both patterns in both settings: the penalty in the second setting less the penalty in the first, with the 95% interval of its mean (Student's t). The penalties shown are the means over those seeds. A change whose interval excludes zero grows (+) or shrinks (-) the gap; one that does not, leaves it within what the pairs can tell.\n\n\
+         | axis | pattern | paired with | from | to | penalty there | penalty here | change (95% interval) | pairs | significant |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for c in changes {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {:+.4} | {:+.4} | {} | {} | {} |",
+            c.axis,
+            c.variant,
+            c.baseline,
+            c.from,
+            c.to,
+            c.from_penalty,
+            c.to_penalty,
+            interval(&c.change),
+            c.change.n,
+            if c.change.excludes_zero() {
+                "yes"
+            } else {
+                "no"
+            }
+        );
+    }
+    s
+}
+
+/// `penalty_change.csv`: one line per change, plain values (each setting as its model,
+/// TP degree and iterations).
+pub fn csv(changes: &[PenaltyChange]) -> String {
+    let mut s = String::from(
+        "axis,pattern,baseline,from_model,from_tp,from_iters,to_model,to_tp,to_iters,from_penalty,to_penalty,change_mean,change_ci95,pairs,significant\n",
+    );
+    for c in changes {
+        let ci = if c.change.ci95.is_finite() {
+            format!("{:.6}", c.change.ci95)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{ci},{},{}",
+            c.axis,
+            c.variant,
+            c.baseline,
+            c.from_setting.model(),
+            c.from_setting.tp,
+            c.from_setting.iters,
+            c.to_setting.model(),
+            c.to_setting.tp,
+            c.to_setting.iters,
+            c.from_penalty,
+            c.to_penalty,
+            c.change.mean,
+            c.change.n,
+            if c.change.excludes_zero() {
+                "yes"
+            } else {
+                "no"
+            }
+        );
+    }
+    s
+}

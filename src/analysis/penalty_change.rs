@@ -102,6 +102,11 @@ pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyC
     out
 }
 
+/// The smallest true change the pairs would find four times in five, where it is finite.
+fn detectable(r: &Replicates) -> Option<f64> {
+    Some(r.detectable()).filter(|d| d.is_finite())
+}
+
 fn interval(r: &Replicates) -> String {
     if r.ci95.is_finite() {
         format!(
@@ -119,12 +124,12 @@ fn interval(r: &Replicates) -> String {
 pub fn markdown(changes: &[PenaltyChange]) -> String {
     let mut s = String::from(
         "How each pattern's penalty (its final val loss less its baseline's, paired by seed) changes between two settings that differ along one axis only: TP degree, length (iterations) or model (layers, width, heads). Per seed that has both patterns in both settings: the penalty in the second setting less the penalty in the first, with the 95% interval of its mean (Student's t). The penalties shown are the means over those seeds. A change whose interval excludes zero grows (+) or shrinks (-) the gap; one that does not, leaves it within what the pairs can tell.\n\n\
-         | axis | pattern | paired with | from | to | penalty there | penalty here | change (95% interval) | pairs | significant |\n|---|---|---|---|---|---|---|---|---|---|\n",
+         | axis | pattern | paired with | from | to | penalty there | penalty here | change (95% interval) | pairs | detectable (80% power) | significant |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for c in changes {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:+.4} | {:+.4} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:+.4} | {:+.4} | {} | {} | {} | {} |",
             c.axis,
             c.variant,
             c.baseline,
@@ -134,6 +139,7 @@ pub fn markdown(changes: &[PenaltyChange]) -> String {
             c.to_penalty,
             interval(&c.change),
             c.change.n,
+            detectable(&c.change).map_or("-".into(), |d| format!("{d:.4}")),
             if c.change.excludes_zero() {
                 "yes"
             } else {
@@ -148,7 +154,7 @@ pub fn markdown(changes: &[PenaltyChange]) -> String {
 /// TP degree and iterations).
 pub fn csv(changes: &[PenaltyChange]) -> String {
     let mut s = String::from(
-        "axis,pattern,baseline,from_model,from_tp,from_iters,to_model,to_tp,to_iters,from_penalty,to_penalty,change_mean,change_ci95,pairs,significant\n",
+        "axis,pattern,baseline,from_model,from_tp,from_iters,to_model,to_tp,to_iters,from_penalty,to_penalty,change_mean,change_ci95,pairs,detectable,significant\n",
     );
     for c in changes {
         let ci = if c.change.ci95.is_finite() {
@@ -158,7 +164,7 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
         };
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{ci},{},{}",
+            "{},{},{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{ci},{},{},{}",
             c.axis,
             c.variant,
             c.baseline,
@@ -172,6 +178,7 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
             c.to_penalty,
             c.change.mean,
             c.change.n,
+            detectable(&c.change).map_or(String::new(), |d| format!("{d:.6}")),
             if c.change.excludes_zero() {
                 "yes"
             } else {

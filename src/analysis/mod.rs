@@ -4,7 +4,8 @@
 //! loss curves and replicate groups (`runs`), and the link model's calibration against
 //! real links (`calibration`), the table of runs on a modelled link (`on_link`), and a
 //! study's loss penalty of each pattern against its setting's baseline (`penalty`) and
-//! how it changes along the study's axes (`penalty_change`).
+//! how it changes along the study's axes (`penalty_change`), and where and how long its
+//! settings trained (`penalty_provenance`).
 //! `plot` only draws these; `sweep` and the launcher's closing summary compute through
 //! them.
 
@@ -12,6 +13,7 @@ pub mod calibration;
 pub mod on_link;
 pub mod penalty;
 pub mod penalty_change;
+pub mod penalty_provenance;
 pub mod runs;
 pub mod stats;
 pub mod timing;

@@ -214,52 +214,23 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyR
     }
     // A setting's rows by the synchronisations a rank waits for, most first (a ladder
     // then sits with the layouts that expose as few, not beside Megatron's).
-    let order = |r: &PenaltyRow| {
+    use std::cmp::Reverse as Desc;
+    rows.sort_by_key(|r| {
         (
             r.setting.clone(),
-            std::cmp::Reverse(r.exposed_syncs),
-            std::cmp::Reverse(r.syncs),
+            Desc(r.exposed_syncs),
+            Desc(r.syncs),
             r.variant.clone(),
         )
-    };
-    rows.sort_by_key(order);
+    });
     rows
 }
 
-fn distinct<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+pub(crate) fn distinct<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
     let mut v: Vec<T> = items.into_iter().collect();
     v.sort();
     v.dedup();
     v
-}
-
-/// Per setting: its runs, their hours of training and the machines they ran on.
-fn provenance(rows: &[PenaltyRow]) -> String {
-    let mut s = String::from(
-        "\nWhere and how long (training: each run's steps x its median step time, evaluations left out):\n\n| setting | runs | hours of training | made on |\n|---|---|---|---|\n",
-    );
-    let mut settings: Vec<&str> = Vec::new();
-    for r in rows {
-        if !settings.contains(&r.setting_label.as_str()) {
-            settings.push(&r.setting_label);
-        }
-    }
-    for label in settings {
-        let of: Vec<&PenaltyRow> = rows.iter().filter(|r| r.setting_label == label).collect();
-        let machines = distinct(of.iter().flat_map(|r| r.machines.clone()));
-        let made_on: Vec<String> = machines
-            .iter()
-            .map(|m| m.clone().unwrap_or_else(|| "not recorded".into()))
-            .collect();
-        let _ = writeln!(
-            s,
-            "| {label} | {} | {:.2} | {} |",
-            of.iter().map(|r| r.val.n).sum::<usize>(),
-            of.iter().map(|r| r.train_seconds).sum::<f64>() / 3600.0,
-            made_on.join("; ")
-        );
-    }
-    s
 }
 
 fn cells(r: &PenaltyRow) -> [String; 10] {
@@ -317,7 +288,7 @@ pub fn markdown(rows: &[PenaltyRow]) -> String {
     for r in rows {
         let _ = writeln!(s, "| {} |", cells(r).join(" | "));
     }
-    s + &provenance(rows)
+    s
 }
 
 /// `penalty.csv`: one line per row, plain numbers.
@@ -465,11 +436,6 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("+0.0250 (-0.0385 .. +0.0885)"), "{md}");
-        // Eight runs of a minute each in the first setting, none saying where.
-        assert!(
-            md.contains("| 4x128/4h, tp 2, 2000 it | 8 | 0.13 | not recorded |"),
-            "{md}"
-        );
         let csv = csv(&rows);
         assert_eq!(csv.lines().count(), 7);
         assert!(

@@ -7,8 +7,8 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::calibration::{calibrate, on_real_links};
 use tp_harness::analysis::penalty::{self, penalty_rows, PenaltyRun};
-use tp_harness::analysis::penalty_change;
 use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
+use tp_harness::analysis::{penalty_change, penalty_provenance};
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
 use tp_harness::plot::{label_runs, plot_on_link, plot_penalty, plot_runs};
@@ -95,7 +95,7 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     }
     let out = out_dir(a);
     std::fs::create_dir_all(&out)?;
-    let md = penalty::markdown(&rows);
+    let md = penalty::markdown(&rows) + &penalty_provenance::markdown(&rows);
     print!("{md}");
     let (md_path, csv_path) = (out.join("penalty.md"), out.join("penalty.csv"));
     write_atomic(&md_path, md.as_bytes())?;

@@ -1,13 +1,14 @@
 //! Sweeps (`tp-sweep`): a grid of runs, resumable, with a summary table and plots.
 
 pub mod interrupts;
+pub mod more_seeds;
 pub mod runner;
 pub mod spec;
 pub mod summary;
 
 pub use interrupts::Interrupts;
 pub use runner::{run_sweep, PointResult, Status};
-pub use spec::{Launcher, Point, Sweep};
+pub use spec::{Launcher, MoreSeeds, Point, Sweep};
 
 use crate::analysis::{merge_replicates, RunCurves};
 use crate::plot::{label_runs, plot_runs};
@@ -29,7 +30,30 @@ pub fn sweep_and_report(
 ) -> Result<Vec<PointResult>> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let _owner = DirLock::acquire_for(out, "tp-sweep")?;
-    let results = run_sweep(sweep, out, interrupts)?;
+    let mut results = run_sweep(sweep, out, interrupts)?;
+    if let (Some(rule), Some(baseline)) = (&sweep.more_seeds, &sweep.baseline) {
+        loop {
+            let (points, wide) = rule.next_round(&results, baseline);
+            if points.is_empty() {
+                break;
+            }
+            let seed = points[0].cfg.optim.seed;
+            let why: Vec<String> = wide
+                .iter()
+                .map(|w| format!("{} (±{:.4})", w.group, w.ci95))
+                .collect();
+            println!(
+                "tp-sweep: seed {seed} for the groups whose paired 95% interval is wider than ±{}: {}",
+                rule.until_ci95,
+                why.join(", ")
+            );
+            let round = Sweep {
+                points,
+                ..sweep.clone()
+            };
+            results.extend(run_sweep(&round, out, interrupts)?);
+        }
+    }
     write_atomic(&out.join("summary.csv"), summary::csv(&results).as_bytes())?;
     let groups = summary::groups(&results, sweep.baseline.as_deref());
     let mut md = summary::markdown(&sweep.name, &results);

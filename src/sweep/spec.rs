@@ -9,6 +9,7 @@
 //! launcher: threads                   # or {mpirun: 4}
 //! seeds: [1, 2, 3]                    # replicates: every point once per seed
 //! baseline: tttt                      # paired differences against this pattern
+//! more_seeds: {until_ci95: 0.005, max_seeds: 12}   # optional stopping rule ([`MoreSeeds`])
 //! ```
 //!
 //! Points that differ only in `seed` (from `seeds`, or `seed` in the grid) are
@@ -52,6 +53,17 @@ impl TryFrom<LauncherSpec> for Launcher {
     }
 }
 
+/// The stopping rule of a sweep file (`more_seeds:`); what it does is more_seeds.rs.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoreSeeds {
+    /// Stop adding seeds to a group once its paired 95% interval's half-width is at most
+    /// this (in val loss).
+    pub until_ci95: f64,
+    /// Never more than this many seeds a point (failed runs count: they were tried).
+    pub max_seeds: usize,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SweepFile {
@@ -65,6 +77,7 @@ struct SweepFile {
     #[serde(default)]
     seeds: Vec<u64>,
     baseline: Option<String>,
+    more_seeds: Option<MoreSeeds>,
 }
 
 fn threads() -> Launcher {
@@ -88,6 +101,8 @@ pub struct Sweep {
     pub points: Vec<Point>,
     /// The pattern every other group is compared with, seed by seed.
     pub baseline: Option<String>,
+    /// The stopping rule that adds seeds after `seeds` (needs `baseline`).
+    pub more_seeds: Option<MoreSeeds>,
 }
 
 fn key_of(k: &Value, file: &Path) -> Result<String> {
@@ -237,11 +252,30 @@ impl Sweep {
                 );
             }
         }
+        if let Some(m) = &spec.more_seeds {
+            let f = file.display();
+            if spec.baseline.is_none() || spec.seeds.is_empty() {
+                user_bail!(
+                    "more_seeds in {f} needs seeds: [...] and a baseline: pattern to pair with"
+                );
+            }
+            if !(m.until_ci95 > 0.0 && m.until_ci95.is_finite()) {
+                user_bail!("more_seeds.until_ci95 in {f} must be a positive val loss, e.g. 0.005");
+            }
+            if m.max_seeds < spec.seeds.len() {
+                user_bail!(
+                    "more_seeds.max_seeds in {f} is {} but seeds lists {}: raise max_seeds",
+                    m.max_seeds,
+                    spec.seeds.len()
+                );
+            }
+        }
         Ok(Self {
             name: safe(&name),
             launcher: spec.launcher,
             points,
             baseline: spec.baseline,
+            more_seeds: spec.more_seeds,
         })
     }
 }

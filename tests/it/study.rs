@@ -91,9 +91,46 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
             "{csv}"
         );
     }
-    // How pp's penalty changes along each axis, the other held: tp 1 -> 2 at 4 and at 6
-    // iterations, 4 -> 6 iterations at tp 1 and at tp 2; settings that differ in both
-    // are not compared. Each change is the mean over seeds of the per-seed change.
+    changes_along_each_axis_are_paired_by_seed(&d, &loss);
+    for f in ["penalty_vs_tp", "penalty_vs_iters", "penalty_vs_syncs"] {
+        assert_png(&d.join(format!("study/{f}.png")));
+        assert_svg(&d.join(format!("study/{f}.svg")));
+    }
+    let md = std::fs::read_to_string(d.join("study/penalty.md")).unwrap();
+    assert!(
+        md.contains("| 2x32/4h, tp 2, 4 it | pp | 1 (1) | 2 |"),
+        "{md}"
+    );
+    // Where the setting's runs were made, and how long they trained.
+    let made_here = format!(" | {}, fused ", tp_harness::util::host::cpu());
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("| 2x32/4h, tp 2, 4 it | 4 | ") && l.contains(&made_here))
+        .unwrap_or_else(|| panic!("no provenance line of tp 2, 4 it: {md}"));
+    let hours: f64 = line.split(" | ").nth(2).unwrap().parse().unwrap();
+    assert!((0.0..0.05).contains(&hours), "{line}");
+    let bad = bin(
+        "tp-plot",
+        &d,
+        &[&["--penalty", "--baseline", "ss"][..], &args[3..]].concat(),
+        &[],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("--baseline ss is not a pattern") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+/// penalty_change.csv of the tiny study: how pp's penalty changes along each axis, the
+/// other held — tp 1 -> 2 at 4 and at 6 iterations, 4 -> 6 iterations at tp 1 and at
+/// tp 2; settings that differ in both are not compared. Each change is the mean over
+/// seeds of the per-seed change of the runs' own final val losses.
+fn changes_along_each_axis_are_paired_by_seed(
+    d: &Path,
+    loss: &dyn Fn(usize, usize, &str, u64) -> f64,
+) {
     let changes = std::fs::read_to_string(d.join("study/penalty_change.csv")).unwrap();
     let rows: Vec<Vec<&str>> = changes
         .lines()
@@ -128,33 +165,72 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
             "{axis}: {got} vs {want}\n{changes}"
         );
     }
-    for f in ["penalty_vs_tp", "penalty_vs_iters", "penalty_vs_syncs"] {
-        assert_png(&d.join(format!("study/{f}.png")));
-        assert_svg(&d.join(format!("study/{f}.svg")));
-    }
-    let md = std::fs::read_to_string(d.join("study/penalty.md")).unwrap();
+}
+
+/// The stopping rule: after its own seeds, a sweep adds one seed at a time to every group
+/// whose paired interval is wider than `until_ci95` (with its baseline partner) until
+/// `max_seeds`; a rerun adds the same seeds, so it finishes as a skip. A target the
+/// first seeds already meet adds nothing; a rule that cannot pair is refused up front.
+#[test]
+fn more_seeds_adds_paired_seeds_until_the_interval_is_narrow_or_the_cap_and_resumes() {
+    use crate::common::*;
+    use crate::sweep::sweep;
+    let never = "grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\nmore_seeds: {until_ci95: 1.0e-9, max_seeds: 4}\n";
+    let runs = |d: &std::path::Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d.join("out"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.contains("seed="))
+            .collect();
+        v.sort();
+        v
+    };
+    let d = scratch("more-seeds-never");
+    let o = sweep(&d, never);
+    assert_ok(&o);
+    let want: Vec<String> = ["pp", "tt"]
+        .iter()
+        .flat_map(|p| (1..=4).map(move |s| format!("pattern={p},seed={s}")))
+        .collect();
+    assert_eq!(runs(&d), want);
+    let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        md.contains("| 2x32/4h, tp 2, 4 it | pp | 1 (1) | 2 |"),
-        "{md}"
+        out.contains("seed 3 for the groups whose paired 95% interval is wider than ±0.000000001: pattern=pp (±")
+            && out.contains("seed 4 for"),
+        "{out}"
     );
-    // Where the setting's runs were made, and how long they trained.
-    let made_here = format!(" | {}, fused ", tp_harness::util::host::cpu());
-    let line = md
-        .lines()
-        .find(|l| l.starts_with("| 2x32/4h, tp 2, 4 it | 4 | ") && l.contains(&made_here))
-        .unwrap_or_else(|| panic!("no provenance line of tp 2, 4 it: {md}"));
-    let hours: f64 = line.split(" | ").nth(2).unwrap().parse().unwrap();
-    assert!((0.0..0.05).contains(&hours), "{line}");
-    let bad = bin(
-        "tp-plot",
+    let md = std::fs::read_to_string(d.join("out/summary.md")).unwrap();
+    // Four seeds a group, four pairs.
+    assert!(md.contains("| pattern=pp | pp | 1 | 4 |"), "{md}");
+    // Again: the same rounds, every run finished earlier.
+    let again = sweep(&d, never);
+    assert_ok(&again);
+    let out = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(out.matches("skipped").count(), 8, "{out}");
+    assert!(!out.contains(": running"), "{out}");
+    assert_eq!(runs(&d), want);
+    // Met at once: nothing added.
+    let d = scratch("more-seeds-met");
+    assert_ok(&sweep(
         &d,
-        &[&["--penalty", "--baseline", "ss"][..], &args[3..]].concat(),
-        &[],
-    );
-    assert_eq!(bad.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(
-        err.contains("--baseline ss is not a pattern") && err.lines().count() == 1,
-        "{err}"
-    );
+        "grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\nmore_seeds: {until_ci95: 10.0, max_seeds: 4}\n",
+    ));
+    assert_eq!(runs(&d).len(), 4);
+    for (i, (body, needle)) in [
+        ("grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nmore_seeds: {until_ci95: 0.01, max_seeds: 4}\n", "needs seeds"),
+        ("grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\nmore_seeds: {until_ci95: 0, max_seeds: 4}\n", "until_ci95"),
+        ("grid: {pattern: [tt, pp]}\nseeds: [1, 2, 3]\nbaseline: tt\nmore_seeds: {until_ci95: 0.01, max_seeds: 2}\n", "raise max_seeds"),
+        ("grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\nmore_seeds: {until: 0.01}\n", "unknown field"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = scratch(&format!("more-seeds-bad-{i}"));
+        let o = sweep(&d, body);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{body}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{body}: expected `{needle}` in {err}");
+        assert!(!d.join("out").exists(), "{body}: something ran");
+    }
 }

@@ -4,9 +4,9 @@
 use crate::common::*;
 use std::path::Path;
 
-const BASE: &str = "base: {n_embd: 32, max_iters: 6, eval_interval: 3, eval_iters: 2, checkpoint_interval: 3, sample_tokens: 0, log_interval: 1}\n";
+pub(crate) const BASE: &str = "base: {n_embd: 32, max_iters: 6, eval_interval: 3, eval_iters: 2, checkpoint_interval: 3, sample_tokens: 0, log_interval: 1}\n";
 
-fn sweep(dir: &Path, body: &str) -> std::process::Output {
+pub(crate) fn sweep(dir: &Path, body: &str) -> std::process::Output {
     std::fs::write(dir.join("sweep.yaml"), format!("name: tiny\n{BASE}{body}")).unwrap();
     bin("tp-sweep", dir, &["sweep.yaml", "--out", "out"], &[])
 }
@@ -111,126 +111,6 @@ fn unknown_grid_keys_and_an_empty_grid_are_clear_errors_before_anything_runs() {
     }
 }
 
-#[test]
-fn tp_plot_draws_given_runs_and_rejects_a_folder_that_is_not_a_run() {
-    let d = scratch("plot");
-    assert_ok(&sweep(&d, "grid: {pattern: [pppp]}\n"));
-    let o = bin("tp-plot", &d, &["out/pattern=pppp", "--out", "pics"], &[]);
-    assert_ok(&o);
-    assert_png(&d.join("pics/loss_curves.png"));
-    assert_svg(&d.join("pics/tradeoff.svg"));
-    let o = bin("tp-plot", &d, &["out/logs"], &[]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not a tp-harness run directory"));
-}
-
-/// Loss against modelled wall-clock: one set of time plots per link, named after it;
-/// `--x time` without a link and an unknown link are one-line errors.
-#[test]
-fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
-    let d = scratch("plot-time");
-    assert_ok(&sweep(
-        &d,
-        "grid: {pattern: [tttt, pppp]}
-",
-    ));
-    let runs = ["out/pattern=tttt", "out/pattern=pppp"];
-    let mut args = runs.to_vec();
-    args.extend([
-        "--out", "pics", "--x", "time", "--link", "10gbe", "--link", "100:2",
-    ]);
-    assert_ok(&bin("tp-plot", &d, &args, &[]));
-    for f in [
-        "loss_vs_time_10gbe",
-        "tradeoff_time_10gbe",
-        "loss_vs_time_100gbit_2us",
-    ] {
-        assert_png(&d.join(format!("pics/{f}.png")));
-        assert_svg(&d.join(format!("pics/{f}.svg")));
-    }
-    let svg = std::fs::read_to_string(d.join("pics/tradeoff_time_10gbe.svg")).unwrap();
-    assert!(svg.contains("modelled ms per step on 10 GbE, 10 Gbit/s"));
-    let table = std::fs::read_to_string(d.join("pics/loss_vs_time_100gbit_2us.md")).unwrap();
-    assert!(
-        table.contains("link calibration: given as --link 100:2"),
-        "{table}"
-    );
-    // The compute it models was measured on this machine, and the table says so (each
-    // run's summary.json keeps its CPU and which kernels computed).
-    let cpu = tp_harness::util::host::cpu();
-    assert!(
-        table.contains(&format!("compute measured on: {cpu}, fused ")),
-        "{table}"
-    );
-    let summary = std::fs::read_to_string(d.join("out/pattern=tttt/summary.json")).unwrap();
-    assert!(summary.contains(&cpu), "{summary}");
-    // The table behind them: every run reaches the default target (the worst final
-    // loss); a target nobody reaches leaves the minutes empty.
-    let table = std::fs::read_to_string(d.join("pics/loss_vs_time_10gbe.md")).unwrap();
-    let rows: Vec<&str> = table
-        .lines()
-        .filter(|l| l.starts_with("| tttt") || l.starts_with("| pppp"))
-        .collect();
-    assert_eq!(rows.len(), 2, "{table}");
-    for row in rows {
-        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        // Compute: the slowest rank's thread CPU time, with the ranks' imbalance.
-        let (compute, imbalance) = cells[4].split_once(" (").unwrap();
-        let compute: f64 = compute.parse().unwrap();
-        assert!(compute > 0.0 && imbalance.ends_with("%)"), "{row}");
-        let ms: f64 = cells[5].parse().unwrap();
-        assert!(ms > compute, "{row}");
-        assert!(cells[6].parse::<f64>().unwrap() >= 0.0, "{row}");
-    }
-    let mut unreachable = args.clone();
-    unreachable.extend(["--target", "0.01"]);
-    let o = bin("tp-plot", &d, &unreachable, &[]);
-    assert_ok(&o);
-    assert!(String::from_utf8_lossy(&o.stdout).contains("minutes to 0.010"));
-    let table = std::fs::read_to_string(d.join("pics/loss_vs_time_10gbe.md")).unwrap();
-    assert!(
-        table
-            .lines()
-            .filter(|l| l.starts_with("| tttt"))
-            .all(|l| l.trim_end().ends_with("| - |")),
-        "{table}"
-    );
-    // A run that emulated a link is shown next to the model's prediction for it, and
-    // its summary records step, communication and compute time per step.
-    let e = scratch("plot-time-emulated");
-    assert_ok(&sweep(&e, "grid: {pattern: [tttt], link_gbps: [10]}\n"));
-    let run = "out/pattern=tttt,link_gbps=10";
-    let o = bin("tp-plot", &e, &[run, "--out", "pics"], &[]);
-    assert_ok(&o);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.contains("measured on its emulated link") && out.contains("modelled"),
-        "{out}"
-    );
-    let s = tp_harness::run_dir::read_summary(&e.join(run))
-        .unwrap()
-        .unwrap();
-    let (step, comm, compute) = (
-        s.step_ms.unwrap(),
-        s.comm_ms_per_step.unwrap(),
-        s.compute_ms_per_step.unwrap(),
-    );
-    // Compute is the slowest rank's thread CPU time: no more than the step's wall time.
-    assert!(comm > 0.0 && compute > 0.0 && compute <= step, "{s:?}");
-    assert!(s.comm_bytes_per_step.unwrap() > 0.0);
-    for (bad, needle) in [
-        (vec!["out/pattern=tttt", "--x", "time"], "--x time needs"),
-        (vec!["out/pattern=tttt", "--link", "5g"], "link `5g`"),
-        (vec!["out/pattern=tttt", "--target", "nan"], "--target"),
-    ] {
-        let o = bin("tp-plot", &d, &bad, &[]);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        assert!(err.contains(needle), "{err}");
-    }
-}
-
 /// `seeds` makes replicates: the summary's group statistics equal the mean, sample
 /// standard deviation and t-interval computed here from the runs' own summaries, and the
 /// paired difference against the baseline likewise; the plots draw them.
@@ -315,72 +195,6 @@ fn seeds_with_a_seed_grid_key_or_an_unknown_baseline_are_refused_up_front() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("baseline `pppp`"));
     assert!(!d.join("out").exists());
-}
-
-/// `tp-plot --link-calibration`: runs listed in runs.csv (here the "link" runs emulate
-/// a 1 Gbit/s link in-process; scripts/cluster/link-calibration.sh makes real ones) become the
-/// measured-vs-modelled table and figure, and with training runs given, their val curves
-/// in wall-clock time on each link with the minutes to a common loss.
-#[test]
-fn tp_plot_sets_link_runs_against_the_model_and_draws_curves_in_link_time() {
-    let d = scratch("plot-calibration");
-    assert_ok(&sweep(&d, "grid: {pattern: [tttt, pppp]}\n"));
-    let cal = d.join("cal");
-    std::fs::create_dir_all(&cal).unwrap();
-    let mut csv = String::from("kind,rate,pattern,run\n");
-    for p in ["tttt", "pppp"] {
-        let run = format!("link-{p}");
-        let args = [
-            "--quiet",
-            "--pattern",
-            p,
-            "--set",
-            "n_embd=32",
-            "--set",
-            "max_iters=6",
-            "--set",
-            "eval_interval=0",
-            "--set",
-            "sample_tokens=0",
-            "--set",
-            "link_gbps=1",
-            "--set",
-            "link_latency_us=50",
-            "--out",
-            &run,
-        ];
-        assert_ok(&bin("tp-train", &cal, &args, &[]));
-        csv += &format!("threads,,{p},../out/pattern={p}\nlink,1gbit,{p},{run}\n");
-    }
-    std::fs::write(cal.join("runs.csv"), csv).unwrap();
-    let o = bin(
-        "tp-plot",
-        &d,
-        &[
-            "--link-calibration",
-            "cal",
-            "out/pattern=tttt",
-            "out/pattern=pppp",
-        ],
-        &[],
-    );
-    assert_ok(&o);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.contains("| tttt | 1gbit |") && out.contains("| pppp | 1gbit |"),
-        "{out}"
-    );
-    assert!(out.contains("min to"), "{out}");
-    for f in ["calibration", "real_links"] {
-        assert_png(&cal.join(format!("{f}.png")));
-        assert_svg(&cal.join(format!("{f}.svg")));
-    }
-    let csv = std::fs::read_to_string(cal.join("calibration.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 3, "{csv}");
-    let o = bin("tp-plot", &d, &["--link-calibration", "out"], &[]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("scripts/cluster/link-calibration.sh"), "{err}");
 }
 
 /// Waits up to a minute for `cond`.

@@ -144,6 +144,10 @@ where
         (0.0, 1.0)
     };
     let (lo, hi) = range(all().flat_map(|p| [p.1 - p.2, p.1 + p.2]).chain([0.0]));
+    // Headroom for the legend (upper right, about 20 px a series of the plot's ~560),
+    // so that it covers no error bar.
+    let legend = ((series.len() * 20 + 16) as f64 / 560.0).min(0.6);
+    let hi = hi + (hi - lo) * legend / (1.0 - legend);
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "final val loss penalty vs the all-t baseline (paired by seed, 95% interval)",

@@ -6,6 +6,10 @@
 #   scripts/study.sh            run (or resume) every sweep, then draw
 #   scripts/study.sh --draw     draw from the runs there are (unfinished ones left out)
 #
+# plots/study/: penalty.md/csv and penalty_change.md/csv (the tables), penalty_vs_*.png
+# (the figures), time/ (loss against modelled time at tp 2, 2000 iterations), time_length/
+# (the same for 6000 iterations), compute_model.md (scripts/bench/compute-model.sh).
+#
 # Each sweep is resumable: interrupt it (Ctrl-C) and run this again; finished runs are
 # skipped and a half-done one continues from its checkpoint. About 6-7 hours on 2 cores
 # (AMD EPYC Zen 4); the sweeps in order:
@@ -49,6 +53,14 @@ done
 time_runs="$time_runs $(runs study_shrink | tr '\n' ' ')"
 # shellcheck disable=SC2086
 "$BIN/tp-plot" $time_runs --out "$OUT/time" --x time --link 1:50 --link 0.1:50 > /dev/null
+# The 6000-iteration runs the same way, timed to tttt's mean final val loss there (the
+# loss Megatron's layout ends at: which layouts get there, and how much sooner).
+if [ -n "$(runs study_length)" ]; then
+  target=$(awk -F, '$5 == 6000 && $6 == "tttt" { print $10 }' "$OUT/penalty.csv")
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" $(runs study_length) --out "$OUT/time_length" --x time --link 1:50 --link 0.1:50 \
+    ${target:+--target "$target"} > /dev/null
+fi
 cpu_field() { sed -n "s/^$1\s*: //p" /proc/cpuinfo | head -1; }
 {
   echo "Drawn by scripts/study.sh on $(cpu_field 'model name') (family $(cpu_field 'cpu family')" \

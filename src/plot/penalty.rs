@@ -118,15 +118,16 @@ struct Axis {
     lines: bool,
 }
 
-fn draw<DB: DrawingBackend>(
-    root: DrawingArea<DB, Shift>,
-    series: &[(String, Vec<Point>)],
-    axis: &Axis,
-) -> PlotResult
-where
-    DB::ErrorType: 'static,
-{
-    root.fill(&WHITE)?;
+/// The axes' extent and the spread unit of series sharing an x.
+struct Frame {
+    x_lo: f64,
+    x_hi: f64,
+    unit: f64,
+    lo: f64,
+    hi: f64,
+}
+
+fn frame(series: &[(String, Vec<Point>)]) -> Frame {
     let all = || series.iter().flat_map(|s| s.1.iter());
     let (x_lo, x_hi) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
         (a.min(p.0), b.max(p.0))
@@ -148,6 +149,31 @@ where
     // so that it covers no error bar.
     let legend = ((series.len() * 20 + 16) as f64 / 560.0).min(0.6);
     let hi = hi + (hi - lo) * legend / (1.0 - legend);
+    Frame {
+        x_lo,
+        x_hi,
+        unit,
+        lo,
+        hi,
+    }
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    series: &[(String, Vec<Point>)],
+    axis: &Axis,
+) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let Frame {
+        x_lo,
+        x_hi,
+        unit,
+        lo,
+        hi,
+    } = frame(series);
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "final val loss penalty vs the all-t baseline (paired by seed, 95% interval)",

@@ -20,6 +20,8 @@ pub struct PenaltyChange {
     pub to: String,
     pub from_setting: Setting,
     pub to_setting: Setting,
+    /// The pattern and its baseline, as `sppp -> sppppp` where the two settings spell
+    /// the same layout at different depths.
     pub variant: String,
     pub baseline: String,
     /// The mean penalty in each setting over the seeds the change is paired on.
@@ -48,8 +50,35 @@ fn penalties(runs: &[PenaltyRun], setting: &Setting, variant: &str, base: &str) 
         .collect()
 }
 
+/// Whether `a` in one setting and `b` in another are the same layout: the same pattern at
+/// the same depth; across depths, the same pattern stretched (runs of a letter may differ
+/// in length: `sppp` is `sppppp` at six layers, `tttt` is `tttttt`). The compression
+/// suffix (`+int8`) must match.
+fn same_layout(a: &str, b: &str, same_depth: bool) -> bool {
+    if same_depth {
+        return a == b;
+    }
+    let shape = |v: &str| {
+        let (pattern, suffix) = v.split_once('+').unwrap_or((v, ""));
+        let mut runs: Vec<char> = pattern.chars().collect();
+        runs.dedup();
+        (runs, suffix.to_string())
+    };
+    shape(a) == shape(b)
+}
+
+/// `a`, or `a -> b` where the layouts are spelled differently.
+fn both(a: &str, b: &str) -> String {
+    if a == b {
+        a.to_string()
+    } else {
+        format!("{a} -> {b}")
+    }
+}
+
 /// Every pattern's change between every two settings of `rows` that differ along one
-/// axis only, smaller setting first (both must pair it with the same baseline).
+/// axis only, smaller setting first (both must pair it with the same baseline; across
+/// depths, layouts match by [`same_layout`]).
 pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyChange> {
     let mut settings: Vec<(&Setting, &str)> = Vec::new();
     for r in rows {
@@ -61,17 +90,19 @@ pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyC
     for (i, &(a, a_label)) in settings.iter().enumerate() {
         for &(b, b_label) in &settings[i + 1..] {
             let Some(axis) = a.axis_to(b) else { continue };
+            let same = |x: &str, y: &str| same_layout(x, y, a.n_layer == b.n_layer);
             for ra in rows.iter().filter(|r| &r.setting == a) {
                 let Some(base) = &ra.baseline else { continue };
-                let in_b = rows.iter().any(|r| {
-                    &r.setting == b && r.variant == ra.variant && r.baseline.as_ref() == Some(base)
-                });
-                if !in_b {
+                let Some((rb, base_b)) = rows.iter().find_map(|r| {
+                    let rb_base = r.baseline.as_ref()?;
+                    (&r.setting == b && same(&ra.variant, &r.variant) && same(base, rb_base))
+                        .then_some((r, rb_base))
+                }) else {
                     continue;
-                }
+                };
                 let (pa, pb) = (
                     penalties(runs, a, &ra.variant, base),
-                    penalties(runs, b, &ra.variant, base),
+                    penalties(runs, b, &rb.variant, base_b),
                 );
                 let pairs: Vec<(f64, f64)> = pa
                     .iter()
@@ -90,8 +121,8 @@ pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyC
                     to: b_label.to_string(),
                     from_setting: a.clone(),
                     to_setting: b.clone(),
-                    variant: ra.variant.clone(),
-                    baseline: base.clone(),
+                    variant: both(&ra.variant, &rb.variant),
+                    baseline: both(base, base_b),
                     from_penalty: mean(|p| p.0),
                     to_penalty: mean(|p| p.1),
                     change,
@@ -187,4 +218,21 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_layout;
+
+    #[test]
+    fn layouts_match_exactly_at_one_depth_and_stretched_across_depths() {
+        assert!(same_layout("tstt", "tstt", true));
+        assert!(!same_layout("tstt", "ttst", true));
+        assert!(same_layout("sppp", "sppppp", false));
+        assert!(same_layout("tttt", "tttttt", false));
+        assert!(same_layout("sppp+int8", "sppppp+int8", false));
+        assert!(!same_layout("sppp", "sppppp+int8", false));
+        assert!(!same_layout("sppp", "pppppp", false));
+        assert!(!same_layout("llll", "tttttt", false));
+    }
 }

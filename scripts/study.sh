@@ -8,11 +8,11 @@
 #
 # plots/study/: penalty.md/csv and penalty_change.md/csv (the tables), penalty_vs_*.png
 # (the figures), time/ (loss against modelled time at tp 2, 2000 iterations), time_length/
-# (the same for 6000 iterations), compute_model.md (scripts/bench/compute-model.sh).
+# (the same for 6000 iterations), time_size/ (for 6 x 256), compute_model.md (scripts/bench/compute-model.sh).
 #
 # Each sweep is resumable: interrupt it (Ctrl-C) and run this again; finished runs are
-# skipped and a half-done one continues from its checkpoint. About 6-7 hours on 2 cores
-# (AMD EPYC Zen 4); the sweeps in order:
+# skipped and a half-done one continues from its checkpoint. 156 runs, about 5.5 hours on
+# 2 cores (AMD EPYC Zen 4, 2026-11-24: the runs' own wall time); the sweeps in order:
 #   configs/sweeps/study_power_tp2.yaml   mini, tp 2, 6 patterns x 8 seeds
 #   configs/sweeps/study_shrink.yaml      mini, tp 2, tttt and sppp with int8 sums, 4 seeds
 #   configs/sweeps/study_tp_degree.yaml   mini (8 heads), tp 2/4/8, 6 patterns x 4 seeds
@@ -60,6 +60,13 @@ if [ -n "$(runs study_length)" ]; then
   # shellcheck disable=SC2046
   "$BIN/tp-plot" $(runs study_length) --out "$OUT/time_length" --x time --link 1:50 --link 0.1:50 \
     ${target:+--target "$target"} > /dev/null
+fi
+# The larger model's runs the same way (all-reduces twice as wide, a step's compute
+# several times as long), timed like time/ to the worst final val loss (every layout
+# reaches it; tttttt's sampled curve ends just above its whole-split final loss).
+if [ -n "$(runs study_size)" ]; then
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" $(runs study_size) --out "$OUT/time_size" --x time --link 1:50 --link 0.1:50 > /dev/null
 fi
 cpu_field() { sed -n "s/^$1\s*: //p" /proc/cpuinfo | head -1; }
 {

@@ -174,7 +174,7 @@ fn changes_along_each_axis_are_paired_by_seed(
 #[test]
 fn more_seeds_adds_paired_seeds_until_the_interval_is_narrow_or_the_cap_and_resumes() {
     use crate::common::*;
-    use crate::sweep::sweep;
+    use crate::sweep::{assert_sweeps_refused, sweep};
     let never = "grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\nmore_seeds: {until_ci95: 1.0e-9, max_seeds: 4}\n";
     let runs = |d: &std::path::Path| {
         let mut v: Vec<String> = std::fs::read_dir(d.join("out"))
@@ -216,21 +216,11 @@ fn more_seeds_adds_paired_seeds_until_the_interval_is_narrow_or_the_cap_and_resu
         "grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\nmore_seeds: {until_ci95: 10.0, max_seeds: 4}\n",
     ));
     assert_eq!(runs(&d).len(), 4);
-    for (i, (body, needle)) in [
+    let bad_rules = [
         ("grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nmore_seeds: {until_ci95: 0.01, max_seeds: 4}\n", "needs seeds"),
         ("grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\nmore_seeds: {until_ci95: 0, max_seeds: 4}\n", "until_ci95"),
         ("grid: {pattern: [tt, pp]}\nseeds: [1, 2, 3]\nbaseline: tt\nmore_seeds: {until_ci95: 0.01, max_seeds: 2}\n", "raise max_seeds"),
         ("grid: {pattern: [tt, pp]}\nseeds: [1, 2]\nbaseline: tt\nmore_seeds: {until: 0.01}\n", "unknown field"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let d = scratch(&format!("more-seeds-bad-{i}"));
-        let o = sweep(&d, body);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{body}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        assert!(err.contains(needle), "{body}: expected `{needle}` in {err}");
-        assert!(!d.join("out").exists(), "{body}: something ran");
-    }
+    ];
+    assert_sweeps_refused("more-seeds-bad", &bad_rules);
 }

@@ -11,6 +11,20 @@ pub(crate) fn sweep(dir: &Path, body: &str) -> std::process::Output {
     bin("tp-sweep", dir, &["sweep.yaml", "--out", "out"], &[])
 }
 
+/// Each sweep body is refused as a user should see it: exit 2, one line that contains
+/// its needle, and no run directory made.
+pub(crate) fn assert_sweeps_refused(scratch_name: &str, cases: &[(&str, &str)]) {
+    for (i, (body, needle)) in cases.iter().enumerate() {
+        let d = scratch(&format!("{scratch_name}-{i}"));
+        let o = sweep(&d, body);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{body}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{body}: expected `{needle}` in {err}");
+        assert!(!d.join("out").exists(), "{body}: something ran");
+    }
+}
+
 #[test]
 fn a_two_point_sweep_writes_summaries_and_plots_and_a_rerun_skips_both() {
     let d = scratch("sweep2");
@@ -91,24 +105,14 @@ fn a_run_made_to_fail_is_reported_and_the_other_still_completes() {
 
 #[test]
 fn unknown_grid_keys_and_an_empty_grid_are_clear_errors_before_anything_runs() {
-    for (i, (body, needle)) in [
+    let cases = [
         ("grid: {patern: [tttt]}\n", "unknown config key `patern`"),
         ("grid: {}\n", "grid of sweep.yaml is empty"),
         ("", "grid of sweep.yaml is empty"),
         ("grid: {pattern: []}\n", "grid key `pattern`"),
         ("grid: {pattern: [tttt, tsxq]}\n", "bad pattern \"tsxq\""),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let d = scratch(&format!("sweepbad-{i}"));
-        let o = sweep(&d, body);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{body}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        assert!(err.contains(needle), "{body}: expected `{needle}` in {err}");
-        assert!(!d.join("out").exists(), "{body}: something ran");
-    }
+    ];
+    assert_sweeps_refused("sweepbad", &cases);
 }
 
 /// `seeds` makes replicates: the summary's group statistics equal the mean, sample

@@ -1,78 +1,167 @@
 #!/usr/bin/env bash
-# The study of issue 25, end to end: the loss penalty of removing, hiding and shrinking
-# Megatron's synchronisations, with enough seeds to put intervals on it, over TP degree,
-# training length and model size; then its table and figures in plots/study/.
+# The studies of issues 25 and 35, end to end: the loss penalty of removing, hiding and
+# shrinking Megatron's synchronisations, with enough seeds to put intervals on it, over
+# TP degree, training length, model size, depth and a second corpus; then their tables
+# and figures in plots/study/.
 #
-#   scripts/study.sh            run (or resume) every sweep, then draw
-#   scripts/study.sh --draw     draw from the runs there are (unfinished ones left out)
+#   scripts/study.sh              run (or resume) every sweep, keep their records, draw
+#   scripts/study.sh SWEEP...     only these sweeps (e.g. study_depth), then draw
+#   scripts/study.sh --draw       draw from the records there are (unfinished runs left out)
+#   scripts/study.sh --keep       keep the records of the runs finished so far (while a
+#                                 sweep trains: commit them, and nothing finished is lost)
 #
-# plots/study/: penalty.md/csv and penalty_change.md/csv (the tables), penalty_vs_*.png
-# (the figures), time/ (loss against modelled time at tp 2, 2000 iterations), time_length/
-# (the same for 6000 iterations), time_size/ (for 6 x 256), compute_model.md (scripts/bench/compute-model.sh).
+# Every finished run's records (config.yaml, log.jsonl, comm.json, summary.json,
+# eval.json: what the tables and figures read, ~30 KB a run, no checkpoints) are kept in
+# plots/study/runs/<sweep>/<point>/ and committed with the figures, so a fresh clone
+# redraws every figure without training, and a sweep interrupted in one checkout resumes
+# in another: kept runs are put back into runs/ first and the sweep skips them. (The
+# records of issue 25's own runs were not kept, so its tables in plots/study/*.md are
+# redrawn only when all of its sweeps are trained again.)
 #
-# Each sweep is resumable: interrupt it (Ctrl-C) and run this again; finished runs are
-# skipped and a half-done one continues from its checkpoint. 156 runs, about 5.5 hours on
-# 2 cores (AMD EPYC Zen 4, 2026-11-24: the runs' own wall time); the sweeps in order:
+# Issue 25's figures (plots/study/): penalty.md/csv and penalty_change.md/csv (the
+# tables), penalty_vs_*.png, time/ (loss against modelled time at tp 2, 2000
+# iterations), time_length/ (6000 iterations), time_size/ (6 x 256), compute_model.md
+# (scripts/bench/compute-model.sh). 156 runs, about 5.5 hours on 2 cores (AMD EPYC Zen 4,
+# 2026-11-24: the runs' own wall time):
 #   configs/sweeps/study_power_tp2.yaml   mini, tp 2, 6 patterns x 8 seeds
 #   configs/sweeps/study_shrink.yaml      mini, tp 2, tttt and sppp with int8 sums, 4 seeds
 #   configs/sweeps/study_tp_degree.yaml   mini (8 heads), tp 2/4/8, 6 patterns x 4 seeds
 #   configs/sweeps/study_length.yaml      mini, tp 2, 6000 iterations, 4 patterns x 4 seeds
 #   configs/sweeps/study_size.yaml        6 x 256, tp 2, 4 patterns x 3 seeds
+# Issue 35's (plots/study/depth/ and plots/study/names/; study_power_tp2 is its 4-layer
+# reference): 140 runs, about 17 hours on 2 cores (AMD EPYC Zen 3, 2026-11-25):
+#   configs/sweeps/study_depth.yaml       12 x 128, tp 2, 8 layouts x 8 seeds
+#   configs/sweeps/study_depth_tp4.yaml   12 x 128, tp 4, 4 layouts x 4 seeds
+#   configs/sweeps/study_names.yaml       mini on the names corpus, 6 patterns x 8 seeds
+#   configs/sweeps/study_names_depth.yaml 12 x 128 on names, 3 layouts x 4 seeds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TP_STUDY_BIN:-target/release}
-SWEEPS="study_power_tp2 study_shrink study_tp_degree study_length study_size"
+ISSUE25="study_power_tp2 study_shrink study_tp_degree study_length study_size"
+ISSUE35="study_depth study_depth_tp4 study_names study_names_depth"
 OUT=plots/study
+KEPT=$OUT/runs
+RECORDS="config.yaml log.jsonl comm.json summary.json eval.json"
 
+# Kept runs back into runs/, where a sweep finds them finished (never over a finished run).
+restore() {
+  local sweep=$1 run
+  for run in "$KEPT/$sweep"/*/; do
+    [ -f "$run/summary.json" ] || continue
+    local to="runs/$sweep/$(basename "$run")"
+    [ -f "$to/summary.json" ] && continue
+    rm -rf "$to" && mkdir -p "$to"
+    cp "$run"/* "$to/"
+  done
+}
+# The finished runs' records into the kept folder (a record replaced only by a newer run).
+keep() {
+  local sweep=$1 run f
+  for run in runs/"$sweep"/*/; do
+    [ -f "$run/summary.json" ] || continue
+    local to="$KEPT/$sweep/$(basename "$run")"
+    mkdir -p "$to"
+    for f in $RECORDS; do
+      [ -f "$run/$f" ] && cp -p "$run/$f" "$to/$f"
+    done
+  done
+}
+# The finished runs of a sweep: kept ones, and any in runs/ not kept yet.
+runs() {
+  {
+    find "$KEPT/$1" -mindepth 2 -maxdepth 2 -name summary.json 2>/dev/null
+    find "runs/$1" -mindepth 2 -maxdepth 2 -name summary.json 2>/dev/null |
+      while read -r s; do [ -f "$KEPT/$1/$(basename "$(dirname "$s")")/summary.json" ] || echo "$s"; done
+  } | xargs -r -n1 dirname | sort
+}
+# Whether every sweep named has finished runs to draw from.
+all_there() {
+  local s
+  for s in "$@"; do [ -n "$(runs "$s")" ] || return 1; done
+}
+
+if [ "${1:-}" = "--keep" ]; then
+  for s in $ISSUE25 $ISSUE35; do keep "$s"; done
+  echo "records of the finished runs in $KEPT/"
+  exit 0
+fi
 if [ "${1:-}" != "--draw" ]; then
+  sweeps=${*:-"$ISSUE25 $ISSUE35"}
   [ -x "$BIN/tp-sweep" ] || cargo build --release
-  for s in $SWEEPS; do
+  for s in $sweeps; do
     echo "== $s ($(date -u +%FT%TZ))"
-    "$BIN/tp-sweep" "configs/sweeps/$s.yaml"
+    restore "$s"
+    status=0
+    "$BIN/tp-sweep" "configs/sweeps/$s.yaml" || status=$?
+    keep "$s"
+    [ "$status" = 0 ] || exit "$status"
   done
 fi
 
 mkdir -p "$OUT"
-# The finished runs of a sweep (a run still training has no summary.json yet).
-runs() {
-  find "runs/$1" -mindepth 2 -maxdepth 2 -name summary.json 2>/dev/null | xargs -r -n1 dirname | sort
-}
-# The penalty table and figures over every setting.
-# shellcheck disable=SC2046
-"$BIN/tp-plot" --penalty $(for s in $SWEEPS; do runs "$s"; done) --out "$OUT" > /dev/null
-# Loss against modelled time on 1 Gbit/s and 100 Mbit/s links (this machine's compute,
-# the ring model at the links' rates with 50 us a message): Megatron's layout and the
-# best of each family at tp 2 (remove: sppp and pppp; hide: llll; shrink: int8 sums).
-# A run re-measured in runs/study_timing (the same config and seed, for runs made before
-# compute was each rank's thread CPU time) stands in for its namesake.
-time_runs=""
-for r in $(runs study_power_tp2 | grep -E 'pattern=(tttt|sppp|pppp|llll),'); do
-  again="runs/study_timing/$(basename "$r")"
-  if [ -f "$again/summary.json" ]; then time_runs="$time_runs $again"; else time_runs="$time_runs $r"; fi
-done
-time_runs="$time_runs $(runs study_shrink | tr '\n' ' ')"
-# shellcheck disable=SC2086
-"$BIN/tp-plot" $time_runs --out "$OUT/time" --x time --link 1:50 --link 0.1:50 > /dev/null
-# The 6000-iteration runs the same way, timed to tttt's mean final val loss there (the
-# loss Megatron's layout ends at: which layouts get there, and how much sooner).
-if [ -n "$(runs study_length)" ]; then
-  target=$(awk -F, '$5 == 6000 && $6 == "tttt" { print $10 }' "$OUT/penalty.csv")
-  # shellcheck disable=SC2046
-  "$BIN/tp-plot" $(runs study_length) --out "$OUT/time_length" --x time --link 1:50 --link 0.1:50 \
-    ${target:+--target "$target"} > /dev/null
-fi
-# The larger model's runs the same way (all-reduces twice as wide, a step's compute
-# several times as long), timed like time/ to the worst final val loss (every layout
-# reaches it; tttttt's sampled curve ends just above its whole-split final loss).
-if [ -n "$(runs study_size)" ]; then
-  # shellcheck disable=SC2046
-  "$BIN/tp-plot" $(runs study_size) --out "$OUT/time_size" --x time --link 1:50 --link 0.1:50 > /dev/null
-fi
 cpu_field() { sed -n "s/^$1\s*: //p" /proc/cpuinfo | head -1; }
-{
+machine_note() {
   echo "Drawn by scripts/study.sh on $(cpu_field 'model name') (family $(cpu_field 'cpu family')" \
     "model $(cpu_field model)), $(nproc) cores, $(date -u +%F). The machine each setting's" \
     "runs were trained on, and their hours of training, are in penalty.md (runs made" \
     "before summary.json kept its machine say \"not recorded\")."
-} > "$OUT/MACHINE.md"
-echo "table and figures in $OUT/"
+}
+
+# Issue 25 (plots/study/): only with every one of its sweeps there, so that a partial
+# set of runs never overwrites its tables.
+# shellcheck disable=SC2086
+if all_there $ISSUE25; then
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" --penalty $(for s in $ISSUE25; do runs "$s"; done) --out "$OUT" > /dev/null
+  # Loss against modelled time on 1 Gbit/s and 100 Mbit/s links (this machine's compute,
+  # the ring model at the links' rates with 50 us a message): Megatron's layout and the
+  # best of each family at tp 2 (remove: sppp and pppp; hide: llll; shrink: int8 sums).
+  # A run re-measured in runs/study_timing (the same config and seed, for runs made before
+  # compute was each rank's thread CPU time) stands in for its namesake.
+  time_runs=""
+  for r in $(runs study_power_tp2 | grep -E 'pattern=(tttt|sppp|pppp|llll),'); do
+    again="runs/study_timing/$(basename "$r")"
+    if [ -f "$again/summary.json" ]; then time_runs="$time_runs $again"; else time_runs="$time_runs $r"; fi
+  done
+  time_runs="$time_runs $(runs study_shrink | tr '\n' ' ')"
+  # shellcheck disable=SC2086
+  "$BIN/tp-plot" $time_runs --out "$OUT/time" --x time --link 1:50 --link 0.1:50 > /dev/null
+  # The 6000-iteration runs the same way, timed to tttt's mean final val loss there (the
+  # loss Megatron's layout ends at: which layouts get there, and how much sooner).
+  target=$(awk -F, '$5 == 6000 && $6 == "tttt" { print $10 }' "$OUT/penalty.csv")
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" $(runs study_length) --out "$OUT/time_length" --x time --link 1:50 --link 0.1:50 \
+    ${target:+--target "$target"} > /dev/null
+  # The larger model's runs the same way, timed like time/ to the worst final val loss
+  # (every layout reaches it).
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" $(runs study_size) --out "$OUT/time_size" --x time --link 1:50 --link 0.1:50 > /dev/null
+  machine_note > "$OUT/MACHINE.md"
+else
+  echo "plots/study/*.md kept as they are: not every sweep of issue 25 has runs here ($ISSUE25)"
+fi
+
+# Issue 35, depth (plots/study/depth/): the 12-layer layouts at tp 2 and 4, beside the
+# 4-layer runs of study_power_tp2 (the same seeds: layouts stretched across depths pair
+# by seed in penalty_change.md); the s-then-p family against the length of its p runs;
+# the 12-layer family against modelled time, timed to 12xt's mean final val loss.
+if all_there study_depth; then
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" --penalty $(runs study_power_tp2) $(runs study_depth | grep -v "pattern=6x_sp_$") $(runs study_depth_tp4) \
+    --out "$OUT/depth" > /dev/null
+  target=$(awk -F, '$1 == 12 && $4 == 2 && $6 == "12xt" { print $10 }' "$OUT/depth/penalty.csv")
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" $(runs study_depth) --out "$OUT/depth/time" --x time --link 1:50 --link 0.1:50 \
+    ${target:+--target "$target"} > /dev/null
+  machine_note > "$OUT/depth/MACHINE.md"
+fi
+# Issue 35, other data (plots/study/names/): the names corpus beside Shakespeare, the
+# same layouts at 4 and 12 layers, each corpus paired with its own all-t runs.
+if all_there study_names; then
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" --penalty $(runs study_names) $(runs study_names_depth) \
+    $(runs study_power_tp2) $(runs study_depth | grep -E 'pattern=(12xt|3xsppp|12xp)$') \
+    --out "$OUT/names" > /dev/null
+  machine_note > "$OUT/names/MACHINE.md"
+fi
+echo "tables and figures in $OUT/"

@@ -28,6 +28,9 @@ pub struct PenaltyRun {
     /// nothing to compute (a ladder hides the rest).
     pub syncs: usize,
     pub exposed_syncs: usize,
+    /// The length of its p runs, for the `s`-then-`p` family
+    /// ([`crate::blocks::Layout::uniform_p_run`]).
+    pub p_run: Option<usize>,
     /// Its steps' wall time, steps x the median step (evaluations left out), if timed.
     pub train_seconds: Option<f64>,
     /// The machine its summary names (none for runs made before summaries kept it).
@@ -42,6 +45,8 @@ pub struct Setting {
     pub n_head: usize,
     pub tp: usize,
     pub iters: usize,
+    /// What it trained on (`shakespeare_char`, `names`, `text`).
+    pub dataset: String,
     /// The rest of the config, for equality only.
     rest: String,
 }
@@ -57,6 +62,7 @@ impl Setting {
             n_head: cfg.model.arch.n_head,
             tp: cfg.parallel.tp,
             iters: cfg.optim.max_iters,
+            dataset: cfg.model.dataset.clone(),
             rest: ReplicateKey::without_pattern(&c)?.yaml().to_string(),
         })
     }
@@ -128,6 +134,7 @@ impl PenaltyRun {
             final_val: final_val as f64,
             syncs: layout.forward_allreduces(),
             exposed_syncs: layout.exposed_allreduces(),
+            p_run: layout.uniform_p_run(),
             train_seconds: summary.step_ms.map(|ms| ms * summary.steps as f64 / 1e3),
             machine: summary.machine,
         }))
@@ -144,6 +151,7 @@ pub struct PenaltyRow {
     pub variant: String,
     pub syncs: usize,
     pub exposed_syncs: usize,
+    pub p_run: Option<usize>,
     pub val: Replicates,
     /// The baseline it was paired with, and the paired differences (this − baseline);
     /// none for the baseline itself or where the setting has none.
@@ -193,6 +201,7 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyR
                 variant: variant.to_string(),
                 syncs: members[0].syncs,
                 exposed_syncs: members[0].exposed_syncs,
+                p_run: members[0].p_run,
                 val,
                 baseline: base.map(str::to_string),
                 diff,
@@ -294,14 +303,14 @@ pub fn markdown(rows: &[PenaltyRow]) -> String {
 /// `penalty.csv`: one line per row, plain numbers.
 pub fn csv(rows: &[PenaltyRow]) -> String {
     let mut s = String::from(
-        "n_layer,n_embd,n_head,tp,iters,pattern,fwd_allreduces,exposed_allreduces,n,val_mean,val_std,baseline,diff_mean,diff_ci95,pairs,detectable,significant\n",
+        "n_layer,n_embd,n_head,tp,iters,pattern,fwd_allreduces,exposed_allreduces,n,val_mean,val_std,baseline,diff_mean,diff_ci95,pairs,detectable,significant,dataset\n",
     );
     for r in rows {
         let d = r.diff.as_ref();
         let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{:.6},{:.6},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{:.6},{:.6},{},{},{},{},{},{},{}",
             r.setting.n_layer,
             r.setting.n_embd,
             r.setting.n_head,
@@ -319,6 +328,7 @@ pub fn csv(rows: &[PenaltyRow]) -> String {
             d.map_or(String::new(), |d| d.n.to_string()),
             num(d.map(|d| d.detectable()).filter(|c| c.is_finite())),
             d.map_or("", |d| if d.excludes_zero() { "yes" } else { "no" }),
+            r.setting.dataset,
         );
     }
     s
@@ -337,6 +347,7 @@ mod tests {
             final_val: loss,
             syncs,
             exposed_syncs: syncs,
+            p_run: None,
             train_seconds: Some(60.0),
             machine: None,
         }
@@ -349,6 +360,7 @@ mod tests {
             n_head: 4,
             tp,
             iters: 2000,
+            dataset: "shakespeare_char".into(),
             rest: String::new(),
         }
     }
@@ -439,7 +451,9 @@ mod tests {
         let csv = csv(&rows);
         assert_eq!(csv.lines().count(), 7);
         assert!(
-            csv.contains("4,128,4,4,2000,pppp,1,1,1,2.100000,0.000000,tttt,0.100000,,1,,no"),
+            csv.contains(
+                "4,128,4,4,2000,pppp,1,1,1,2.100000,0.000000,tttt,0.100000,,1,,no,shakespeare_char"
+            ),
             "{csv}"
         );
         // Settings that share a label are told apart by the config lines that differ.

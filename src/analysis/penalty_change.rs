@@ -7,6 +7,7 @@
 
 use super::penalty::{PenaltyRow, PenaltyRun, Setting};
 use super::stats::Replicates;
+use crate::blocks::pattern::Layout;
 use std::fmt::Write;
 
 /// One pattern's penalty in two settings that differ along one axis.
@@ -50,19 +51,25 @@ fn penalties(runs: &[PenaltyRun], setting: &Setting, variant: &str, base: &str) 
         .collect()
 }
 
-/// Whether `a` in one setting and `b` in another are the same layout: the same pattern at
-/// the same depth; across depths, the same pattern stretched (runs of a letter may differ
-/// in length: `sppp` is `sppppp` at six layers, `tttt` is `tttttt`). The compression
+/// Whether `a` in one setting and `b` in another are the same layout: at the same depth,
+/// the same block kinds layer by layer however spelled (`12xs` is `ssssssssssss`); across
+/// depths, the same layout stretched (runs of a kind may differ in length: `sppp` is
+/// `sppppp` at six layers and `s11xp` at twelve, `tttt` is `12xt`). The compression
 /// suffix (`+int8`) must match.
 fn same_layout(a: &str, b: &str, same_depth: bool) -> bool {
-    if same_depth {
-        return a == b;
-    }
     let shape = |v: &str| {
         let (pattern, suffix) = v.split_once('+').unwrap_or((v, ""));
-        let mut runs: Vec<char> = pattern.chars().collect();
-        runs.dedup();
-        (runs, suffix.to_string())
+        // A run's pattern was validated when it trained; the text itself stands in for
+        // one that no longer parses, so that it matches only itself.
+        let mut kinds: Vec<char> = Layout::parse(pattern)
+            .map(|l| l.expanded())
+            .unwrap_or_else(|_| pattern.to_string())
+            .chars()
+            .collect();
+        if !same_depth {
+            kinds.dedup();
+        }
+        (kinds, suffix.to_string())
     };
     shape(a) == shape(b)
 }
@@ -234,5 +241,16 @@ mod tests {
         assert!(!same_layout("sppp", "sppppp+int8", false));
         assert!(!same_layout("sppp", "pppppp", false));
         assert!(!same_layout("llll", "tttttt", false));
+        // Spelled with repeats: the same layers, so the same layout.
+        assert!(same_layout("12xs", "ssssssssssss", true));
+        assert!(same_layout("4xt", "tttt", true));
+        assert!(!same_layout("3xsppp", "s11xp", true));
+        assert!(same_layout("tttt", "12xt", false));
+        assert!(same_layout("ssss", "12xs", false));
+        assert!(same_layout("sppp", "s11xp", false));
+        assert!(same_layout("pppp", "12xp", false));
+        assert!(same_layout("llll+int8", "12xl+int8", false));
+        assert!(!same_layout("sppp", "3xsppp", false));
+        assert!(!same_layout("sppp", "6x(sp)", false));
     }
 }

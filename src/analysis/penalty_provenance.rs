@@ -52,6 +52,7 @@ mod tests {
             final_val: 1.9,
             syncs: 1,
             exposed_syncs: 1,
+            p_run: None,
             train_seconds: Some(60.0),
             machine: machine.map(String::from),
         };

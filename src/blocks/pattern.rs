@@ -94,6 +94,21 @@ impl Layout {
         }
         runs
     }
+    /// The length of the p runs of a layout of `s` and `p` blocks whose p runs are all
+    /// equally long (0 for all `s`): `12xs` 0, `4x(spp)` 2, `s11xp` 11, `12xp` 12.
+    pub fn uniform_p_run(&self) -> Option<usize> {
+        if self
+            .kinds
+            .iter()
+            .any(|k| !matches!(k, BlockKind::S | BlockKind::P))
+        {
+            return None;
+        }
+        let runs = self.p_runs();
+        let k = runs.first().map_or(0, |r| r.1);
+        runs.iter().all(|r| r.1 == k).then_some(k)
+    }
+
     /// blocks.md's count: `2 * count(t) + 2 * count(l) + count(s) + number of maximal
     /// p-runs`.
     pub fn forward_allreduces(&self) -> usize {

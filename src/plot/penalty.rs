@@ -20,7 +20,8 @@ type Point = (f64, f64, f64, String);
 
 /// `penalty_vs_tp.{png,svg}` and `penalty_vs_iters.{png,svg}` (where the rows cover more
 /// than one TP degree, or length, of a setting that is otherwise the same: one line per
-/// pattern) and `penalty_vs_syncs.{png,svg}`.
+/// pattern), `penalty_vs_syncs.{png,svg}`, and `penalty_vs_prun.{png,svg}` where a
+/// setting has three or more layouts of the `s`-then-`p` family.
 pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
     font::ensure_font()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
@@ -74,6 +75,27 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
     files.extend(both_formats!(out, "penalty_vs_syncs", (1100, 700), |a| {
         draw(a, &by_syncs, &axis)
     }));
+    // The s-then-p family of a setting against how many blocks its ranks run apart.
+    let by_run = series(
+        &rows
+            .iter()
+            .filter(|r| r.p_run.is_some())
+            .cloned()
+            .collect::<Vec<_>>(),
+        true,
+        |r| (r.setting_label.clone(), r.p_run.unwrap_or(0) as f64),
+    );
+    if by_run.iter().any(|s| s.1.len() >= 3) {
+        let axis = Axis {
+            desc:
+                "length of the p runs (blocks a rank runs without synchronising; s-then-p layouts)",
+            log2: false,
+            lines: false,
+        };
+        files.extend(both_formats!(out, "penalty_vs_prun", (1100, 700), |a| {
+            draw(a, &by_run, &axis)
+        }));
+    }
     Ok(files)
 }
 
@@ -189,16 +211,13 @@ where
         .x_desc(axis.desc)
         .y_desc("val loss difference from baseline")
         .x_label_formatter(&|v| {
-            // A log2 axis names only its powers of two (the TP degrees there can be).
-            if log2 && (v - v.round()).abs() > 1e-6 {
+            // Every x here counts something (all-reduces, blocks, iterations; a log2 axis
+            // names only its powers of two, the TP degrees there can be): no fractions.
+            if (v - v.round()).abs() > 1e-6 {
                 return String::new();
             }
             let v = if log2 { v.exp2() } else { *v };
-            if (v - v.round()).abs() < 1e-6 || v.abs() >= 100.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.1}")
-            }
+            format!("{v:.0}")
         })
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))

@@ -224,3 +224,70 @@ fn more_seeds_adds_paired_seeds_until_the_interval_is_narrow_or_the_cap_and_resu
     ];
     assert_sweeps_refused("more-seeds-bad", &bad_rules);
 }
+
+/// Issue 35's shape in miniature: 2-layer layouts and 4-layer ones spelled with repeats
+/// (`4xs`, `s3xp`, `4xp`) in one study. Across depths a layout pairs with its stretch by
+/// seed however it is spelled (ss -> 4xs, sp -> s3xp, pp -> 4xp; not 2x(sp), whose runs
+/// alternate), and the s-then-p family is drawn against the length of its p runs.
+#[test]
+fn layouts_spelled_with_repeats_pair_with_their_stretch_across_depths_and_p_runs_are_drawn() {
+    use crate::common::*;
+    let d = scratch("penalty-depth");
+    let base = "base: {n_embd: 32, max_iters: 4, eval_interval: 4, eval_iters: 1, sample_tokens: 0}\nseeds: [1, 2]\n";
+    for (name, patterns, baseline) in [
+        ("shallow", "[tt, ss, sp, pp]", "tt"),
+        ("deep", "[4xt, 4xs, 2x(sp), s3xp, 4xp]", "4xt"),
+    ] {
+        std::fs::write(
+            d.join(format!("{name}.yaml")),
+            format!("name: {name}\n{base}grid: {{pattern: {patterns}}}\nbaseline: {baseline}\n"),
+        )
+        .unwrap();
+        let file = format!("{name}.yaml");
+        let out = format!("runs/{name}");
+        assert_ok(&bin("tp-sweep", &d, &[&file, "--out", &out], &[]));
+    }
+    let mut args = vec!["--penalty".to_string(), "--out".into(), "study".into()];
+    for sweep in ["shallow", "deep"] {
+        for e in std::fs::read_dir(d.join("runs").join(sweep)).unwrap() {
+            let p = e.unwrap().path();
+            if p.join("summary.json").exists() {
+                args.push(p.display().to_string());
+            }
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_ok(&bin("tp-plot", &d, &args, &[]));
+    let changes = std::fs::read_to_string(d.join("study/penalty_change.csv")).unwrap();
+    let pairs: Vec<(String, String)> = changes
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!((f[0], f[13]), ("model", "2"), "{changes}");
+            (f[1].to_string(), f[2].to_string())
+        })
+        .collect();
+    let want = [
+        ("ss -> 4xs", "tt -> 4xt"),
+        ("sp -> s3xp", "tt -> 4xt"),
+        ("pp -> 4xp", "tt -> 4xt"),
+    ];
+    for (pattern, baseline) in want {
+        assert!(
+            pairs.contains(&(pattern.into(), baseline.into())),
+            "no {pattern}: {changes}"
+        );
+    }
+    assert_eq!(pairs.len(), 3, "{changes}");
+    assert_png(&d.join("study/penalty_vs_prun.png"));
+    assert_svg(&d.join("study/penalty_vs_prun.svg"));
+    let svg = std::fs::read_to_string(d.join("study/penalty_vs_prun.svg")).unwrap();
+    // The family of the deep setting is there by name, the alternating 2x(sp) too (p runs
+    // of 1), Megatron's layout (no p runs of s-then-p shape) is not a point.
+    let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+    for p in ["4xs", "s3xp", "4xp", "2x(sp)", "ss", "sp", "pp"] {
+        assert!(texts.contains(&p), "{p} not drawn");
+    }
+    assert!(!texts.contains(&"4xt") && !texts.contains(&"0.5"), "{svg}");
+}

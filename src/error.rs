@@ -66,7 +66,7 @@ pub fn exit_on_error(tool: &str, result: anyhow::Result<()>) {
         std::process::exit(s.code);
     }
     if e.downcast_ref::<AlreadyReported>().is_none() {
-        eprintln!("{tool}: error: {}", one_line(&e));
+        eprintln!("{tool}: error: {}", one_line_for(tool, &e));
     }
     std::process::exit(exit_code(&e));
 }
@@ -84,26 +84,58 @@ impl fmt::Display for AlreadyReported {
 
 impl std::error::Error for AlreadyReported {}
 
+/// How each tool is told to write elsewhere, where it can.
+fn out_flag(tool: &str) -> Option<&'static str> {
+    Some(match tool {
+        "tp-train" | "tp-sweep" | "tp-export" | "tp-plot" => "--out DIR",
+        "tp-import" => "--out RUN_DIR",
+        "tp-eval" => "--out FILE",
+        _ => return None,
+    })
+}
+
+/// What to do after a full disk, for `tool`: each tool's own way to go on.
+fn after_full_disk(tool: &str) -> String {
+    let elsewhere = out_flag(tool)
+        .map(|f| format!(" (or write elsewhere with {f})"))
+        .unwrap_or_default();
+    let then = match tool {
+        "tp-train" => "; a run that had started continues from its last checkpoint with tp-train --resume RUN_DIR",
+        "tp-sweep" => ": finished runs are kept and a half-done one continues from its last checkpoint",
+        "tp-eval" | "tp-scan" | "tp-export" | "tp-sample" => ": the run itself was not changed",
+        _ => "",
+    };
+    let again = match tool {
+        "" => "run again".to_string(),
+        t => format!("run {t} again"),
+    };
+    format!("free space there{elsewhere} and {again}{then}")
+}
+
 /// An I/O failure the user resolves outside the program (a full disk, a read-only or
-/// forbidden place): what it means, and the fix.
-fn environment(e: &anyhow::Error) -> Option<(&'static str, &'static str)> {
+/// forbidden place): what it means, and the fix for `tool` (the binary that failed; ""
+/// for advice that names no tool).
+fn environment(e: &anyhow::Error, tool: &str) -> Option<(&'static str, String)> {
     use std::io::ErrorKind::*;
-    const FREE_SPACE: &str = "free space there (or write elsewhere with --out DIR) and run again; a run that had started continues from its last checkpoint with tp-train --resume RUN_DIR";
     let io = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>())?;
+    let elsewhere = match out_flag(tool) {
+        Some(f) => format!("write elsewhere ({f})"),
+        None => "copy the run to a writable folder and run there".to_string(),
+    };
     Some(match io.kind() {
-        StorageFull => ("the disk is full", FREE_SPACE),
-        QuotaExceeded => ("the disk quota is exceeded", FREE_SPACE),
-        ReadOnlyFilesystem => (
-            "the file system is read-only",
-            "write elsewhere (--out DIR, or run from a writable folder)",
-        ),
+        StorageFull => ("the disk is full", after_full_disk(tool)),
+        QuotaExceeded => ("the disk quota is exceeded", after_full_disk(tool)),
+        ReadOnlyFilesystem => ("the file system is read-only", elsewhere),
         PermissionDenied => (
             "permission denied",
-            "write elsewhere (--out DIR) or fix the folder's permissions",
+            format!("{elsewhere} or fix the folder's permissions"),
         ),
         NotADirectory => (
             "a part of the path is a file, not a folder",
-            "choose another path (--out DIR)",
+            match out_flag(tool) {
+                Some(f) => format!("choose another path ({f})"),
+                None => "choose another path".to_string(),
+            },
         ),
         _ => return None,
     })
@@ -115,7 +147,7 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
     if let Some(r) = e.chain().find_map(|c| c.downcast_ref::<AlreadyReported>()) {
         return r.0;
     }
-    if is_user_error(e) || environment(e).is_some() {
+    if is_user_error(e) || environment(e, "").is_some() {
         2
     } else {
         1
@@ -126,7 +158,12 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
 /// file it concerns (the context right around the OS error), what happened and the fix,
 /// instead of the OS's words.
 pub fn one_line(e: &anyhow::Error) -> String {
-    if let Some((what, fix)) = environment(e) {
+    one_line_for("tp-train", e)
+}
+
+/// [`one_line`] with the fix `tool` offers (its own flags, its own way to go on).
+pub fn one_line_for(tool: &str, e: &anyhow::Error) -> String {
+    if let Some((what, fix)) = environment(e, tool) {
         let chain: Vec<&(dyn std::error::Error + 'static)> = e.chain().collect();
         let io_at = chain
             .iter()
@@ -166,6 +203,22 @@ mod tests {
         let e = io(std::io::ErrorKind::ReadOnlyFilesystem);
         assert_eq!(exit_code(&e), 2);
         assert!(one_line(&e).contains("read-only: write elsewhere"));
+        // Each tool's own way on: no tool is told of flags it lacks, nor to resume.
+        let full = io(std::io::ErrorKind::StorageFull);
+        for tool in ["tp-sweep", "tp-eval", "tp-scan", "tp-export", "tp-sample"] {
+            let line = one_line_for(tool, &full);
+            assert!(!line.contains("--resume"), "{tool}: {line}");
+            assert!(
+                line.contains(&format!("run {tool} again")),
+                "{tool}: {line}"
+            );
+        }
+        assert!(one_line_for("tp-sweep", &full).contains("finished runs are kept"));
+        assert!(!one_line_for("tp-scan", &full).contains("--out"));
+        assert!(one_line_for("tp-eval", &full).contains("--out FILE"));
+        let ro = io(std::io::ErrorKind::ReadOnlyFilesystem);
+        assert!(one_line_for("tp-eval", &ro).contains("--out FILE"));
+        assert!(!one_line_for("tp-scan", &ro).contains("--out"));
         let e = io(std::io::ErrorKind::ConnectionReset);
         assert_eq!(exit_code(&e), 1);
         assert!(one_line(&e).starts_with("rank 0 failed: cannot write runs/x/log.jsonl"));

@@ -4,7 +4,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::data::Split;
 use tp_harness::error::exit_on_error;
-use tp_harness::run_dir::{write_eval_into, DirLock};
+use tp_harness::run_dir::{write_eval_into, write_eval_to, DirLock};
 use tp_harness::tools::eval::eval_run;
 
 #[global_allocator]
@@ -29,6 +29,10 @@ struct Args {
     /// A specific checkpoint directory instead of the latest.
     #[arg(long)]
     checkpoint: Option<PathBuf>,
+    /// Where to write the report (default RUN_DIR/eval.json, or eval-train.json): a run
+    /// on a read-only medium is evaluated all the same, its report written here.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -49,12 +53,19 @@ fn main() {
         // trainer owns it.
         DirLock::check_free(&a.run_dir)?;
         let r = eval_run(&a.run_dir, a.checkpoint.as_deref(), split, a.tp)?;
-        println!(
+        tp_harness::say!(
             "{} loss {:.6} over {} predictions (checkpoint {}, step {}, tp {})",
-            r.split, r.loss, r.tokens, r.checkpoint, r.step, r.tp
+            r.split,
+            r.loss,
+            r.tokens,
+            r.checkpoint,
+            r.step,
+            r.tp
         );
-        write_eval_into(&a.run_dir, &r)?;
-        Ok(())
+        match &a.out {
+            Some(file) => write_eval_to(file, &r),
+            None => write_eval_into(&a.run_dir, &r),
+        }
     };
     exit_on_error("tp-eval", run());
 }

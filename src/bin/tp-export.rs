@@ -5,7 +5,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::model::hf::{to_hf, write_hf};
-use tp_harness::run_dir::{load_checkpoint, Need};
+use tp_harness::run_dir::{check_out, load_checkpoint, Need};
 
 #[derive(Parser, Debug)]
 #[command(name = "tp-export", version, about = "Export a tp-harness checkpoint")]
@@ -14,9 +14,13 @@ struct Args {
     /// Output format (only `hf`: transformers' GPT2LMHeadModel).
     #[arg(long, default_value = "hf")]
     format: String,
-    /// Output folder (default RUN_DIR/export-hf).
+    /// Output folder (default RUN_DIR/export-hf); never inside a run's checkpoints, and
+    /// a folder holding a model tp-export did not write is refused.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// A specific checkpoint directory of the run instead of its latest.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
 }
 
 fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
@@ -26,7 +30,9 @@ fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
             a.format
         )));
     }
-    let (cfg, ck) = load_checkpoint(&a.run_dir, None, "export", Need::Weights)?;
+    let out = a.out.clone().unwrap_or_else(|| a.run_dir.join("export-hf"));
+    check_out(&out, "--out")?;
+    let (cfg, ck) = load_checkpoint(&a.run_dir, a.checkpoint.as_deref(), "export", Need::Weights)?;
     let vocab = ck
         .weights
         .get("wte")
@@ -34,7 +40,6 @@ fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
         .transpose()?
         .unwrap_or(0);
     let (tensors, config) = to_hf(&ck.weights, &cfg.model_config(vocab)?, &cfg.layout()?)?;
-    let out = a.out.clone().unwrap_or_else(|| a.run_dir.join("export-hf"));
     write_hf(&out, &tensors, &config)?;
     Ok(out)
 }
@@ -44,7 +49,7 @@ fn main() {
     exit_on_error(
         "tp-export",
         real_main(&a).map(|out| {
-            println!("wrote {}/model.safetensors and config.json (transformers.GPT2LMHeadModel.from_pretrained)", out.display())
+            tp_harness::say!("wrote {}/model.safetensors and config.json (transformers.GPT2LMHeadModel.from_pretrained)", out.display())
         }),
     );
 }

@@ -44,7 +44,7 @@ fn real_main(a: &Args) -> anyhow::Result<()> {
     };
     let r = import_hf(&a.dir, &a.out, &data)?;
     let m = &r.config.model.arch;
-    println!(
+    tp_harness::say!(
         "imported {} parameters ({} layers, {} heads, n_embd {}, vocab {}, context {}) as pattern {} into {}",
         r.params,
         m.n_layer,
@@ -55,12 +55,12 @@ fn real_main(a: &Args) -> anyhow::Result<()> {
         r.config.model.pattern,
         r.run.display()
     );
-    println!("checkpoint: {}", r.checkpoint.display());
+    tp_harness::say!("checkpoint: {}", r.checkpoint.display());
     let data_hint = match (&r.config.model.dataset[..], &r.config.model.text_path) {
         ("text", None) => " --set text_path=CORPUS",
         _ => "",
     };
-    println!(
+    tp_harness::say!(
         "next: tp-train --init-from {} --pattern P{data_hint}   (fine-tune, any pattern)",
         r.run.display()
     );

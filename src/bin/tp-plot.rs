@@ -12,6 +12,7 @@ use tp_harness::analysis::{penalty_change, penalty_provenance};
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
 use tp_harness::plot::{label_runs, plot_on_link, plot_penalty, plot_runs};
+use tp_harness::run_dir::check_out;
 use tp_harness::util::write_atomic;
 
 #[derive(Parser, Debug)]
@@ -94,9 +95,10 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         }
     }
     let out = out_dir(a);
+    check_out(&out, "--out")?;
     std::fs::create_dir_all(&out)?;
     let md = penalty::markdown(&rows) + &penalty_provenance::markdown(&rows);
-    print!("{md}");
+    tp_harness::say_raw!("{md}");
     let (md_path, csv_path) = (out.join("penalty.md"), out.join("penalty.csv"));
     write_atomic(&md_path, md.as_bytes())?;
     write_atomic(&csv_path, penalty::csv(&rows).as_bytes())?;
@@ -105,7 +107,7 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     let changes = penalty_change::penalty_changes(&runs, &rows);
     if !changes.is_empty() {
         let md = penalty_change::markdown(&changes);
-        print!("\n{md}");
+        tp_harness::say_raw!("\n{md}");
         let (md_path, csv_path) = (
             out.join("penalty_change.md"),
             out.join("penalty_change.csv"),
@@ -123,8 +125,9 @@ fn main() {
     let run = || -> anyhow::Result<Vec<PathBuf>> {
         if let Some(dir) = &a.link_calibration {
             let cal = calibrate(dir)?;
-            print!("{}", cal.markdown());
+            tp_harness::say_raw!("{}", cal.markdown());
             let out = a.out.as_deref().unwrap_or(dir);
+            check_out(out, "--out")?;
             let mut files = write_calibration(&cal, out)?;
             if !a.runs.is_empty() {
                 // Training runs too: their curves in wall-clock time on the real links.
@@ -165,7 +168,7 @@ fn main() {
         for r in &runs {
             if let Some((measured, modelled)) = r.timing.as_ref().and_then(|t| t.emulation_check())
             {
-                println!(
+                tp_harness::say!(
                     "{}: {measured:.1} ms/step measured on its emulated link, {modelled:.1} ms/step modelled ({:+.1}%)",
                     r.dir.display(),
                     100.0 * (modelled / measured - 1.0)
@@ -175,6 +178,7 @@ fn main() {
         // Runs that differ only in the seed become one curve with a band.
         let mut runs = merge_replicates(runs);
         label_runs(&mut runs);
+        check_out(&out_dir(&a), "--out")?;
         let mut files = plot_runs(&runs, &out_dir(&a))?;
         for link in &links {
             files.extend(plot_on_link(&runs, &out_dir(&a), link, a.target)?);
@@ -185,7 +189,7 @@ fn main() {
         "tp-plot",
         run().map(|files| {
             for f in files {
-                println!("{}", f.display());
+                tp_harness::say!("{}", f.display());
             }
         }),
     );

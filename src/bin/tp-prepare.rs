@@ -27,7 +27,7 @@ fn main() {
         for name in names {
             let dir = prepare(&name, &data_root())?;
             let d = Dataset::load(&dir)?;
-            println!(
+            tp_harness::say!(
                 "{name}: {} train / {} val tokens, vocab {} in {}",
                 d.train.len(),
                 d.val.len(),

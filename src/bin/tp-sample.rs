@@ -49,15 +49,20 @@ fn main() {
         top_k: (a.top_k > 0).then_some(a.top_k),
         seed: a.seed,
     };
+    // The prompt with the first piece (nothing at all if the checkpoint is refused),
+    // then the continuation as it is generated.
+    let prompt_once = std::sync::Once::new();
+    let prompt = a.prompt.clone().unwrap_or_default();
     let sampled = sample_run(
         &a.run_dir,
         a.checkpoint.as_deref(),
         a.prompt.as_deref(),
         a.tp,
         &opts,
+        &|piece| {
+            prompt_once.call_once(|| tp_harness::say_raw!("{prompt}"));
+            tp_harness::say_raw!("{piece}")
+        },
     );
-    exit_on_error(
-        "tp-sample",
-        sampled.map(|text| println!("{}{text}", a.prompt.clone().unwrap_or_default())),
-    );
+    exit_on_error("tp-sample", sampled.map(|_| tp_harness::say!()));
 }

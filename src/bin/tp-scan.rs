@@ -51,13 +51,13 @@ fn main() {
             To::L => BlockKind::L,
         };
         let r = scan_run(&a.run_dir, a.checkpoint.as_deref(), to, a.tp)?;
-        println!(
+        tp_harness::say!(
             "{} at tp {}: val loss {:.4} over {} predictions, {} forward all-reduces per pass ({} waited for)",
             r.base_pattern, r.tp, r.base_loss, r.val_tokens, r.base_forward_allreduces, r.base_exposed_allreduces
         );
-        println!("block  as {}        loss    rise  tier", r.to);
+        tp_harness::say!("block  as {}        loss    rise  tier", r.to);
         for b in &r.blocks {
-            println!(
+            tp_harness::say!(
                 "{:>5}  {:<10} {:.4} {:+.4}  {}",
                 b.block,
                 b.pattern,
@@ -66,18 +66,20 @@ fn main() {
                 b.tier.label()
             );
         }
-        println!("budget  recommended  loss");
+        tp_harness::say!("budget  recommended  loss");
         for s in &r.recommended {
-            println!(
+            tp_harness::say!(
                 "{:>6}  {:<11}  {:.4}",
-                s.exposed_allreduces, s.pattern, s.loss
+                s.exposed_allreduces,
+                s.pattern,
+                s.loss
             );
         }
         write_scan_into(&a.run_dir, &r)?;
         for f in plot_scan(&r, &a.run_dir)? {
-            println!("{}", f.display());
+            tp_harness::say!("{}", f.display());
         }
-        println!("scan.json in {}", a.run_dir.display());
+        tp_harness::say!("scan.json in {}", a.run_dir.display());
         Ok(())
     };
     exit_on_error("tp-scan", run());

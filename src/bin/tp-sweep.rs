@@ -29,7 +29,8 @@ fn main() {
             .out
             .clone()
             .unwrap_or_else(|| PathBuf::from("runs").join(&sweep.name));
-        println!(
+        tp_harness::run_dir::check_out(&out, "--out")?;
+        tp_harness::say!(
             "tp-sweep: {} runs into {}",
             sweep.points.len(),
             out.display()
@@ -39,7 +40,7 @@ fn main() {
             .iter()
             .filter(|r| matches!(r.status, Status::Failed(_)))
             .count();
-        println!(
+        tp_harness::say!(
             "tp-sweep: {} finished, {failed} failed; {}/summary.md, summary.csv, plots/",
             results.len() - failed,
             out.display()

@@ -6,7 +6,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::config::{parse_assignment, read_config_file, resolve, Origin};
 use tp_harness::error::exit_on_error;
-use tp_harness::launch::job::Target;
+use tp_harness::launch::job::{OnOtherData, Target};
 use tp_harness::launch::run::{resume_config, run_resolved, Backend};
 use tp_harness::run_dir::bench::BenchResult;
 use tp_harness::run_dir::default_run_path;
@@ -55,6 +55,11 @@ struct Args {
     /// log); --set may raise max_iters, --tp/--dp may change.
     #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["out", "bench"])]
     resume: Option<PathBuf>,
+    /// With --resume: continue although the data is not what the checkpoint trained on
+    /// (an edited corpus), noted in the log and summary; without it such a resume is
+    /// refused.
+    #[arg(long)]
+    accept_other_data: bool,
     /// Start this new run from another run's latest weights (same model and data; the
     /// pattern may differ), with fresh optimiser state (same as --set init_from=RUN_DIR).
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "resume")]
@@ -141,6 +146,11 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     // Under MPI the config is resolved inside the launcher (every rank alike, an error
     // printed once); the threads backend resolves it here.
     let progress = !args.quiet;
+    if args.accept_other_data && args.resume.is_none() {
+        return Err(tp_harness::error::user(
+            "--accept-other-data goes with --resume RUN_DIR: a new run has no earlier data to differ from",
+        ));
+    }
     if args.bench && backend == Backend::Mpi {
         // Each rank is a process already: one measurement at the launched shape.
         let (warmup, steps) = (args.bench_warmup, args.bench_steps);
@@ -170,7 +180,17 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     }
     if let Some(dir) = &args.resume {
         let config = || resume_config(dir, &overrides(&args)?);
-        run_resolved(&config, Target::Resume(dir.clone()), progress, backend)?;
+        let on_other = if args.accept_other_data {
+            OnOtherData::Accept
+        } else {
+            OnOtherData::Refuse
+        };
+        run_resolved(
+            &config,
+            Target::Resume(dir.clone(), on_other),
+            progress,
+            backend,
+        )?;
         return Ok(());
     }
     let config = || resolve(&overrides(&args)?);
@@ -207,7 +227,7 @@ fn bench_tp1_and_tp2(out: &std::path::Path) -> anyhow::Result<()> {
     }
     let (a, b) = (results[0].ms_per_step, results[1].ms_per_step);
     // Both runs process the same tokens a step on the same cores.
-    println!(
+    tp_harness::say!(
         "tp 2 / tp 1 time per token on the same cores: {:.2}x ({:+.0}%)",
         b / a,
         100.0 * (b / a - 1.0)
@@ -216,6 +236,6 @@ fn bench_tp1_and_tp2(out: &std::path::Path) -> anyhow::Result<()> {
         &out.join("bench.json"),
         serde_json::to_string_pretty(&results)?.as_bytes(),
     )?;
-    println!("bench.json in {}", out.display());
+    tp_harness::say!("bench.json in {}", out.display());
     Ok(())
 }

@@ -78,6 +78,25 @@ impl Dataset {
         self.meta.tokenizer.vocab_size()
     }
 
+    /// What the run trains on, as a SHA-256 of its prepared tokens and their tokenizer:
+    /// equal for the same data however it was prepared, different for any edit of the
+    /// corpus that changes a token. A run records it, so that a resume on other data is
+    /// noticed (checkpoint meta, summary.json).
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(serde_json::to_vec(&self.meta.tokenizer).unwrap_or_default());
+        for (name, tokens) in [("train", &self.train), ("val", &self.val)] {
+            h.update(name.as_bytes());
+            h.update((tokens.len() as u64).to_le_bytes());
+            for chunk in tokens.chunks(1 << 16) {
+                let bytes: Vec<u8> = chunk.iter().flat_map(|t| t.to_le_bytes()).collect();
+                h.update(&bytes);
+            }
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     pub fn split(&self, s: Split) -> &[u16] {
         match s {
             Split::Train => &self.train,

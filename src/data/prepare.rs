@@ -20,7 +20,8 @@ pub const TEXT: &str = "text";
 pub struct Meta {
     pub dataset: String,
     pub tokenizer: Tokenizer,
-    /// For `text`: the source files and their sizes, to notice when they change.
+    /// The source files with their SHA-256 (and for `text` their sizes), to notice when
+    /// they change.
     #[serde(default)]
     pub source: Option<String>,
     pub train_tokens: usize,
@@ -66,14 +67,25 @@ fn is_prepared(dir: &Path) -> bool {
     meta_ok && dir.join("train.bin").is_file() && dir.join("val.bin").is_file()
 }
 
+/// The signature of the source a prepared folder was made from (`Meta::source`).
+fn prepared_from(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+    serde_json::from_str::<Meta>(&text).ok()?.source
+}
+
 /// Prepares `name` under `root` if needed and returns its folder.
 pub fn prepare(name: &str, root: &Path) -> Result<PathBuf> {
     let src = raw_source(name)?;
     let dir = root.join(name);
-    if is_prepared(&dir) {
+    let raw = fetch(&src, &dir)?;
+    // Keyed by the raw file's contents, as a text corpus is: an edited file is prepared
+    // again, never trained on as its stale tokens.
+    let sha = crate::util::hash::file_sha256_hex(&raw)
+        .with_context(|| format!("cannot read {}", raw.display()))?;
+    let signature = format!("{}:{sha}", src.file);
+    if is_prepared(&dir) && prepared_from(&dir).as_deref() == Some(signature.as_str()) {
         return Ok(dir);
     }
-    let raw = fetch(&src, &dir)?;
     let text = std::fs::read_to_string(&raw)
         .with_context(|| format!("{} is not UTF-8 text", raw.display()))?;
     let (vocab, train, val) = match name {
@@ -108,7 +120,7 @@ pub fn prepare(name: &str, root: &Path) -> Result<PathBuf> {
     let meta = Meta {
         dataset: name.to_string(),
         tokenizer: Tokenizer::Char(vocab),
-        source: None,
+        source: Some(signature),
         train_tokens: train.len(),
         val_tokens: val.len(),
     };
@@ -121,7 +133,7 @@ pub fn prepare(name: &str, root: &Path) -> Result<PathBuf> {
 }
 
 /// The UTF-8 files of `path` (itself, or every file below it, sorted) and a signature of
-/// their names and sizes.
+/// their names, sizes and contents.
 fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
     let mut files = Vec::new();
     let special = |p: &Path| {
@@ -175,7 +187,10 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
             .with_context(|| format!("cannot read {}", f.display()))?
             .len();
         total += len;
-        sig.push_str(&format!("{}:{len};", f.display()));
+        // By content: an edit that keeps a file's size must prepare it again.
+        let sha = crate::util::hash::file_sha256_hex(f)
+            .with_context(|| format!("cannot read {}", f.display()))?;
+        sig.push_str(&format!("{}:{len}:{sha};", f.display()));
     }
     // Tokenizing holds the text and its tokens in memory together: about 3 bytes per
     // byte of text at most.
@@ -193,17 +208,13 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
 
 /// Prepares a `text` dataset: every file tokenized with GPT-2's BPE, documents joined by
 /// `<|endoftext|>`, the first 90% of tokens train and the rest val, in
-/// `root/text-<hash of the path>/`. Prepared again when the files change.
+/// `root/text-<hash of the path>/`. Prepared again when a file's contents change.
 pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
     let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let (files, signature) = text_files(&canonical)?;
     let h = crate::util::fnv1a(&canonical.to_string_lossy());
     let dir = root.join(format!("{TEXT}-{h:016x}"));
-    let current = std::fs::read_to_string(dir.join("meta.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Meta>(&t).ok())
-        .is_some_and(|m| m.source.as_deref() == Some(signature.as_str()));
-    if current && is_prepared(&dir) {
+    if is_prepared(&dir) && prepared_from(&dir).as_deref() == Some(signature.as_str()) {
         return Ok(dir);
     }
     let tok = Tokenizer::Gpt2Bpe;

@@ -64,6 +64,48 @@ impl Tokenizer {
     }
 }
 
+/// Decodes tokens as they come, one piece of text at a time: what GPT-2's byte-level
+/// tokens spell is held back while it ends inside a multi-byte character.
+pub struct TextStream<'t> {
+    tok: &'t Tokenizer,
+    pending: Vec<u32>,
+}
+
+impl<'t> TextStream<'t> {
+    pub fn new(tok: &'t Tokenizer) -> Self {
+        Self {
+            tok,
+            pending: Vec::new(),
+        }
+    }
+
+    /// The text `id` completes, if any.
+    pub fn push(&mut self, id: u32) -> Option<String> {
+        self.pending.push(id);
+        let text = match self.tok {
+            Tokenizer::Char(v) => v.decode(&self.pending),
+            Tokenizer::Gpt2Bpe => {
+                let bytes = bpe().decode_bytes(&self.pending).ok()?;
+                match std::str::from_utf8(&bytes) {
+                    Ok(t) => t.to_string(),
+                    // A character cut at the end: wait for its next bytes (at most 3).
+                    Err(e) if e.error_len().is_none() && self.pending.len() < 4 => return None,
+                    Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
+                }
+            }
+        };
+        self.pending.clear();
+        Some(text)
+    }
+
+    /// Whatever is still held back, decoded as it stands.
+    pub fn finish(&mut self) -> String {
+        let text = self.tok.decode(&self.pending);
+        self.pending.clear();
+        text
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +119,18 @@ mod tests {
         // GPT-2: "Hello" = 15496, " world" = 995.
         assert_eq!(&t.encode("Hello world").unwrap(), &[15496, 995]);
         assert!(ids.iter().all(|&i| (i as usize) < GPT2_VOCAB));
+    }
+
+    #[test]
+    fn a_text_stream_spells_what_decoding_the_whole_spells() {
+        let t = Tokenizer::Gpt2Bpe;
+        // Emoji and CJK: characters GPT-2 splits over several byte-level tokens.
+        let text = "tokens 🙂 one at a time: 東京 — ünïcödé 🎉!";
+        let ids = t.encode(text).unwrap();
+        let mut s = TextStream::new(&t);
+        let mut out: String = ids.iter().filter_map(|&i| s.push(i)).collect();
+        out += &s.finish();
+        assert_eq!(out, text);
+        assert!(!out.contains('\u{FFFD}'));
     }
 }

@@ -35,7 +35,7 @@ impl ConsoleReporter {
 
     fn say(&self, line: String) {
         if self.bar.is_hidden() {
-            println!("{line}");
+            crate::say!("{line}");
         } else {
             self.bar.println(line);
         }

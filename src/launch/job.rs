@@ -6,7 +6,7 @@ use super::report::{comm_report, run_summary};
 use crate::config::RunConfig;
 use crate::data::{data_root, prepare, prepare_text, Dataset, TEXT};
 use crate::error::user;
-use crate::run_dir::{self, default_run_path, Checkpoint, CommReport, EvalReport, RunDir};
+use crate::run_dir::{self, default_run_path, Checkpoint, CommReport, EvalReport, LogLine, RunDir};
 use crate::train::faults::Faults;
 use crate::train::record::RankOutcome;
 use anyhow::Result;
@@ -35,6 +35,11 @@ pub struct Job {
     /// Whether this job continues an existing run directory (`--resume`), with or without
     /// a checkpoint to start from.
     pub resumed: bool,
+    /// When this invocation began (its wall time is added to the run's so far).
+    pub started: Instant,
+    /// A resume the user let continue on data other than the checkpoint's: what changed
+    /// (noted in the log at the resumed step, and so in the summary).
+    pub data_changed: Option<String>,
 }
 
 impl Job {
@@ -48,7 +53,21 @@ impl Job {
             faults: Faults::default(),
             opts,
             resumed: false,
+            started: Instant::now(),
+            data_changed: None,
         }
+    }
+
+    /// The run's wall-clock seconds so far: what the checkpoint it resumed from had taken
+    /// (every earlier invocation), plus this invocation's. Only this invocation's where
+    /// the checkpoint predates the count.
+    pub fn wall_seconds(&self) -> f64 {
+        let before = self
+            .checkpoint
+            .as_ref()
+            .and_then(|c| c.meta.wall_seconds)
+            .unwrap_or(0.0);
+        before + self.started.elapsed().as_secs_f64()
     }
 }
 
@@ -123,16 +142,37 @@ pub enum Target {
     /// A new run directory (default `runs/<timestamp>-<pattern>`).
     New(Option<PathBuf>),
     /// Continue the run in this directory from its latest checkpoint.
-    Resume(PathBuf),
+    Resume(PathBuf, OnOtherData),
+}
+
+/// What a resume does when the data is not what the checkpoint trained on (an edited
+/// corpus, another file at text_path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnOtherData {
+    /// Refuse with one line (exit 2): a log and val curve must not mix two data sets
+    /// unannounced.
+    #[default]
+    Refuse,
+    /// Continue on the new data (`tp-train --resume RUN --accept-other-data`), noted in
+    /// the log and summary.
+    Accept,
 }
 
 /// The job `cfg` describes for `target`, checked without writing anything.
 pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
+    let started = Instant::now();
     let faults = Faults::from_env()?;
     let data = checked_dataset(cfg)?;
-    let checkpoint = match target {
-        Target::New(_) => None,
-        Target::Resume(dir) => resume_checkpoint(dir, cfg)?,
+    let (checkpoint, data_changed) = match target {
+        Target::New(_) => (None, None),
+        Target::Resume(dir, on_other) => {
+            let ck = resume_checkpoint(dir, cfg)?;
+            let changed = match &ck {
+                Some(ck) => other_data(dir, ck, &data, *on_other)?,
+                None => None,
+            };
+            (ck, changed)
+        }
     };
     let init = match (&checkpoint, &cfg.optim.init_from) {
         (None, Some(from)) => {
@@ -165,8 +205,45 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
         init,
         faults,
         opts: RankOptions::default(),
-        resumed: matches!(target, Target::Resume(_)),
+        resumed: matches!(target, Target::Resume(..)),
+        started,
+        data_changed,
     })
+}
+
+/// Whether `data` is what checkpoint `ck` of the run in `dir` trained on: `None` if it is
+/// (or the checkpoint predates the fingerprint), a note if it is not and the user
+/// accepted that, else one line refusing the resume.
+fn other_data(
+    dir: &Path,
+    ck: &Checkpoint,
+    data: &Dataset,
+    on_other: OnOtherData,
+) -> Result<Option<String>> {
+    let Some(was) = &ck.meta.data_sha256 else {
+        return Ok(None);
+    };
+    let now = data.fingerprint();
+    if *was == now {
+        return Ok(None);
+    }
+    let what = format!(
+        "the data changed since {} (step {}): its prepared tokens hash to {}.., the checkpoint's to {}..",
+        ck.dir.display(),
+        ck.meta.step,
+        &now[..12],
+        &was[..was.len().min(12)]
+    );
+    match on_other {
+        OnOtherData::Accept => Ok(Some(format!(
+            "resumed at step {} on other data: {what}",
+            ck.meta.step
+        ))),
+        OnOtherData::Refuse => crate::user_bail!(
+            "{what}; resuming would continue {} on other data: restore the corpus, or pass --accept-other-data to continue on the new data (noted in the log and summary)",
+            dir.display()
+        ),
+    }
 }
 
 /// The checkpoint a resume of `dir` continues from, checked against `cfg`; none when the
@@ -219,11 +296,16 @@ pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
             &out.clone()
                 .unwrap_or_else(|| default_run_path(&job.cfg.model.pattern)),
         )?,
-        Target::Resume(path) => {
+        Target::Resume(path, _) => {
             let step = job.checkpoint.as_ref().map_or(0, |c| c.meta.step);
             let (dir, repair) = RunDir::resume(path, step)?;
             if let Some(note) = repair.torn_note(path) {
-                println!("{note}");
+                crate::say!("{note}");
+            }
+            if let Some(note) = &job.data_changed {
+                dir.log_writer()?
+                    .write(&LogLine::note(step, note.clone()))?;
+                crate::say!("note: {note}");
             }
             dir
         }
@@ -244,7 +326,7 @@ fn preset_as_run(model: &crate::config::ModelPart) -> String {
 
 pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
     let (cfg, data) = (&job.cfg, &job.data);
-    println!(
+    crate::say!(
         "tp-train: {} on {} ({} tokens of vocab {}), {} rank(s) as {backend} x {threads} math thread(s) each, {} kernels, {} {}",
         preset_as_run(&cfg.model),
         cfg.model.dataset,
@@ -255,21 +337,24 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
         cfg.parallel.device.label(),
         cfg.parallel.dtype.label(),
     );
-    println!("run directory: {}", dir.display());
+    crate::say!("run directory: {}", dir.display());
     if job.checkpoint.is_none() && job.resumed {
-        println!("no checkpoint was written before the run stopped: training it again from step 0");
+        crate::say!(
+            "no checkpoint was written before the run stopped: training it again from step 0"
+        );
     }
     if let Some(ck) = &job.checkpoint {
-        println!(
+        crate::say!(
             "resuming from {} (step {}) to max_iters {}",
             ck.dir.display(),
             ck.meta.step,
             cfg.optim.max_iters
         );
         if let Some(why) = history_gap(ck, cfg) {
-            println!(
+            crate::say!(
                 "note: comm.json will count the collectives of steps {}..{} only: {why}",
-                ck.meta.step, cfg.optim.max_iters
+                ck.meta.step,
+                cfg.optim.max_iters
             );
         }
         if let Ok(layout) = cfg.layout() {
@@ -283,12 +368,8 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
 }
 
 /// Rank 0's closing work: comm.json, sample.txt, summary.json and the printed summary.
-pub fn finish(
-    cfg: &RunConfig,
-    dir: &RunDir,
-    outcome: &RankOutcome,
-    started: Instant,
-) -> Result<CommReport> {
+pub fn finish(job: &Job, dir: &RunDir, outcome: &RankOutcome) -> Result<CommReport> {
+    let cfg = &job.cfg;
     if let Some(full) = outcome.final_eval.filter(|f| !f.loss.is_finite()) {
         anyhow::bail!(
             "the final evaluation's loss over the whole val split is {} although training stayed finite (the model overflows): its last checkpoint is kept, nothing else was written",
@@ -317,14 +398,15 @@ pub fn finish(
         })?;
     }
     let log = run_dir::read_log(&dir.path)?;
-    let summary = run_summary(cfg, &report, outcome, &log, started.elapsed().as_secs_f64());
+    let mut summary = run_summary(cfg, &report, outcome, &log, job.wall_seconds());
+    summary.data_sha256 = Some(job.data.fingerprint());
     dir.write_summary(&summary)?;
-    println!("{}", report.table());
+    crate::say!("{}", report.table());
     if !outcome.sample.is_empty() {
-        println!("sample:\n{}\n", outcome.sample);
+        crate::say!("sample:\n{}\n", outcome.sample);
     }
     if let Some(last) = outcome.log.iter().rev().find(|l| l.val_loss.is_some()) {
-        println!(
+        crate::say!(
             "final: step {}, train loss {:.4}, val loss {:.4}, best val loss {:.4}",
             last.step,
             last.eval_train_loss.unwrap_or(f32::NAN),
@@ -333,12 +415,13 @@ pub fn finish(
         );
     }
     if let Some(full) = outcome.final_eval {
-        println!(
+        crate::say!(
             "val loss over the whole split: {:.4} ({} predictions; eval.json)",
-            full.loss, full.tokens
+            full.loss,
+            full.tokens
         );
     }
-    println!(
+    crate::say!(
         "outputs in {}: config.yaml, log.jsonl, comm.json, summary.json, sample.txt, {}/",
         dir.path.display(),
         run_dir::CHECKPOINTS

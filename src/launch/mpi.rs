@@ -129,7 +129,6 @@ pub fn run_mpi(
     target: &Target,
     progress: bool,
 ) -> Result<MpiRun> {
-    let started = std::time::Instant::now();
     let mpi = MpiWorld::init()?;
     let (rank, world_size) = (mpi.rank(), mpi.size());
     let world = mpi.world_comm();
@@ -194,7 +193,7 @@ pub fn run_mpi(
     let per_rank: Vec<_> = cpu.into_iter().zip(wall).map(|(c, w)| c.zip(w)).collect();
     outcome.ranks_compute = ranks_compute(&per_rank, outcome.steps.len());
     let report = match &dir {
-        Some(d) => finish(cfg, d, &outcome, started)?,
+        Some(d) => finish(&job, d, &outcome)?,
         None => comm_report(cfg, &cfg.layout()?, &outcome),
     };
     let path = dir.map(|d| d.path.clone()).unwrap_or_default();

@@ -25,7 +25,14 @@ pub fn run_rank(
     run_dir: Option<&Path>,
 ) -> Result<RankOutcome> {
     let cfg = &job.cfg;
-    let mut trainer = Trainer::new(cfg, &job.data, ctx, &job.faults, job.checkpoint.as_ref())?;
+    let mut trainer = Trainer::new(
+        cfg,
+        &job.data,
+        ctx,
+        &job.faults,
+        job.checkpoint.as_ref(),
+        job.started,
+    )?;
     take_initial_weights(job, ctx, &mut trainer)?;
     let counts = ParamCounts {
         logical: trainer.model().params().logical_numel(),
@@ -74,7 +81,7 @@ fn take_initial_weights(job: &Job, ctx: &RankContext, trainer: &mut Trainer) -> 
     };
     let unused = trainer.load_initial_weights(&init.checkpoint.weights)?;
     if ctx.mesh.rank == 0 {
-        println!(
+        crate::say!(
             "initial weights from {} (step {}){}",
             init.checkpoint.dir.display(),
             init.checkpoint.meta.step,

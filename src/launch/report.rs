@@ -178,6 +178,11 @@ pub fn run_summary(
             .map(|t| t.comm.iter().map(|c| c.bytes).sum()),
         wall_seconds,
         machine: Some(machine(cfg)),
+        data_sha256: None,
+        notes: log
+            .iter()
+            .filter_map(|l| Some(format!("step {}: {}", l.step, l.note.as_ref()?)))
+            .collect(),
     }
 }
 

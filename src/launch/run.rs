@@ -2,7 +2,7 @@
 //! steps for both backends; with MPI each process is one rank and rank 0 writes.
 
 use super::console::ConsoleReporter;
-use super::job::{announce, finish, open_outputs, prepare_job, Target};
+use super::job::{announce, finish, open_outputs, prepare_job, OnOtherData, Target};
 use super::report::{rank_compute_ms, ranks_compute};
 use super::threads::{configure_threads, run_threads};
 use crate::config::{resolve_resume, Origin, RunConfig};
@@ -10,7 +10,6 @@ use crate::run_dir::{read_config, CommReport};
 use crate::train::record::RankOutcome;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// How ranks are run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +58,7 @@ pub fn resume(
 ) -> Result<RunResult> {
     run_resolved(
         &|| resume_config(run_dir, overrides),
-        Target::Resume(run_dir.to_path_buf()),
+        Target::Resume(run_dir.to_path_buf(), OnOtherData::Refuse),
         progress,
         backend,
     )
@@ -101,7 +100,6 @@ pub fn run_resolved(
 }
 
 fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<RunResult> {
-    let started = Instant::now();
     let job = prepare_job(cfg, target)?;
     let dir = open_outputs(&job, target)?;
     let threads = configure_threads(cfg.parallel.tp * cfg.parallel.dp);
@@ -112,7 +110,7 @@ fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<Ru
     outcomes[0].hosts = vec![crate::util::host::label(); outcomes.len()];
     let per_rank: Vec<_> = outcomes.iter().map(rank_compute_ms).collect();
     outcomes[0].ranks_compute = ranks_compute(&per_rank, outcomes[0].steps.len());
-    let report = finish(cfg, &dir, &outcomes[0], started)?;
+    let report = finish(&job, &dir, &outcomes[0])?;
     Ok(RunResult {
         dir: dir.path.clone(),
         report,

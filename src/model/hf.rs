@@ -128,13 +128,32 @@ pub fn to_hf(
     Ok((out, config))
 }
 
+/// Marks a folder as an export's, so that exporting into it again may replace its files.
+pub const EXPORT_MARK: &str = ".tp-export";
+
 /// Writes `model.safetensors` and `config.json` into `dir`.
 pub fn write_hf(
     dir: &std::path::Path,
     tensors: &HashMap<String, Tensor>,
     config: &serde_json::Value,
 ) -> Result<()> {
+    // Replace only what an export wrote: a folder holding someone's model (a download,
+    // another tool's output) is refused whole, before anything is written.
+    let theirs = ["model.safetensors", "config.json"]
+        .into_iter()
+        .find(|f| dir.join(f).exists() && !dir.join(EXPORT_MARK).is_file());
+    if let Some(f) = theirs {
+        crate::user_bail!(
+            "{} already holds a {f} that tp-export did not write: name a new or empty --out (nothing was changed)",
+            dir.display()
+        );
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(
+        dir.join(EXPORT_MARK),
+        "written by tp-export: a later export may replace model.safetensors and config.json here\n",
+    )
+    .with_context(|| format!("cannot write into {}", dir.display()))?;
     let tmp = dir.join(".model.safetensors.tmp");
     candle_core::safetensors::save(tensors, &tmp)?;
     std::fs::rename(&tmp, dir.join("model.safetensors"))?;
@@ -287,6 +306,18 @@ fn read_hf_tensors(dir: &std::path::Path) -> Result<HashMap<String, Tensor>> {
     )
 }
 
+/// How many layers `transformer.h.N.` the tensors hold: one more than the highest N.
+fn layers_present(stored: &HashMap<String, Tensor>) -> usize {
+    stored
+        .keys()
+        .filter_map(|k| {
+            let rest = k.strip_prefix("transformer.h.")?;
+            rest.split('.').next()?.parse::<usize>().ok()
+        })
+        .max()
+        .map_or(0, |n| n + 1)
+}
+
 /// A transformers GPT-2 folder (`config.json` + safetensors) as our model and its logical
 /// weights in f32, every name and shape checked against the config.
 pub fn from_hf(dir: &std::path::Path) -> Result<(ModelConfig, HashMap<String, Tensor>)> {
@@ -315,6 +346,17 @@ pub fn from_hf(dir: &std::path::Path) -> Result<(ModelConfig, HashMap<String, Te
             })
             .collect();
     }
+    // The layers config.json claims must be the layers the files hold, checked before
+    // anything per layer is made (a claimed n_layer of 10^9 would otherwise ask for
+    // gigabytes of names before the first missing tensor is found).
+    let present = layers_present(&stored);
+    if cfg.n_layer != present {
+        user_bail!(
+            "{} says n_layer {} but its safetensors hold {present} layers (transformer.h.0 ..): the config and the weights disagree",
+            cfg_path.display(),
+            cfg.n_layer
+        );
+    }
     let mut weights = HashMap::new();
     for (ours, theirs) in name_map(cfg.n_layer) {
         let t = stored.remove(&theirs).ok_or_else(|| {
@@ -332,7 +374,19 @@ pub fn from_hf(dir: &std::path::Path) -> Result<(ModelConfig, HashMap<String, Te
                 want
             );
         }
-        weights.insert(ours, t.to_dtype(DType::F32)?);
+        let t = t.to_dtype(DType::F32)?;
+        if let Some(x) = t
+            .flatten_all()?
+            .to_vec1::<f32>()?
+            .into_iter()
+            .find(|x| !x.is_finite())
+        {
+            user_bail!(
+                "`{theirs}` in {} holds a non-finite value ({x}): a model with NaN or infinite weights cannot be imported",
+                dir.display()
+            );
+        }
+        weights.insert(ours, t);
     }
     if let Some(head) = stored.remove("lm_head.weight") {
         let same = head.dims() == weights["wte"].dims()

@@ -118,7 +118,7 @@ pub fn write_real_links(rows: &[OnRealLinks], out: &Path) -> Result<Vec<PathBuf>
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let md = out.join("real_links.md");
     let table = real_links_markdown(rows, target);
-    print!("{table}");
+    crate::say_raw!("{table}");
     crate::util::write_atomic(&md, table.as_bytes())?;
     font::ensure_font()?;
     let mut files = vec![md];

@@ -333,7 +333,7 @@ pub fn plot_on_link(
     let mut tables = Vec::new();
     if let Some(target) = target.or_else(|| default_target(runs)) {
         let table = on_link_markdown(runs, whole, target);
-        print!("{table}");
+        crate::say_raw!("{table}");
         let md = out.join(format!("loss_vs_time_{slug}.md"));
         crate::util::fs::write_atomic(&md, table.as_bytes())
             .with_context(|| format!("cannot write {}", md.display()))?;

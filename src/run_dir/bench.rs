@@ -108,14 +108,14 @@ impl BenchResult {
 
     /// Prints the result and writes `out/bench.json`.
     pub fn report(&self, out: &Path) -> Result<()> {
-        println!("{}", self.line());
-        println!("{}", self.table());
+        crate::say!("{}", self.line());
+        crate::say!("{}", self.table());
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
         crate::util::write_atomic(
             &out.join(BENCH_FILE),
             serde_json::to_string_pretty(self)?.as_bytes(),
         )?;
-        println!("bench.json in {}", out.display());
+        crate::say!("bench.json in {}", out.display());
         Ok(())
     }
 

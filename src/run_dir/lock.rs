@@ -75,7 +75,15 @@ impl DirLock {
         if !dir.join(LOCK_FILE).exists() {
             return Ok(());
         }
-        let mut file = open(dir)?;
+        // A reader of a run on a read-only medium (an archive) asks with a read-only
+        // handle: the OS locks those too.
+        let path = dir.join(LOCK_FILE);
+        let mut file = match open(dir) {
+            Ok(f) => f,
+            Err(_) => {
+                File::open(&path).with_context(|| format!("cannot open {}", path.display()))?
+            }
+        };
         match file.try_lock() {
             Err(TryLockError::WouldBlock) => Err(busy(dir, &mut file, "tp-train")),
             _ => Ok(()),

@@ -29,6 +29,21 @@ pub struct LogLine {
     pub ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_s: Option<f64>,
+    /// Something a reader of the curve must know from this step on (a resume that
+    /// continued on other data); such a line carries nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl LogLine {
+    /// A line that carries only `note`, at `step`.
+    pub fn note(step: usize, note: String) -> Self {
+        Self {
+            step,
+            note: Some(note),
+            ..Self::default()
+        }
+    }
 }
 
 /// Every line of a run's log; a line that does not parse is an error naming it.

@@ -20,15 +20,19 @@
 
 pub mod bench;
 pub mod checkpoint;
+pub mod files;
 pub mod lock;
 pub mod log;
+pub mod out_guard;
 pub mod records;
 
 pub use checkpoint::{
     latest, Checkpoint, CheckpointMeta, CommShape, Moments, RunHistory, CHECKPOINTS,
 };
+pub use files::{COMM_FILE, CONFIG_FILE, SAMPLE_FILE, SCAN_FILE, SUMMARY_FILE};
 pub use lock::DirLock;
 pub use log::{read_log, read_log_for_resume, LogLine, LogWriter, TornTail};
+pub use out_guard::check_out;
 pub use records::{
     CommReport, EvalReport, LayerComm, PerStep, RankCompute, RunSummary, ScanReport, SiteComm,
 };
@@ -39,12 +43,6 @@ use crate::user_bail;
 use crate::util::write_atomic;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-
-pub const CONFIG_FILE: &str = "config.yaml";
-pub const COMM_FILE: &str = "comm.json";
-pub const SUMMARY_FILE: &str = "summary.json";
-pub const SAMPLE_FILE: &str = "sample.txt";
-pub const SCAN_FILE: &str = "scan.json";
 
 /// `eval.json` for the validation split, `eval-<split>.json` for another.
 pub fn eval_file(split: &str) -> String {
@@ -75,6 +73,7 @@ pub struct RunDir {
 impl RunDir {
     /// A new run in `path`, which must not hold one already.
     pub fn create(path: &Path) -> Result<Self> {
+        check_out(path, "the run directory")?;
         if path.join(log::LOG_FILE).exists() || path.join(CONFIG_FILE).exists() {
             user_bail!(
                 "{} already holds a run: continue it with tp-train --resume {} or choose another --out (nothing was changed)",
@@ -218,6 +217,22 @@ pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<()> {
     )
 }
 
+/// Writes `report` to `file` outside any run (`tp-eval --out FILE`), never into a run's
+/// checkpoints.
+pub fn write_eval_to(file: &Path, report: &EvalReport) -> Result<()> {
+    if let Some(parent) = file.parent().filter(|p| !p.as_os_str().is_empty()) {
+        check_out(parent, "--out")?;
+    }
+    if file.is_dir() {
+        user_bail!(
+            "--out {} is a folder: name the file to write, e.g. {}",
+            file.display(),
+            file.join("eval.json").display()
+        );
+    }
+    write_atomic(file, serde_json::to_string_pretty(report)?.as_bytes())
+}
+
 /// Writes a scan into a finished run's directory (`scan.json`), refused while another
 /// process owns the run.
 pub fn write_scan_into(dir: &Path, report: &ScanReport) -> Result<()> {
@@ -247,8 +262,8 @@ pub enum Need {
     Everything,
 }
 
-/// A run's config and a checkpoint of it that holds exactly its model: `explicit` if
-/// given, else the run's latest. `purpose` completes "has no checkpoint to ...".
+/// A run's config and a checkpoint of it — inside its `checkpoints/`, of its model, data
+/// and seed: `explicit` if given, else the run's latest. `purpose` completes "has no checkpoint to ...".
 ///
 /// A live run may replace its latest checkpoint (and prune the old one) between reading
 /// `latest` and the files: when a load fails and `latest` has moved meanwhile, the new
@@ -270,7 +285,17 @@ pub fn load_checkpoint(
             .map(|n| n.trim().to_string())
     };
     let ck = match explicit {
-        Some(d) => load(d)?,
+        Some(d) => {
+            if d.exists() && !checkpoint::is_inside(&dir.join(CHECKPOINTS), d) {
+                user_bail!(
+                    "{} is not a checkpoint of {} (its checkpoints are the step-N directories in {}): name one of them, or the run the checkpoint belongs to",
+                    d.display(),
+                    dir.display(),
+                    dir.join(CHECKPOINTS).display()
+                );
+            }
+            load(d)?
+        }
         None => {
             let mut attempts = 0;
             loop {
@@ -326,6 +351,12 @@ pub fn inherit_init_from(
 
 /// A run's resolved `config.yaml`.
 pub fn read_config(dir: &Path) -> Result<RunConfig> {
+    if !dir.exists() {
+        user_bail!(
+            "{} does not exist: give a run directory (runs/<time>-<pattern>, a sweep's runs/<sweep>/<point>)",
+            dir.display()
+        );
+    }
     let path = dir.join(CONFIG_FILE);
     let text = std::fs::read_to_string(&path).map_err(|_| {
         user(format!(

@@ -419,11 +419,20 @@ pub struct RunSummary {
     pub compute_ms_per_step: Option<f64>,
     #[serde(default)]
     pub comm_bytes_per_step: Option<f64>,
-    /// Wall-clock seconds of the invocation that finished the run.
+    /// Wall-clock seconds of the whole run: every invocation that trained it (a resumed
+    /// run's checkpoint carries the time before it), or only the last where the
+    /// checkpoint it resumed from predates that count.
     pub wall_seconds: f64,
     /// Where rank 0 ran the invocation that finished the run, the context every speed
     /// figure above needs: the CPU (family and model, cores) and what computed ("fused
     /// avx512 kernels", "portable ops", "cuda"). Absent in runs made before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
+    /// The data it finished on ([`crate::data::Dataset::fingerprint`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_sha256: Option<String>,
+    /// The log's notes, `step N: ...` (a resume that continued on other data): a run
+    /// with notes is not one uninterrupted experiment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }

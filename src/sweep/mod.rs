@@ -1,5 +1,6 @@
 //! Sweeps (`tp-sweep`): a grid of runs, resumable, with a summary table and plots.
 
+pub mod existing;
 pub mod interrupts;
 pub mod more_seeds;
 pub mod runner;
@@ -42,7 +43,7 @@ pub fn sweep_and_report(
                 .iter()
                 .map(|w| format!("{} (±{:.4})", w.group, w.ci95))
                 .collect();
-            println!(
+            crate::say!(
                 "tp-sweep: seed {seed} for the groups whose paired 95% interval is wider than ±{}: {}",
                 rule.until_ci95,
                 why.join(", ")

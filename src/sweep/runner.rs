@@ -1,11 +1,14 @@
 //! Running a sweep: each point as its own `tp-train` process (or `mpirun -n N tp-train`),
 //! so one failing run cannot take the sweep down. Finished runs (with `summary.json`)
-//! are skipped; a half-done run resumes from its latest checkpoint when its config is
-//! unchanged, and otherwise starts again from scratch.
+//! of the point's config are skipped; a half-done one resumes from its latest
+//! checkpoint; a finished one the sweep file now only lengthens continues to the new
+//! length; a run of any other config stops the sweep before anything runs
+//! ([`existing`]).
 
+use super::existing::{existing, Existing};
 use super::interrupts::Interrupts;
 use super::spec::{Launcher, Point, Sweep};
-use crate::run_dir::{self, read_config, DirLock, RunSummary};
+use crate::run_dir::{self, DirLock, RunSummary};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -73,6 +76,56 @@ fn run_child(cmd: &mut Command, interrupts: &Interrupts) -> std::io::Result<Outp
     output
 }
 
+/// How the point not finished yet in `dir` is run: its arguments added to `cmd`, and
+/// what it is doing (resuming, continuing to a new length, running), or why it cannot be
+/// run now (the run left as it is).
+fn plan(
+    cmd: &mut Command,
+    point: &Point,
+    found: &Existing,
+    dir: &Path,
+    configs: &Path,
+) -> Result<std::result::Result<&'static str, &'static str>> {
+    if DirLock::held_elsewhere(dir) {
+        // A trainer of an earlier sweep still writes it: neither resume alongside it nor
+        // clear it under it.
+        return Ok(Err(
+            "still being written by another tp-train (stop it, then run the sweep again)",
+        ));
+    }
+    let checkpointed = run_dir::latest(dir).ok().flatten().is_some();
+    match (found, checkpointed) {
+        (Existing::Shorter { trained_to }, true) => {
+            let to = point.cfg.optim.max_iters;
+            cmd.arg("--resume")
+                .arg(dir)
+                .args(["--set", &format!("max_iters={to}")]);
+            crate::say!(
+                "{}: trained to {trained_to} steps; the sweep file now asks {to}",
+                point.name
+            );
+            return Ok(Ok("continuing from its latest checkpoint"));
+        }
+        // Finished, yet without a checkpoint to continue from: kept as it is.
+        (Existing::Shorter { .. }, false) => return Ok(Err(
+            "a shorter run of this point is there without a checkpoint to continue from (move it away to run the point again)",
+        )),
+        (Existing::Same, true) => {
+            cmd.arg("--resume").arg(dir);
+            return Ok(Ok("resuming from its latest checkpoint"));
+        }
+        _ => {}
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    let cfg_path = configs.join(format!("{}.yaml", point.name));
+    std::fs::write(&cfg_path, point.cfg.to_yaml()?)
+        .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+    cmd.arg("--config").arg(&cfg_path).arg("--out").arg(dir);
+    Ok(Ok("running"))
+}
+
 /// Runs every point not yet finished under `out`; prints a line per run. The caller owns
 /// `out` (see [`crate::sweep::sweep_and_report`]). A signal in `interrupts` stops the
 /// sweep once the run under way has ended ([`Interrupts::check`]).
@@ -84,13 +137,21 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
         .with_context(|| format!("cannot create {}", configs.display()))?;
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let n = sweep.points.len();
+    // Every point against what its directory holds, before anything runs: a run of
+    // another config there stops the sweep with one line, nothing touched.
+    let found = sweep
+        .points
+        .iter()
+        .map(|p| existing(p, &out.join(&p.name)))
+        .collect::<Result<Vec<_>>>()?;
     let mut results = Vec::with_capacity(n);
-    for (i, point) in sweep.points.iter().enumerate() {
+    for (i, (point, found)) in sweep.points.iter().zip(found).enumerate() {
         interrupts.check()?;
         let dir = out.join(&point.name);
         let tag = format!("[{}/{n}] {}", i + 1, point.name);
-        if let Some(summary) = read_summary(&dir) {
-            println!("{tag}: finished earlier, skipped");
+        let summary = read_summary(&dir).filter(|_| found == Existing::Same);
+        if let Some(summary) = summary {
+            crate::say!("{tag}: finished earlier, skipped");
             results.push(PointResult {
                 point: point.clone(),
                 dir,
@@ -99,38 +160,21 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
             });
             continue;
         }
-        if DirLock::held_elsewhere(&dir) {
-            // A trainer of an earlier sweep still writes it: neither resume alongside it
-            // nor clear it under it.
-            let why = "still being written by another tp-train (stop it, then run the sweep again)";
-            println!("{tag}: FAILED: {why}");
-            results.push(PointResult {
-                point: point.clone(),
-                dir,
-                status: Status::Failed(why.into()),
-                summary: None,
-            });
-            continue;
-        }
         let mut cmd = command(&sweep.launcher, &tp_train);
-        let resumable = dir.is_dir()
-            && read_config(&dir).ok().as_ref() == Some(&point.cfg)
-            && run_dir::latest(&dir).ok().flatten().is_some();
-        let how = if resumable {
-            cmd.arg("--resume").arg(&dir);
-            "resuming from its latest checkpoint"
-        } else {
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .with_context(|| format!("cannot clear {}", dir.display()))?;
+        let how = match plan(&mut cmd, point, &found, &dir, &configs)? {
+            Ok(how) => how,
+            Err(why) => {
+                crate::say!("{tag}: FAILED: {why}");
+                results.push(PointResult {
+                    point: point.clone(),
+                    dir,
+                    status: Status::Failed(why.into()),
+                    summary: None,
+                });
+                continue;
             }
-            let cfg_path = configs.join(format!("{}.yaml", point.name));
-            std::fs::write(&cfg_path, point.cfg.to_yaml()?)
-                .with_context(|| format!("cannot write {}", cfg_path.display()))?;
-            cmd.arg("--config").arg(&cfg_path).arg("--out").arg(&dir);
-            "running"
         };
-        println!("{tag}: {how} ...");
+        crate::say!("{tag}: {how} ...");
         let started = Instant::now();
         let log_path = logs.join(format!("{}.log", point.name));
         let output = run_child(cmd.arg("--quiet"), interrupts)
@@ -144,7 +188,7 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
         let summary = read_summary(&dir);
         let status = match (&summary, output.status.success()) {
             (Some(s), true) => {
-                println!(
+                crate::say!(
                     "{tag}: done in {:.0}s, val loss {}",
                     secs,
                     s.final_val_loss.map_or("-".into(), |v| format!("{v:.4}"))
@@ -159,7 +203,7 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
                     .find(|l| l.contains("error"))
                     .or_else(|| err.lines().last())
                     .unwrap_or("no output");
-                println!(
+                crate::say!(
                     "{tag}: FAILED ({}): {last} (log: {})",
                     output.status,
                     log_path.display()

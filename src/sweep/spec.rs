@@ -53,6 +53,10 @@ impl TryFrom<LauncherSpec> for Launcher {
     }
 }
 
+/// The most runs one sweep file may ask for (a day of 10-second runs is 8,640): a bigger
+/// grid is a typo or a study to split, refused before its points are resolved.
+pub const MAX_POINTS: usize = 10_000;
+
 /// The stopping rule of a sweep file (`more_seeds:`); what it does is more_seeds.rs.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -234,7 +238,24 @@ impl Sweep {
             base.push((key_of(k, file)?, v.clone(), origin("base")));
         }
         let axes = axes(&spec, file)?;
-        let total: usize = axes.iter().map(|(_, v)| v.len()).product();
+        // Counted before any point is resolved: a grid of millions would otherwise spend
+        // minutes and gigabytes saying nothing.
+        let total = axes
+            .iter()
+            .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len()))
+            .unwrap_or(usize::MAX);
+        if total > MAX_POINTS {
+            let sizes: Vec<String> = axes
+                .iter()
+                .map(|(k, v)| format!("{} {k}", v.len()))
+                .collect();
+            user_bail!(
+                "the grid of {} has {} runs ({}), more than the {MAX_POINTS} a sweep runs: split it into several sweep files",
+                file.display(),
+                if total == usize::MAX { "too many".to_string() } else { total.to_string() },
+                sizes.join(" x ")
+            );
+        }
         let points = (0..total)
             .map(|idx| point(idx, &axes, &base, &spec.launcher, &origin("grid")))
             .collect::<Result<Vec<_>>>()?;

@@ -116,6 +116,9 @@ pub fn import_hf(src: &Path, out: &Path, data: &ImportData) -> Result<Imported> 
                 shape: checkpoint::CommShape::of(&cfg),
                 tally: Default::default(),
             }),
+            // Imported, not trained: no time spent, no data seen.
+            wall_seconds: Some(0.0),
+            data_sha256: None,
             pause_mid_write: None,
         },
         CheckpointTensors {

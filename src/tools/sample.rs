@@ -1,24 +1,26 @@
 //! `tp-sample`: text from a run's checkpoint, with the model sharded over any tp.
 
-use crate::data::{Tokenizer, TEXT};
+use crate::data::{TextStream, Tokenizer, TEXT};
 use crate::launch::job::load_dataset;
 use crate::launch::threads::{configure_threads, on_tp_threads};
 use crate::model::Gpt;
 use crate::tp::StoredParams;
-use crate::train::generate::{generate, warn_if_other_function, SampleOptions};
+use crate::train::generate::{generate_each, warn_if_other_function, SampleOptions};
 use anyhow::Result;
 
 /// The most tokens tp-sample generates in one call.
 pub const MAX_SAMPLE_TOKENS: usize = 1_000_000;
 
 /// Generates text from a run's latest checkpoint (or `checkpoint` if given) with the
-/// model sharded over `tp` ranks as threads. Returns the prompt's continuation.
+/// model sharded over `tp` ranks as threads. Returns the prompt's continuation, and hands
+/// it to `each` piece by piece as it is generated (a million tokens take minutes).
 pub fn sample_run(
     run_dir: &std::path::Path,
     checkpoint: Option<&std::path::Path>,
     prompt: Option<&str>,
     tp: Option<usize>,
     opts: &SampleOptions,
+    each: &(dyn Fn(&str) + Sync),
 ) -> Result<String> {
     if opts.tokens > MAX_SAMPLE_TOKENS {
         crate::user_bail!(
@@ -56,12 +58,26 @@ pub fn sample_run(
     configure_threads(tp);
     // Sampling a few hundred tokens is CPU work whatever the run trained on.
     let device = candle_core::Device::Cpu;
+    // Every rank draws the same tokens; rank 0 hands them on.
+    let stream = std::sync::Mutex::new(TextStream::new(&tok));
     let out = on_tp_threads(tp, |comm| {
         let source = StoredParams {
             tensors: ck.weights.clone(),
         };
+        let first = comm.rank() == 0;
         let model = Gpt::build_on(&mcfg, &layout, &source, &comm, &device)?;
-        generate(&model, &prompt_ids, opts)
+        generate_each(&model, &prompt_ids, opts, &mut |id| {
+            if first {
+                let piece = stream.lock().map(|mut s| s.push(id)).ok().flatten();
+                if let Some(text) = piece {
+                    each(&text);
+                }
+            }
+        })
     })?;
+    let rest = stream.lock().map(|mut s| s.finish()).unwrap_or_default();
+    if !rest.is_empty() {
+        each(&rest);
+    }
     Ok(tok.decode(&out[0]))
 }

@@ -20,6 +20,16 @@ pub struct SampleOptions {
 
 /// Generates `opts.tokens` tokens after `prompt` (which must not be empty).
 pub fn generate(model: &Gpt, prompt: &[u32], opts: &SampleOptions) -> Result<Vec<u32>> {
+    generate_each(model, prompt, opts, &mut |_| {})
+}
+
+/// [`generate`], handing each token to `each` as soon as it is drawn (to print it).
+pub fn generate_each(
+    model: &Gpt,
+    prompt: &[u32],
+    opts: &SampleOptions,
+    each: &mut dyn FnMut(u32),
+) -> Result<Vec<u32>> {
     if prompt.is_empty() {
         bail!("generation needs at least one prompt token");
     }
@@ -68,6 +78,7 @@ pub fn generate(model: &Gpt, prompt: &[u32], opts: &SampleOptions) -> Result<Vec
             }
         }
         ids.push(pick as u32);
+        each(pick as u32);
     }
     Ok(ids[prompt.len()..].to_vec())
 }

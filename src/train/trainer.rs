@@ -54,6 +54,12 @@ pub struct Trainer<'a> {
     tallied: Tallied,
     /// Where the rank's tally starts, for [`Trainer::take_up_history`].
     tally_start: TallyStart,
+    /// The run's wall-clock seconds before this invocation (none where the checkpoint it
+    /// resumed from predates the count) and when this invocation began.
+    wall_before: Option<f64>,
+    started: Instant,
+    /// The data's fingerprint, computed when the first checkpoint is written.
+    data_sha256: std::cell::OnceCell<String>,
 }
 
 /// How a run's tally starts.
@@ -74,6 +80,7 @@ impl<'a> Trainer<'a> {
         ctx: &'a RankContext,
         faults: &'a Faults,
         resume: Option<&Checkpoint>,
+        started: Instant,
     ) -> Result<Self> {
         let layout = cfg.layout()?;
         let mcfg = cfg.model_config(data.vocab_size())?;
@@ -129,6 +136,9 @@ impl<'a> Trainer<'a> {
             last_checkpoint: None,
             tallied: Tallied::default(),
             tally_start: TallyStart::Fresh,
+            wall_before: Some(0.0),
+            started,
+            data_sha256: std::cell::OnceCell::new(),
         };
         if let Some(ck) = resume {
             trainer.restore(ck)?;
@@ -154,6 +164,7 @@ impl<'a> Trainer<'a> {
         self.opt.restore(ck.meta.adam_steps, m, v)?;
         self.step = ck.meta.step;
         self.best_val = ck.meta.best_val_loss;
+        self.wall_before = ck.meta.wall_seconds;
         self.last_checkpoint = Some((ck.meta.step, Some(ck.dir.clone())));
         (self.tally_start, self.tallied) = match usable_history(ck, self.cfg) {
             Some(h) => (
@@ -420,6 +431,14 @@ impl<'a> Trainer<'a> {
                     adam_steps: self.opt.t,
                     best_val_loss: self.best_val,
                     history: Some(history),
+                    wall_seconds: self
+                        .wall_before
+                        .map(|b| b + self.started.elapsed().as_secs_f64()),
+                    data_sha256: Some(
+                        self.data_sha256
+                            .get_or_init(|| self.batcher.data.fingerprint())
+                            .clone(),
+                    ),
                     pause_mid_write: self.faults.checkpoint_pause,
                 };
                 Some(checkpoint::write(root, state, tensors)?)

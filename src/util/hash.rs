@@ -9,6 +9,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// SHA-256 of a file's contents as lowercase hex, read in pieces (a corpus may be larger
+/// than is worth holding twice).
+pub fn file_sha256_hex(path: &std::path::Path) -> std::io::Result<String> {
+    let mut h = Sha256::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut h)?;
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// FNV-1a over the bytes of `s`: the same value on every machine and every run.
 pub fn fnv1a(s: &str) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;

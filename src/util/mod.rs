@@ -5,6 +5,7 @@ pub mod cpu_time;
 pub mod fs;
 pub mod hash;
 pub mod host;
+pub mod say;
 
 pub use cpu_time::thread_cpu_time;
 pub use fs::{fsync_dir, write_atomic};

@@ -18,6 +18,7 @@ mod kill_resume;
 mod ladder_equals_blocks_md;
 mod layering;
 mod mpi;
+mod nothing_lost;
 mod plot;
 mod s_and_p_equal_blocks_md;
 mod scan;

@@ -27,22 +27,30 @@ pub struct Checkpoint {
 }
 
 /// The checkpoint a run continues from: the one `checkpoints/latest` names (a user may
-/// point it at an earlier one), or, where a kill came between a checkpoint's rename into
-/// place and the update of `latest`, the newest checkpoint directory (a `step-N`
-/// directory is only ever renamed into place complete). None if the run has none.
+/// point it at an earlier one), or, where `latest` is missing, empty or unreadable (a
+/// kill between a checkpoint's rename into place and the update of `latest`, a damaged
+/// file), the newest checkpoint directory (a `step-N` directory is only ever renamed into
+/// place complete). None if the run has none. A `latest` that names anything but one of
+/// this run's own `step-N` directories (`../../other/checkpoints/step-000040`) is refused
+/// by name: another run's weights must never pass for this run's.
 pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
     let base = run_dir.join(CHECKPOINTS);
-    let Ok(name) = std::fs::read_to_string(base.join("latest")) else {
-        let Ok(entries) = std::fs::read_dir(&base) else {
-            return Ok(None);
-        };
-        let newest = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| n.starts_with("step-") && base.join(n).join(META_FILE).is_file())
-            .max();
-        return Ok(newest.map(|n| base.join(n)));
+    let named = std::fs::read_to_string(base.join("latest"))
+        .ok()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty());
+    let Some(name) = named else {
+        return Ok(kept_checkpoints(&base).pop().map(|n| base.join(n)));
     };
-    let dir = base.join(name.trim());
+    let dir = base.join(&name);
+    if !is_step_name(&name) || !is_inside(&base, &dir) {
+        return Err(crate::error::user(format!(
+            "{} names `{name}`, which is not a checkpoint of this run (only a step-N directory inside {} is); write one of this run's into it ({})",
+            base.join("latest").display(),
+            base.display(),
+            kept_list(&base)
+        )));
+    }
     if !dir.is_dir() {
         return Err(corrupt(
             &dir,
@@ -50,6 +58,45 @@ pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
         ));
     }
     Ok(Some(dir))
+}
+
+/// `step-` and digits: the only names a checkpoint directory has.
+fn is_step_name(name: &str) -> bool {
+    name.strip_prefix("step-")
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether `dir` is, after symbolic links are followed, a directory directly inside
+/// `base` (a link pointing out of the run does not count).
+pub fn is_inside(base: &Path, dir: &Path) -> bool {
+    match (base.canonicalize(), dir.canonicalize()) {
+        (Ok(b), Ok(d)) => d.parent() == Some(b.as_path()),
+        // Not there (yet): judged by its name alone.
+        _ => dir.parent() == Some(base),
+    }
+}
+
+/// The names of the complete checkpoints in `base` (those with their meta), oldest first.
+fn kept_checkpoints(base: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| is_step_name(n) && base.join(n).join(META_FILE).is_file())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `kept: step-000010, step-000020`, or that none is.
+fn kept_list(base: &Path) -> String {
+    let kept = kept_checkpoints(base);
+    if kept.is_empty() {
+        "none is kept".into()
+    } else {
+        format!("kept: {}", kept.join(", "))
+    }
 }
 
 /// `SHA256SUMS`: file name -> hex digest.
@@ -212,12 +259,18 @@ impl Checkpoint {
         Ok(ck)
     }
 
-    /// The checkpoint must hold exactly the model `cfg` describes (every model key
-    /// equal); says what differs.
+    /// The checkpoint must be of the run `cfg` describes: exactly its model and data
+    /// (every model key equal) and its seed (which keys its batches and dropout masks: a
+    /// checkpoint of the same model with another seed is another run's). Says what
+    /// differs.
     pub fn check_matches(&self, cfg: &RunConfig) -> Result<()> {
-        let as_map = |c: &RunConfig| match serde_json::to_value(&c.model) {
-            Ok(serde_json::Value::Object(m)) => m,
-            _ => serde_json::Map::new(),
+        let as_map = |c: &RunConfig| {
+            let mut m = match serde_json::to_value(&c.model) {
+                Ok(serde_json::Value::Object(m)) => m,
+                _ => serde_json::Map::new(),
+            };
+            m.insert("seed".into(), c.optim.seed.into());
+            m
         };
         let (ours, theirs) = (as_map(&self.meta.config), as_map(cfg));
         let diffs: Vec<String> = ours

@@ -81,6 +81,15 @@ pub struct CheckpointMeta {
     /// The run's communication so far (format 2 on).
     #[serde(default)]
     pub history: Option<RunHistory>,
+    /// Wall-clock seconds the run had taken up to this checkpoint, over every process
+    /// that trained it (a resumed run's summary adds its own to this). Absent in
+    /// checkpoints written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_seconds: Option<f64>,
+    /// The data the run trained on ([`crate::data::Dataset::fingerprint`]): a resume on
+    /// other data is refused unless the user accepts it. Absent in older checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_sha256: Option<String>,
 }
 
 /// The newest checkpoint of the same run older than `dir`, if one is kept.
@@ -102,7 +111,7 @@ fn earlier_checkpoint(dir: &Path) -> Option<PathBuf> {
 pub fn corrupt(dir: &Path, what: impl std::fmt::Display) -> anyhow::Error {
     let instead = match earlier_checkpoint(dir) {
         Some(e) => format!(
-            "the earlier checkpoint {} is kept: resume from it by writing `{}` into {}, or pass it to tp-eval/tp-sample/tp-scan with --checkpoint",
+            "the earlier checkpoint {} is kept: resume from it by writing `{}` into {}, or pass it to tp-eval/tp-sample/tp-scan/tp-export with --checkpoint",
             e.display(),
             e.file_name().unwrap_or_default().to_string_lossy(),
             dir.parent().unwrap_or(dir).join("latest").display()

@@ -29,6 +29,6 @@ mod load;
 mod meta;
 mod write;
 
-pub use load::{latest, Checkpoint, Moments};
+pub use load::{is_inside, latest, Checkpoint, Moments};
 pub use meta::{CheckpointMeta, CommShape, ParamInfo, RunHistory, CHECKPOINTS, SUMS_FILE};
 pub use write::{remove_partial, write, CheckpointState, CheckpointTensors};

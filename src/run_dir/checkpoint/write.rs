@@ -31,6 +31,10 @@ pub struct CheckpointState<'a> {
     pub adam_steps: u64,
     pub best_val_loss: Option<f32>,
     pub history: Option<RunHistory>,
+    /// The run's wall-clock seconds so far, over all its processes.
+    pub wall_seconds: Option<f64>,
+    /// The fingerprint of the data it trains on.
+    pub data_sha256: Option<String>,
     /// Hold the write half-done for this long (tests kill a run mid-write).
     pub pause_mid_write: Option<std::time::Duration>,
 }
@@ -66,6 +70,8 @@ pub fn write(root: &Path, state: CheckpointState, tensors: CheckpointTensors) ->
         ),
         params,
         history: state.history,
+        wall_seconds: state.wall_seconds,
+        data_sha256: state.data_sha256,
     };
     let base = root.join(CHECKPOINTS);
     std::fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;

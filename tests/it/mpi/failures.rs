@@ -63,10 +63,7 @@ fn config_errors_and_an_unwritable_out_under_mpirun_are_printed_once_and_exit_2(
             vec!["--set", "sample_tokens=99999999999", "--out", "run"],
             "sample_tokens must be at most",
         ),
-        (
-            vec!["--resume", "nowhere"],
-            "not a tp-harness run directory",
-        ),
+        (vec!["--resume", "nowhere"], "nowhere does not exist"),
         (
             vec!["--out", "/dev/null/run"],
             "cannot create run directory /dev/null/run: a part of the path is a file",

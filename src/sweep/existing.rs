@@ -1,0 +1,106 @@
+//! What a sweep point's run directory already holds, set against the point: a run of the
+//! same config (skipped when finished, resumed when not), a finished run the edited sweep
+//! file only lengthens (continued to the new `max_iters`), or a run of another config,
+//! which is never taken as the point's result and never deleted: the sweep stops before
+//! running anything, naming the keys that differ.
+
+use super::spec::Point;
+use crate::config::RunConfig;
+use crate::run_dir::read_config;
+use crate::user_bail;
+use anyhow::Result;
+use serde_yaml_ng::Value;
+use std::path::Path;
+
+/// How a point relates to its run directory.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Existing {
+    /// No run there yet (or a directory a start left before writing its config).
+    Nothing,
+    /// A run of exactly the point's config.
+    Same,
+    /// A run of the same config but a shorter `max_iters`, whose steps so far a run of
+    /// the point's length would also have taken (the learning-rate schedule does not
+    /// follow `max_iters`): continued from its latest checkpoint.
+    Shorter { trained_to: usize },
+}
+
+/// The keys whose values differ between the run's config and the point's: (key, run's
+/// value, point's value), each key once.
+fn differing_keys(run: &RunConfig, point: &RunConfig) -> Vec<(String, String, String)> {
+    let map = |c: &RunConfig| match serde_yaml_ng::to_value(c) {
+        Ok(Value::Mapping(m)) => m,
+        _ => Default::default(),
+    };
+    let text = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => serde_yaml_ng::to_string(v)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        None => "unset".into(),
+    };
+    let (a, b) = (map(run), map(point));
+    let keys: Vec<&Value> = a.keys().chain(b.keys()).collect();
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for k in keys {
+        let (x, y) = (a.get(k), b.get(k));
+        let name = text(Some(k));
+        if x != y && !out.iter().any(|(n, _, _)| *n == name) {
+            out.push((name, text(x), text(y)));
+        }
+    }
+    out
+}
+
+/// What `dir` holds for `point`, or one line refusing to go on: a run there of another
+/// config is some earlier result, not this point's.
+pub fn existing(point: &Point, dir: &Path) -> Result<Existing> {
+    if !dir.join(crate::run_dir::CONFIG_FILE).is_file() {
+        return Ok(Existing::Nothing);
+    }
+    let run = read_config(dir)?;
+    if run == point.cfg {
+        return Ok(Existing::Same);
+    }
+    let diffs = differing_keys(&run, &point.cfg);
+    let (was, now) = (run.optim.max_iters, point.cfg.optim.max_iters);
+    let only_length = diffs.iter().all(|(k, _, _)| k == "max_iters");
+    // The cosine schedule ends at lr_decay_iters, which follows max_iters unless set:
+    // then the steps already trained differ from a longer run's.
+    let schedule_fixed = !run.optim.decay_lr || run.optim.lr_decay_iters.is_some();
+    if only_length && now > was && schedule_fixed {
+        return Ok(Existing::Shorter { trained_to: was });
+    }
+    let listed: Vec<String> = diffs
+        .iter()
+        .map(|(k, run, file)| format!("{k} {run} (run) vs {file} (sweep file)"))
+        .collect();
+    let why = if only_length && now > was {
+        " — a longer max_iters moves the end of the cosine schedule (lr_decay_iters follows it), so the steps already trained are not those of the longer run"
+    } else {
+        ""
+    };
+    user_bail!(
+        "{} was run with another config than the sweep file now gives: {}{why}; its results are kept: restore the sweep file, or move that run directory away to run the point again",
+        dir.display(),
+        listed.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differing_keys_name_each_key_once_with_both_values() {
+        let a = RunConfig::default();
+        let mut b = a.clone();
+        b.optim.max_iters = a.optim.max_iters + 100;
+        b.model.pattern = "tttt".into();
+        let d = differing_keys(&a, &b);
+        let names: Vec<&str> = d.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(names, ["pattern", "max_iters"], "{d:?}");
+        assert_eq!(d[1].2, (a.optim.max_iters + 100).to_string());
+    }
+}

@@ -175,6 +175,22 @@ fn main() {
                 );
             }
         }
+        // Runs still training (or stopped before their end) are drawn as far as they go;
+        // the figures of final losses and times leave them out, and this line says so.
+        let unfinished: Vec<String> = runs
+            .iter()
+            .filter(|r| !r.finished)
+            .map(|r| r.dir.display().to_string())
+            .collect();
+        if !unfinished.is_empty() {
+            eprintln!(
+                "tp-plot: note: {} of {} runs not finished (no summary.json yet: {}): their curves are drawn as far as they go; the tradeoff and time figures leave them out{}",
+                unfinished.len(),
+                runs.len(),
+                unfinished.join(", "),
+                if unfinished.len() == runs.len() { ", so only loss_curves is drawn" } else { "" }
+            );
+        }
         // Runs that differ only in the seed become one curve with a band.
         let mut runs = merge_replicates(runs);
         label_runs(&mut runs);

@@ -179,6 +179,16 @@ struct TradeoffX<'a> {
     values: Vec<Option<f64>>,
     desc: &'a str,
     against: &'a str,
+    /// Whether x counts something (all-reduces): whole numbers only on its axis.
+    counts: bool,
+}
+
+/// Whether a finished run has a point on `x` (an unfinished run's latest evaluation is no
+/// final loss: it is drawn in the curves only).
+fn has_point(runs: &[RunCurves], x: &TradeoffX) -> bool {
+    runs.iter()
+        .zip(&x.values)
+        .any(|(r, v)| r.finished && r.final_val.is_some() && v.is_some())
 }
 
 fn draw_tradeoff<DB: DrawingBackend>(
@@ -193,6 +203,7 @@ where
     let pts: Vec<(f64, f64, String, usize)> = runs
         .iter()
         .enumerate()
+        .filter(|(_, r)| r.finished)
         .filter_map(|(i, r)| Some((x.values[i]?, r.final_val?, r.label.clone(), i)))
         .collect();
     let ci = |i: usize| runs[i].final_ci95.unwrap_or(0.0);
@@ -220,7 +231,13 @@ where
         .configure_mesh()
         .x_desc(x.desc)
         .y_desc("final val loss")
-        .x_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&|v| {
+            if x.counts && (v - v.round()).abs() > 1e-6 {
+                String::new()
+            } else {
+                format!("{v:.0}")
+            }
+        })
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
         .draw()?;
@@ -278,13 +295,17 @@ pub fn plot_runs(runs: &[RunCurves], out: &Path) -> Result<Vec<PathBuf>> {
         values: runs.iter().map(|r| r.forward_allreduces_per_step).collect(),
         desc: "TP forward all-reduces per step",
         against: "communication",
+        counts: true,
     };
     files.extend(both_formats!(out, "loss_curves", (1600, 650), |a| {
         draw_loss_curves(a, runs, &STEPS)
     }));
-    files.extend(both_formats!(out, "tradeoff", (900, 650), |a| {
-        draw_tradeoff(a, runs, &comm)
-    }));
+    // Never an empty figure: without a finished run there is no final loss to place.
+    if has_point(runs, &comm) {
+        files.extend(both_formats!(out, "tradeoff", (900, 650), |a| {
+            draw_tradeoff(a, runs, &comm)
+        }));
+    }
     Ok(files)
 }
 
@@ -325,9 +346,8 @@ pub fn plot_on_link(
         })
         .collect();
     if timed.is_empty() {
-        return Err(user(
-            "none of the runs has step times and comm.json to model a link from",
-        ));
+        // Only unfinished runs (tp-plot says which): nothing to model, no empty figure.
+        return Ok(Vec::new());
     }
     // The table behind the figures: printed, and written next to them.
     let mut tables = Vec::new();
@@ -354,13 +374,16 @@ pub fn plot_on_link(
             .collect(),
         desc: &format!("modelled ms per step on {label}"),
         against: "step time",
+        counts: false,
     };
-    files.extend(both_formats!(
-        out,
-        format!("tradeoff_time_{slug}"),
-        (900, 650),
-        |a| { draw_tradeoff(a, &timed, &per_step) }
-    ));
+    if has_point(&timed, &per_step) {
+        files.extend(both_formats!(
+            out,
+            format!("tradeoff_time_{slug}"),
+            (900, 650),
+            |a| { draw_tradeoff(a, &timed, &per_step) }
+        ));
+    }
     files.extend(tables);
     Ok(files)
 }

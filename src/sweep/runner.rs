@@ -11,7 +11,7 @@ use super::spec::{Launcher, Point, Sweep};
 use crate::run_dir::{self, DirLock, RunSummary};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -66,14 +66,20 @@ fn command(launcher: &Launcher, tp_train: &Path) -> Command {
     }
 }
 
-/// Runs `cmd` to its end with its output captured, passing on any signal the sweep gets
+/// Runs `cmd` to its end, its stdout and stderr written into `log` as they come (so that
+/// `tail -f` follows a run while it trains), passing on any signal the sweep gets
 /// meanwhile (`interrupts`).
-fn run_child(cmd: &mut Command, interrupts: &Interrupts) -> std::io::Result<Output> {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+fn run_child(cmd: &mut Command, log: &Path, interrupts: &Interrupts) -> Result<ExitStatus> {
+    let file =
+        std::fs::File::create(log).with_context(|| format!("cannot write {}", log.display()))?;
+    let mut child = cmd
+        .stdout(Stdio::from(file.try_clone()?))
+        .stderr(Stdio::from(file))
+        .spawn()?;
     interrupts.child_started(child.id());
-    let output = child.wait_with_output();
+    let status = child.wait();
     interrupts.child_ended();
-    output
+    Ok(status?)
 }
 
 /// How the point not finished yet in `dir` is run: its arguments added to `cmd`, and
@@ -177,16 +183,12 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
         crate::say!("{tag}: {how} ...");
         let started = Instant::now();
         let log_path = logs.join(format!("{}.log", point.name));
-        let output = run_child(cmd.arg("--quiet"), interrupts)
+        let status = run_child(cmd.arg("--quiet"), &log_path, interrupts)
             .with_context(|| format!("cannot start {}", tp_train.display()))?;
-        let mut log = output.stdout.clone();
-        log.extend_from_slice(&output.stderr);
-        std::fs::write(&log_path, &log)
-            .with_context(|| format!("cannot write {}", log_path.display()))?;
         interrupts.check()?;
         let secs = started.elapsed().as_secs_f64();
         let summary = read_summary(&dir);
-        let status = match (&summary, output.status.success()) {
+        let status = match (&summary, status.success()) {
             (Some(s), true) => {
                 crate::say!(
                     "{tag}: done in {:.0}s, val loss {}",
@@ -196,16 +198,15 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
                 Status::Finished
             }
             _ => {
-                let err = String::from_utf8_lossy(&output.stderr);
-                let last = err
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let last = log
                     .lines()
                     .rev()
                     .find(|l| l.contains("error"))
-                    .or_else(|| err.lines().last())
+                    .or_else(|| log.lines().last())
                     .unwrap_or("no output");
                 crate::say!(
-                    "{tag}: FAILED ({}): {last} (log: {})",
-                    output.status,
+                    "{tag}: FAILED ({status}): {last} (log: {})",
                     log_path.display()
                 );
                 Status::Failed(last.to_string())

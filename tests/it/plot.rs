@@ -194,3 +194,72 @@ fn tp_plot_sets_a_run_on_an_emulated_link_beside_the_model_and_its_summary_split
     assert!(comm > 0.0 && compute > 0.0 && compute <= step, "{s:?}");
     assert!(s.comm_bytes_per_step.unwrap() > 0.0);
 }
+
+/// A run still training (no summary.json, no comm.json yet) beside a finished one: its
+/// curve is drawn as far as it goes, one line names it, and no figure of final losses or
+/// times shows its latest evaluation as a final loss; alone, it gets its curves and no
+/// empty figure.
+#[test]
+fn tp_plot_of_an_unfinished_run_draws_what_exists_and_names_it_in_one_line() {
+    let d = scratch("plot-live");
+    assert_ok(&sweep(&d, "grid: {pattern: [tttt, pppp]}\n"));
+    let live = d.join("out/pattern=pppp");
+    for f in ["summary.json", "comm.json", "eval.json"] {
+        std::fs::remove_file(live.join(f)).unwrap();
+    }
+    let o = bin(
+        "tp-plot",
+        &d,
+        &[
+            "out/pattern=tttt",
+            "out/pattern=pppp",
+            "--out",
+            "both",
+            "--x",
+            "time",
+            "--link",
+            "10gbe",
+        ],
+        &[],
+    );
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("1 of 2 runs not finished") && err.contains("pattern=pppp"),
+        "{err}"
+    );
+    let tradeoff = std::fs::read_to_string(d.join("both/tradeoff.svg")).unwrap();
+    assert!(
+        tradeoff.contains("tttt") && !tradeoff.contains("pppp"),
+        "{tradeoff}"
+    );
+    assert_svg(&d.join("both/loss_vs_time_10gbe.svg"));
+    let curves = std::fs::read_to_string(d.join("both/loss_curves.svg")).unwrap();
+    assert!(
+        curves.contains("pppp"),
+        "the unfinished run's curve is missing"
+    );
+    let o = bin(
+        "tp-plot",
+        &d,
+        &[
+            "out/pattern=pppp",
+            "--out",
+            "alone",
+            "--x",
+            "time",
+            "--link",
+            "10gbe",
+        ],
+        &[],
+    );
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("so only loss_curves is drawn"));
+    let mut written: Vec<String> = std::fs::read_dir(d.join("alone"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    written.sort();
+    assert_eq!(written, ["loss_curves.png", "loss_curves.svg"]);
+}

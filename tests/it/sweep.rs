@@ -318,3 +318,36 @@ fn a_run_killed_after_its_last_checkpoint_keeps_its_figures_in_the_resumed_sweep
     assert_eq!(calls(&comm_after), calls(&comm_before));
     assert_eq!(calls(&comm_after), serde_json::json!(7.0));
 }
+
+/// A run's console output reaches `logs/<run>.log` while it trains, not when it ends.
+#[test]
+fn a_sweep_streams_each_runs_output_into_its_log_while_it_runs() {
+    let d = scratch("sweep-live-log");
+    std::fs::write(
+        d.join("sweep.yaml"),
+        format!("name: tiny\n{BASE}grid: {{pattern: [pppp]}}\n"),
+    )
+    .unwrap();
+    let mut child = command("tp-sweep", &d)
+        .args(["sweep.yaml", "--out", "out"])
+        .env("TP_STEP_PAUSE_MS", "1500")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = d.join("out/logs/pattern=pppp.log");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = String::new();
+    while std::time::Instant::now() < deadline && !seen.contains("run directory:") {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        seen = std::fs::read_to_string(&log).unwrap_or_default();
+    }
+    let running = child.try_wait().unwrap().is_none();
+    // SIGINT, as a user stops a sweep: it reaches the run, and both end.
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    assert!(seen.contains("run directory:"), "log so far: {seen}");
+    assert!(running, "the run ended before its log showed anything");
+}

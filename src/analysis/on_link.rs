@@ -41,6 +41,7 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
          - link calibration: {}\n\
          - compute: each run's slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\
          - compute measured on: {}\n\n\
+         Minutes to {target:.3}: where a run's val curve first reaches it, interpolated linearly between its evaluations (a finished run's curve ends at its whole-split final loss).\n\n\
          | run | fwd all-reduces / step | final val loss (± 95% interval) | compute ms (imbalance) | ms/step | minutes to {target:.3} |\n|---|---|---|---|---|---|\n",
         link.label,
         link.model.gbit_per_s,
@@ -75,6 +76,19 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
             show(r.forward_allreduces_per_step, 0),
             show(ms, 1),
             show(minutes, 2),
+        );
+    }
+    // A column of dashes says nothing by itself: one line that no run got there, and how
+    // close the best came.
+    let reached = runs.iter().any(|r| step_reaching(&r.val, target).is_some());
+    let best = runs
+        .iter()
+        .filter_map(|r| Some((r.val.iter().map(|p| p.1).reduce(f64::min)?, &r.label)))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    if let (false, Some((loss, label))) = (reached, best) {
+        let _ = writeln!(
+            s,
+            "\nNo run reached {target:.3}: the lowest val loss any reached was {loss:.4} ({label}). Give a --target above it."
         );
     }
     s

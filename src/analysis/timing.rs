@@ -39,7 +39,8 @@ pub struct Link {
     pub calibration: String,
 }
 
-/// A link by name (`10gbe`, `ib100`, `pcie4`, `nvlink4`) or as `GBIT:LATENCY_US`
+/// A link by name (`nvlink4`, `pcie4`, `ib100`, `10gbe`, `1gbe`, `100mbit`) or as
+/// `GBIT:LATENCY_US`
 /// (bandwidth in Gbit/s per direction, as `link_gbps`; latency per message in
 /// microseconds, as `link_latency_us`).
 pub fn parse_link(s: &str) -> Result<Link> {
@@ -70,10 +71,13 @@ pub fn parse_link(s: &str) -> Result<Link> {
             slug: format!("{g}gbit_{l}us").replace('.', "p"),
             label: format!("{g} Gbit/s, {l} us"),
             model,
-            calibration: format!("given as --link {g}:{l} ({g} Gbit/s delivered, {l} us a message)"),
+            calibration: format!(
+                "given as --link {g}:{l} ({g} Gbit/s delivered, {l} us a message)"
+            ),
         }),
         None => Err(user(format!(
-            "link `{s}` is not one of 10gbe, ib100, pcie4, nvlink4 or GBIT:LATENCY_US (Gbit/s and microseconds, e.g. 10:25)"
+            "link `{s}` is not one of {} or GBIT:LATENCY_US (Gbit/s and microseconds, e.g. 10:25)",
+            NAMED_LINKS.map(|l| l.name).join(", ")
         ))),
     }
 }
@@ -223,7 +227,7 @@ mod tests {
         for bad in ["", "5g", "10:", "-1:2", "x:y"] {
             let e = parse_link(bad).unwrap_err().to_string();
             assert!(
-                e.contains("10gbe, ib100") && e.contains("Gbit/s"),
+                e.contains("ib100, 10gbe, 1gbe, 100mbit") && e.contains("Gbit/s"),
                 "{bad}: {e}"
             );
         }

@@ -62,10 +62,12 @@ fn main() {
             r.step,
             r.tp
         );
-        match &a.out {
-            Some(file) => write_eval_to(file, &r),
+        let written = match &a.out {
+            Some(file) => write_eval_to(file, &r).map(|_| file.clone()),
             None => write_eval_into(&a.run_dir, &r),
-        }
+        }?;
+        tp_harness::say!("report: {}", written.display());
+        Ok(())
     };
     exit_on_error("tp-eval", run());
 }

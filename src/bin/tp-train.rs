@@ -2,9 +2,9 @@
 //! data-parallel ranks. With no arguments it runs the default experiment.
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use std::path::PathBuf;
-use tp_harness::config::{parse_assignment, read_config_file, resolve, Origin};
+use tp_harness::config::{parse_assignment, read_config_file, resolve, take_key_flags, Origin};
 use tp_harness::error::exit_on_error;
 use tp_harness::launch::job::{OnOtherData, Target};
 use tp_harness::launch::run::{resume_config, run_resolved, Backend};
@@ -20,7 +20,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "tp-train",
     version,
-    about = "Train GPT-2 with t/s/p tensor-parallel blocks; no arguments runs the default experiment (mini, shakespeare_char, sppp, tp 2)"
+    about = "Train GPT-2 with t/s/p tensor-parallel blocks; no arguments runs the default experiment (mini, shakespeare_char, sppp, tp 2)",
+    after_help = "Every config key is also a flag in nanoGPT's spelling: --max_iters=300, --seed 3, --learning_rate 6e-4 (the same as --set KEY=VALUE; docs/usage.md lists the keys)."
 )]
 struct Args {
     /// YAML file with config keys (nanoGPT names plus pattern, tp, dp).
@@ -88,13 +89,27 @@ enum BackendArg {
     Mpi,
 }
 
+/// A config override as the user gave it.
+type Override = (String, serde_yaml_ng::Value, Origin);
+
 fn main() {
     tp_harness::alloc::keep_freed_memory();
-    exit_on_error("tp-train", real_main(Args::parse()));
+    // Config keys as flags in nanoGPT's spelling (`--seed 3`, `--max_iters=300`) are taken
+    // out before clap sees the rest.
+    let own: Vec<String> = Args::command()
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(String::from))
+        .collect();
+    let mut argv = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
+    let program = argv.next().unwrap_or_else(|| "tp-train".into());
+    let run = take_key_flags(argv.collect(), &own).and_then(|(rest, keys)| {
+        real_main(Args::parse_from(std::iter::once(program).chain(rest)), keys)
+    });
+    exit_on_error("tp-train", run);
 }
 
 /// The config overrides the arguments give, in precedence order.
-fn overrides(args: &Args) -> anyhow::Result<Vec<(String, serde_yaml_ng::Value, Origin)>> {
+fn overrides(args: &Args, keys: &[Override]) -> anyhow::Result<Vec<Override>> {
     let mut overrides = Vec::new();
     if let Some(path) = &args.config {
         overrides.extend(read_config_file(path)?);
@@ -127,6 +142,7 @@ fn overrides(args: &Args) -> anyhow::Result<Vec<(String, serde_yaml_ng::Value, O
     if let Some(dp) = args.dp {
         overrides.push(("dp".into(), dp.into(), Origin::Flag(format!("--dp {dp}"))));
     }
+    overrides.extend(keys.iter().cloned());
     for s in &args.set {
         let (k, v) = parse_assignment(s)?;
         overrides.push((k, v, Origin::Flag(format!("--set {s}"))));
@@ -137,7 +153,7 @@ fn overrides(args: &Args) -> anyhow::Result<Vec<(String, serde_yaml_ng::Value, O
     Ok(overrides)
 }
 
-fn real_main(args: Args) -> anyhow::Result<()> {
+fn real_main(args: Args, keys: Vec<Override>) -> anyhow::Result<()> {
     let backend = match args.backend {
         Some(BackendArg::Threads) => Backend::Threads,
         Some(BackendArg::Mpi) => Backend::Mpi,
@@ -154,7 +170,13 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     if args.bench && backend == Backend::Mpi {
         // Each rank is a process already: one measurement at the launched shape.
         let (warmup, steps) = (args.bench_warmup, args.bench_steps);
-        let config = || Ok(bench_config(&resolve(&overrides(&args)?)?, warmup, steps));
+        let config = || {
+            Ok(bench_config(
+                &resolve(&overrides(&args, &keys)?)?,
+                warmup,
+                steps,
+            ))
+        };
         let out = args
             .out
             .clone()
@@ -166,7 +188,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     if args.bench {
-        let overrides = overrides(&args)?;
+        let overrides = overrides(&args, &keys)?;
         let out = args
             .out
             .clone()
@@ -179,7 +201,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         return bench(&resolve(&overrides)?, args.bench_warmup, args.bench_steps)?.report(&out);
     }
     if let Some(dir) = &args.resume {
-        let config = || resume_config(dir, &overrides(&args)?);
+        let config = || resume_config(dir, &overrides(&args, &keys)?);
         let on_other = if args.accept_other_data {
             OnOtherData::Accept
         } else {
@@ -193,7 +215,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    let config = || resolve(&overrides(&args)?);
+    let config = || resolve(&overrides(&args, &keys)?);
     run_resolved(&config, Target::New(args.out.clone()), progress, backend)?;
     Ok(())
 }

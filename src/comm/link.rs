@@ -105,11 +105,15 @@ const fn link(name: &'static str, label: &'static str, gbit: f64, us: f64) -> Na
 
 /// Named links for projections. Bandwidths are per direction; latencies are typical
 /// small-message figures, assumptions rather than measurements.
-pub const NAMED_LINKS: [NamedLink; 4] = [
+/// The two Ethernet links of the study (and of the shaped links between namespace hosts,
+/// docs/links.md) take the 50 us a message the study's figures use.
+pub const NAMED_LINKS: [NamedLink; 6] = [
     link("nvlink4", "NVLink 4 (H100), 3600 Gbit/s", 3600.0, 2.0),
     link("pcie4", "PCIe 4 x16, 200 Gbit/s", 200.0, 5.0),
     link("ib100", "InfiniBand, 100 Gbit/s", 100.0, 2.0),
     link("10gbe", "10 GbE, 10 Gbit/s", 10.0, 25.0),
+    link("1gbe", "1 GbE, 1 Gbit/s", 1.0, 50.0),
+    link("100mbit", "Fast Ethernet, 100 Mbit/s", 0.1, 50.0),
 ];
 
 #[cfg(test)]

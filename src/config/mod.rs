@@ -6,11 +6,13 @@
 //! value is checked in [`validate`] before anything is allocated.
 
 pub mod defaults;
+pub mod key_flags;
 pub mod overrides;
 pub mod presets;
 pub mod run_config;
 pub mod validate;
 
+pub use key_flags::take_key_flags;
 pub use overrides::{parse_assignment, read_config_file, resolve, resolve_resume, Origin};
 pub use presets::{preset, Preset, Recipe, PRESETS};
 pub use run_config::{

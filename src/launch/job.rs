@@ -343,6 +343,18 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
             "no checkpoint was written before the run stopped: training it again from step 0"
         );
     }
+    if let Some(init) = &job.init {
+        // Weights trained in s and p blocks at one tp are another function at another:
+        // said here as a resume and tp-eval say it.
+        let from = &init.checkpoint.meta.config;
+        if let Ok(layout) = from.layout() {
+            crate::train::generate::warn_if_other_function(
+                &layout,
+                from.parallel.tp,
+                cfg.parallel.tp,
+            );
+        }
+    }
     if let Some(ck) = &job.checkpoint {
         crate::say!(
             "resuming from {} (step {}) to max_iters {}",

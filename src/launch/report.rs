@@ -179,6 +179,16 @@ pub fn run_summary(
         wall_seconds,
         machine: Some(machine(cfg)),
         data_sha256: None,
+        sharing_slowdown: report.compute.as_ref().and_then(|c| {
+            // Ranks on rank 0's host (every one with threads) share its cores.
+            let here = o
+                .hosts
+                .iter()
+                .filter(|h| o.hosts.first() == Some(*h))
+                .count();
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            c.sharing_slowdown(here.max(1), cores)
+        }),
         notes: log
             .iter()
             .filter_map(|l| Some(format!("step {}: {}", l.step, l.note.as_ref()?)))

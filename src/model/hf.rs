@@ -161,6 +161,10 @@ pub fn write_hf(
         dir.join("config.json"),
         serde_json::to_string_pretty(config)?,
     )?;
+    // The weights readable as the config is (the safetensors writer makes its file
+    // private to its owner; an export is for others to load).
+    let readable = std::fs::metadata(dir.join("config.json"))?.permissions();
+    std::fs::set_permissions(dir.join("model.safetensors"), readable)?;
     Ok(())
 }
 

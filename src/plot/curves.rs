@@ -214,14 +214,16 @@ where
     let mut chart = ChartBuilder::on(&root)
         .caption(
             if intervals {
+                // The bars are each group's own spread; whether two groups differ is the
+                // paired test of the summary table, which these bars do not show.
                 format!(
-                    "final validation loss (mean, 95% interval) vs {}",
+                    "final val loss (mean, unpaired 95% interval; paired tests: summary.md) vs {}",
                     x.against
                 )
             } else {
                 format!("final validation loss vs {}", x.against)
             },
-            ("sans-serif", 24),
+            ("sans-serif", 18),
         )
         .margin(15)
         .x_label_area_size(50)

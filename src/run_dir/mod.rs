@@ -208,13 +208,21 @@ fn remove_stale_temporaries(run_dir: &Path) -> Result<()> {
 }
 
 /// Writes `report` into a finished run's directory from outside its writer (tp-eval):
-/// refused while another process owns the run.
-pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<()> {
+/// refused while another process owns the run. A report made at another tp than the
+/// run's goes beside the run's own, named by its tp (`eval-tp4.json`): the run's
+/// `eval.json` stays the number its `summary.json` gives. Returns the file written.
+pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<PathBuf> {
     DirLock::check_free(dir)?;
-    write_atomic(
-        &dir.join(eval_file(&report.split)),
-        serde_json::to_string_pretty(report)?.as_bytes(),
-    )
+    let own_tp = read_config(dir)?.parallel.tp;
+    let name = eval_file(&report.split);
+    let name = if report.tp == own_tp {
+        name
+    } else {
+        name.replace(".json", &format!("-tp{}.json", report.tp))
+    };
+    let path = dir.join(name);
+    write_atomic(&path, serde_json::to_string_pretty(report)?.as_bytes())?;
+    Ok(path)
 }
 
 /// Writes `report` to `file` outside any run (`tp-eval --out FILE`), never into a run's

@@ -132,6 +132,26 @@ impl RankCompute {
             .fold(f64::INFINITY, f64::min)
     }
 
+    /// How much slower the ranks computed by the wall clock than by their own CPU time,
+    /// beyond what `ranks_here` ranks sharing `cores` explains (median over ranks; 1: the
+    /// machine was the run's own). Well above 1, something else ran beside it, and its
+    /// wall-clock speeds (tokens/s) are the shared machine's, not the run's.
+    pub fn sharing_slowdown(&self, ranks_here: usize, cores: usize) -> Option<f64> {
+        let mut ratios: Vec<f64> = self
+            .per_rank_ms
+            .iter()
+            .zip(&self.per_rank_wall_ms)
+            .filter(|(cpu, _)| **cpu > 0.0)
+            .map(|(cpu, wall)| wall / cpu)
+            .collect();
+        if ratios.is_empty() {
+            return None;
+        }
+        ratios.sort_by(f64::total_cmp);
+        let own_turns = (ranks_here as f64 / cores.max(1) as f64).max(1.0);
+        Some(ratios[ratios.len() / 2] / own_turns)
+    }
+
     /// How much less the fastest rank computes than the slowest, as a share of the slowest
     /// (0 when the ranks are balanced).
     pub fn imbalance(&self) -> f64 {
@@ -431,6 +451,11 @@ pub struct RunSummary {
     /// The data it finished on ([`crate::data::Dataset::fingerprint`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_sha256: Option<String>,
+    /// [`RankCompute::sharing_slowdown`] of the run's last invocation: above 1.5, the
+    /// machine was shared while it trained and `tokens_per_s` says more of that than of the
+    /// run (summary tables flag it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing_slowdown: Option<f64>,
     /// The log's notes, `step N: ...` (a resume that continued on other data): a run
     /// with notes is not one uninterrupted experiment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -4,7 +4,7 @@ use super::runner::{PointResult, Status};
 use crate::analysis::{paired_differences, ReplicateKey, Replicates};
 use std::fmt::Write;
 
-const COLUMNS: [&str; 14] = [
+const COLUMNS: [&str; 15] = [
     "run",
     "pattern",
     "tp",
@@ -20,6 +20,10 @@ const COLUMNS: [&str; 14] = [
     "steps",
     // What the speed columns were measured on.
     "machine",
+    // How much slower than its own CPU time the run computed where the machine was
+    // shared while it trained (above 1.5; empty otherwise): its tokens/s are then the
+    // busy machine's.
+    "machine_shared",
 ];
 
 fn row(r: &PointResult) -> Vec<String> {
@@ -44,8 +48,17 @@ fn row(r: &PointResult) -> Vec<String> {
         f(s.map(|s| s.wall_seconds), 1),
         s.map_or(String::new(), |s| s.steps.to_string()),
         s.and_then(|s| s.machine.clone()).unwrap_or_default(),
+        f(shared(s), 1),
     ]
 }
+
+/// A run's sharing slowdown where it is above [`SHARED`].
+fn shared(s: Option<&crate::run_dir::RunSummary>) -> Option<f64> {
+    s.and_then(|s| s.sharing_slowdown).filter(|x| *x > SHARED)
+}
+
+/// Above this slowdown from sharing the machine a run's tokens/s is flagged.
+pub const SHARED: f64 = 1.5;
 
 /// A CSV table: the header, then one line per row, cells with commas quoted.
 fn csv_table(header: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
@@ -76,8 +89,14 @@ pub fn markdown(name: &str, results: &[PointResult]) -> String {
     let _ = writeln!(out, "# Sweep `{name}`\n");
     let _ = writeln!(out, "| {} |", COLUMNS.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(COLUMNS.len()));
+    let tokens = COLUMNS.iter().position(|c| *c == "tokens_per_s");
     for r in results {
-        let _ = writeln!(out, "| {} |", row(r).join(" | "));
+        let mut cells = row(r);
+        // Said where it is read: beside the number it makes doubtful.
+        if let (Some(i), Some(x)) = (tokens, shared(r.summary.as_ref())) {
+            cells[i] = format!("{} (machine shared: {x:.1}x slower)", cells[i]);
+        }
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
     out
 }
@@ -208,4 +227,35 @@ pub fn groups_markdown(rows: &[GroupRow], baseline: Option<&str>) -> String {
         let _ = writeln!(out, "| {} |", group_row(g).join(" | "));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::run_dir::RankCompute;
+
+    #[test]
+    fn sharing_slowdown_is_wall_over_cpu_beyond_the_runs_own_ranks_per_core() {
+        let c = RankCompute {
+            per_rank_ms: vec![10.0, 10.0],
+            per_rank_wall_ms: vec![30.0, 31.0],
+            steps: 10,
+        };
+        // Two ranks on two cores: 3x slower than their CPU time says, shared.
+        let x = c.sharing_slowdown(2, 2).unwrap();
+        assert!((x - 3.1).abs() < 1e-9, "{x}");
+        assert!(x > super::SHARED);
+        // Four ranks on two cores take turns by themselves: 1.55x beyond that.
+        let x = c.sharing_slowdown(4, 2).unwrap();
+        assert!((x - 1.55).abs() < 1e-9, "{x}");
+        let own = RankCompute {
+            per_rank_wall_ms: vec![10.5, 10.2],
+            ..c.clone()
+        };
+        assert!(own.sharing_slowdown(2, 2).unwrap() < super::SHARED);
+        let unmeasured = RankCompute {
+            per_rank_wall_ms: vec![],
+            ..c
+        };
+        assert_eq!(unmeasured.sharing_slowdown(2, 2), None);
+    }
 }

@@ -30,3 +30,4 @@ mod tally_counts;
 mod time_model;
 mod training_invariants;
 mod vocab_parallel;
+mod workflow;

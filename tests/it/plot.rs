@@ -263,3 +263,45 @@ fn tp_plot_of_an_unfinished_run_draws_what_exists_and_names_it_in_one_line() {
     written.sort();
     assert_eq!(written, ["loss_curves.png", "loss_curves.svg"]);
 }
+
+/// A target no run reaches is said in one line with the best loss reached (not a column
+/// of dashes), and the study's links are there by name.
+#[test]
+fn a_target_no_run_reaches_is_said_with_the_best_loss_reached() {
+    let d = scratch("plot-unreached");
+    assert_ok(&sweep(&d, "grid: {pattern: [pppp]}\n"));
+    let o = bin(
+        "tp-plot",
+        &d,
+        &[
+            "out/pattern=pppp",
+            "--out",
+            "pics",
+            "--x",
+            "time",
+            "--link",
+            "100mbit",
+            "--target",
+            "0.1",
+        ],
+        &[],
+    );
+    assert_ok(&o);
+    let md = std::fs::read_to_string(d.join("pics/loss_vs_time_100mbit.md")).unwrap();
+    assert!(
+        md.contains("Fast Ethernet, 100 Mbit/s (0.1 Gbit/s, 50 us"),
+        "{md}"
+    );
+    assert!(
+        md.contains("interpolated linearly between its evaluations"),
+        "{md}"
+    );
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("No run reached 0.100"))
+        .expect(&md);
+    assert!(
+        line.contains("the lowest val loss any reached was") && line.contains("(pppp)"),
+        "{line}"
+    );
+}

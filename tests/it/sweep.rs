@@ -34,7 +34,7 @@ fn a_two_point_sweep_writes_summaries_and_plots_and_a_rerun_skips_both() {
     let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 3, "{csv}");
-    assert_eq!(lines[0], "run,pattern,tp,dp,status,forward_allreduces_per_step,allreduces_per_layer,final_train_loss,final_val_loss,best_val_loss,tokens_per_s,wall_s,steps,machine");
+    assert_eq!(lines[0], "run,pattern,tp,dp,status,forward_allreduces_per_step,allreduces_per_layer,final_train_loss,final_val_loss,best_val_loss,tokens_per_s,wall_s,steps,machine,machine_shared");
     // The machine the speeds were measured on, quoted (it has commas).
     let machine = format!("\"{}, fused ", tp_harness::util::host::cpu());
     assert!(lines[1].contains(&machine), "{csv}");

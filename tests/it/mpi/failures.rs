@@ -78,3 +78,35 @@ fn config_errors_and_an_unwritable_out_under_mpirun_are_printed_once_and_exit_2(
         assert!(!d.join("run").exists());
     }
 }
+
+/// The README's mpirun line works as typed, as root and with more ranks (4) than this
+/// machine's cores (a short run of it: the flags that make it short are appended).
+#[test]
+fn the_readmes_mpirun_line_runs_as_typed() {
+    let d = scratch("readme-mpirun");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.contains("mpirun") && l.contains("tp-train --pattern"))
+        .expect("the README shows an mpirun line");
+    let typed = line.split('#').next().unwrap().trim();
+    let out = d.join("run");
+    let mut c = Command::new("bash");
+    crate::common::with_test_data(&mut c);
+    let o = c
+        .current_dir(root)
+        .arg("-c")
+        .arg(format!(
+            "{typed} --set n_embd=32 --set max_iters=2 --set eval_interval=0 --set sample_tokens=0 --quiet --out {}",
+            out.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "`{typed}`: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.join("summary.json").exists());
+}

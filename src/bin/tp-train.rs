@@ -4,7 +4,9 @@
 use anyhow::Context;
 use clap::{CommandFactory, Parser};
 use std::path::PathBuf;
-use tp_harness::config::{parse_assignment, read_config_file, resolve, take_key_flags, Origin};
+use tp_harness::config::{
+    parse_assignment, read_config_file, resolve, take_key_flags, Origin, Override,
+};
 use tp_harness::error::exit_on_error;
 use tp_harness::launch::job::{OnOtherData, Target};
 use tp_harness::launch::run::{resume_config, run_resolved, Backend};
@@ -88,9 +90,6 @@ enum BackendArg {
     Threads,
     Mpi,
 }
-
-/// A config override as the user gave it.
-type Override = (String, serde_yaml_ng::Value, Origin);
 
 fn main() {
     tp_harness::alloc::keep_freed_memory();

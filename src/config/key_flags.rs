@@ -3,17 +3,14 @@
 //! are parsed. A flag the binary defines itself (`--tp`, `--pattern`) stays its own.
 
 use super::overrides::parse_assignment;
+use super::overrides::Override;
 use super::{Origin, RunConfig};
 use anyhow::Result;
-use serde_yaml_ng::Value;
 
 /// `args` (without the program name) split into the arguments left for the binary's own
 /// parser and the config keys given as flags, in order, each with the flag as written.
 /// `own` are the long flags the binary defines (without `--`).
-pub fn take_key_flags(
-    args: Vec<String>,
-    own: &[String],
-) -> Result<(Vec<String>, Vec<(String, Value, Origin)>)> {
+pub fn take_key_flags(args: Vec<String>, own: &[String]) -> Result<(Vec<String>, Vec<Override>)> {
     let keys = RunConfig::known_keys();
     let mut rest = Vec::new();
     let mut taken = Vec::new();
@@ -51,6 +48,7 @@ pub fn take_key_flags(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_yaml_ng::Value;
 
     fn split(args: &[&str]) -> (Vec<String>, Vec<(String, Value)>) {
         let own = vec!["tp".to_string(), "out".to_string(), "set".to_string()];

@@ -13,7 +13,9 @@ pub mod run_config;
 pub mod validate;
 
 pub use key_flags::take_key_flags;
-pub use overrides::{parse_assignment, read_config_file, resolve, resolve_resume, Origin};
+pub use overrides::{
+    parse_assignment, read_config_file, resolve, resolve_resume, Origin, Override,
+};
 pub use presets::{preset, Preset, Recipe, PRESETS};
 pub use run_config::{
     CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,

@@ -25,6 +25,9 @@ impl std::fmt::Display for Origin {
     }
 }
 
+/// A config key, its value and where it was given.
+pub type Override = (String, Value, Origin);
+
 /// Parses `key=value` (value as a YAML scalar: `12`, `1e-3`, `true`, `sppp`).
 pub fn parse_assignment(s: &str) -> Result<(String, Value)> {
     let Some((k, v)) = s.split_once('=') else {

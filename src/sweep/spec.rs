@@ -15,7 +15,7 @@
 //! Points that differ only in `seed` (from `seeds`, or `seed` in the grid) are
 //! replicates: the summary gives their mean, standard deviation and 95% interval.
 
-use crate::config::{resolve, Origin, RunConfig};
+use crate::config::{resolve, Origin, Override, RunConfig};
 use crate::error::user;
 use crate::user_bail;
 use anyhow::Result;
@@ -136,9 +136,6 @@ fn safe(s: &str) -> String {
         })
         .collect()
 }
-
-/// A config override and where it came from.
-type Override = (String, Value, Origin);
 
 /// The grid's keys with their values (a scalar is a list of one), then `seed` over
 /// `seeds`, which varies fastest so that a point's replicates sit together.

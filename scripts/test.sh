@@ -6,6 +6,23 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
+# TensorBoard's own reader, which tests/it/tensorboard.rs holds the event files to, in a
+# virtual environment of the tests' own (target/py). Without PyPI those tests say they
+# skipped.
+if ! target/py/bin/python -c "import tensorboard" >/dev/null 2>&1; then
+  rm -rf target/py
+  if ! python3 -m venv target/py >/dev/null 2>&1; then
+    # Debian's python3 makes environments only with its venv package.
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null || true
+    rm -rf target/py
+    python3 -m venv target/py || true
+  fi
+  target/py/bin/pip install --quiet tensorboard==2.21.0 ||
+    echo "test: tensorboard could not be installed from PyPI: tests/it/tensorboard.rs will skip"
+fi
+
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --check
 else

@@ -95,6 +95,8 @@ impl RunConfig {
                 sample_temperature: 0.8,
                 sample_top_k: 200,
                 final_eval: FinalEval::Full,
+                tensorboard: false,
+                tensorboard_dir: None,
             },
             checkpoints: CheckpointConfig {
                 checkpoint_interval: 500,

@@ -7,14 +7,27 @@ use super::overrides::Override;
 use super::{Origin, RunConfig};
 use anyhow::Result;
 
+/// The keys whose values are yes or no.
+fn bool_keys() -> Vec<String> {
+    match serde_yaml_ng::to_value(RunConfig::default()) {
+        Ok(serde_yaml_ng::Value::Mapping(m)) => m
+            .into_iter()
+            .filter(|(_, v)| v.is_bool())
+            .filter_map(|(k, _)| k.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// `args` (without the program name) split into the arguments left for the binary's own
 /// parser and the config keys given as flags, in order, each with the flag as written.
 /// `own` are the long flags the binary defines (without `--`).
 pub fn take_key_flags(args: Vec<String>, own: &[String]) -> Result<(Vec<String>, Vec<Override>)> {
     let keys = RunConfig::known_keys();
+    let bools = bool_keys();
     let mut rest = Vec::new();
     let mut taken = Vec::new();
-    let mut it = args.into_iter();
+    let mut it = args.into_iter().peekable();
     while let Some(arg) = it.next() {
         // Everything after `--` is positional, and `--set k=v` is the binary's own.
         if arg == "--" {
@@ -35,7 +48,11 @@ pub fn take_key_flags(args: Vec<String>, own: &[String]) -> Result<(Vec<String>,
             rest.push(arg);
             continue;
         }
-        let value = match inline.or_else(|| it.next()) {
+        // A yes/no key given bare (`--tensorboard`) is yes.
+        let bare = inline.is_none()
+            && bools.contains(&key)
+            && it.peek().is_none_or(|n| n.starts_with("--"));
+        let value = match inline.or_else(|| if bare { Some("true".into()) } else { it.next() }) {
             Some(v) => v,
             None => crate::user_bail!("--{name} needs a value, e.g. --{name}=VALUE"),
         };
@@ -82,6 +99,18 @@ mod tests {
                 ("learning_rate".into(), Value::from(0.002)),
                 ("decay_lr".into(), Value::from(false)),
             ]
+        );
+        // A yes/no key alone is yes, also before another flag.
+        assert_eq!(
+            split(&["--tensorboard", "--tp", "2"]),
+            (
+                vec!["--tp".into(), "2".into()],
+                vec![("tensorboard".into(), Value::from(true))]
+            )
+        );
+        assert_eq!(
+            split(&["--tensorboard", "false"]).1,
+            [("tensorboard".into(), Value::from(false))]
         );
         // Not a key: left for the parser, whose error names it.
         assert_eq!(split(&["--sede", "3"]).0, ["--sede", "3"]);

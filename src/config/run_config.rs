@@ -131,6 +131,12 @@ pub struct EvalConfig {
     /// How a run's final validation loss is measured: `full` (every token of the split,
     /// deterministic; written as eval.json) or `sampled` (the last `eval_iters` batches).
     pub final_eval: FinalEval,
+    /// Write TensorBoard event files as the run trains (every `log_interval`): losses,
+    /// learning rate, gradient norm, speed and communication per step by kind.
+    pub tensorboard: bool,
+    /// Where (default: `RUN/tb`); a folder named here gets one subfolder per run
+    /// (named as the run directory), so the runs that share it overlay.
+    pub tensorboard_dir: Option<String>,
 }
 
 /// See [`EvalConfig::final_eval`].

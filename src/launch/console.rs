@@ -1,7 +1,8 @@
 //! Rank 0's reporter: the JSONL log (through the run directory's writer), a progress bar
 //! and evaluation lines on stdout.
 
-use crate::comm::CommDtype;
+use super::metrics::{tensorboard_dir, Metrics};
+use crate::comm::{CommDtype, TallySnapshot};
 use crate::config::RunConfig;
 use crate::run_dir::{LogLine, LogWriter, RunDir};
 use crate::train::record::{ParamCounts, Reporter, StepRecord};
@@ -11,12 +12,27 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub struct ConsoleReporter {
     log: LogWriter,
     bar: ProgressBar,
+    /// TensorBoard's event file, with `tensorboard: true`.
+    metrics: Option<Metrics>,
 }
 
 impl ConsoleReporter {
-    pub fn new(dir: &RunDir, max_iters: usize, show_progress: bool) -> Result<Self> {
+    pub fn new(dir: &RunDir, cfg: &RunConfig, show_progress: bool) -> Result<Self> {
+        let metrics = if cfg.eval.tensorboard {
+            let m = Metrics::create(&tensorboard_dir(cfg, &dir.path))?;
+            crate::say!(
+                "tensorboard: {} (tensorboard --logdir {})",
+                m.path().display(),
+                m.path()
+                    .parent()
+                    .map_or(".".into(), |p| p.display().to_string())
+            );
+            Some(m)
+        } else {
+            None
+        };
         let bar = if show_progress {
-            let b = ProgressBar::new(max_iters as u64);
+            let b = ProgressBar::new(cfg.optim.max_iters as u64);
             b.set_style(
                 ProgressStyle::with_template(
                     "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
@@ -30,6 +46,7 @@ impl ConsoleReporter {
         Ok(Self {
             log: dir.log_writer()?,
             bar,
+            metrics,
         })
     }
 
@@ -65,8 +82,11 @@ impl Reporter for ConsoleReporter {
         ));
     }
 
-    fn logged(&mut self, line: &LogLine) -> Result<()> {
+    fn logged(&mut self, line: &LogLine, comm: &TallySnapshot) -> Result<()> {
         self.log.write(line)?;
+        if let Some(m) = &mut self.metrics {
+            m.logged(line, comm)?;
+        }
         if let (Some(tr), Some(va)) = (line.eval_train_loss, line.val_loss) {
             self.say(format!(
                 "step {:>6}: train loss {tr:.4}, val loss {va:.4}",
@@ -77,6 +97,9 @@ impl Reporter for ConsoleReporter {
     }
 
     fn step_done(&mut self, record: &StepRecord, tokens_per_s: f64) {
+        if let Some(m) = &mut self.metrics {
+            m.step_done(record.grad_norm);
+        }
         self.bar.set_position(record.step as u64 + 1);
         self.bar.set_message(format!(
             "loss {:.4} | {tokens_per_s:.0} tok/s",

@@ -7,6 +7,7 @@
 
 pub mod console;
 pub mod job;
+pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod orchestrate;

@@ -171,7 +171,7 @@ pub fn run_mpi(
         device,
     );
     let mut reporter = match &dir {
-        Some(d) => Some(ConsoleReporter::new(d, cfg.optim.max_iters, progress)?),
+        Some(d) => Some(ConsoleReporter::new(d, cfg, progress)?),
         None => None,
     };
     let run_dir = dir.as_ref().map(|d| d.path.as_path());

@@ -121,7 +121,7 @@ fn train_steps(
     let mut steps = Vec::with_capacity(max_iters.saturating_sub(start));
     let mut emit = |line: LogLine, reporter: &mut Option<&mut dyn Reporter>| -> Result<()> {
         if let Some(r) = reporter.as_deref_mut() {
-            r.logged(&line)?;
+            r.logged(&line, &ctx.tally.snapshot())?;
         }
         log.push(line);
         Ok(())

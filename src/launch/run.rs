@@ -104,7 +104,7 @@ fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<Ru
     let dir = open_outputs(&job, target)?;
     let threads = configure_threads(cfg.parallel.tp * cfg.parallel.dp);
     announce(&job, "threads", threads, &dir.path);
-    let mut reporter = ConsoleReporter::new(&dir, cfg.optim.max_iters, progress)?;
+    let mut reporter = ConsoleReporter::new(&dir, cfg, progress)?;
     let mut outcomes = run_threads(&job, Some(&mut reporter), Some(&dir.path))?;
     // Threads: every rank is this process, on this host.
     outcomes[0].hosts = vec![crate::util::host::label(); outcomes.len()];

@@ -25,6 +25,7 @@ pub mod lock;
 pub mod log;
 pub mod out_guard;
 pub mod records;
+pub mod tensorboard;
 
 pub use checkpoint::{
     latest, Checkpoint, CheckpointMeta, CommShape, Moments, RunHistory, CHECKPOINTS,

@@ -113,7 +113,8 @@ impl RankOutcome {
 /// Rank 0's outlet for progress and logs; other ranks have none.
 pub trait Reporter {
     fn started(&mut self, _cfg: &RunConfig, _params: ParamCounts) {}
-    fn logged(&mut self, _line: &LogLine) -> Result<()> {
+    /// A line of the log, with the rank's communication tally after its step.
+    fn logged(&mut self, _line: &LogLine, _comm: &crate::comm::TallySnapshot) -> Result<()> {
         Ok(())
     }
     fn step_done(&mut self, _record: &StepRecord, _tokens_per_s: f64) {}

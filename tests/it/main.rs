@@ -27,6 +27,7 @@ mod study;
 mod sweep;
 mod t_equals_gpt2;
 mod tally_counts;
+mod tensorboard;
 mod time_model;
 mod training_invariants;
 mod vocab_parallel;

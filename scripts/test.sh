@@ -6,6 +6,20 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
+# A real Slurm for tests/it/mpi/slurm.rs (scripts/cluster/slurm.sh makes a one-node
+# cluster of this machine); without Debian's packages that test says it skipped.
+slurm=(slurmd slurmctld slurm-client munge)
+for p in "${slurm[@]}"; do
+  if ! dpkg -s "$p" >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${slurm[@]}" >/dev/null ||
+      echo "test: Slurm could not be installed: tests/it/mpi/slurm.rs will skip"
+    break
+  fi
+done
+
 # TensorBoard's own reader, which tests/it/tensorboard.rs holds the event files to, in a
 # virtual environment of the tests' own (target/py). Without PyPI those tests say they
 # skipped.

@@ -2,6 +2,7 @@
 
 pub mod existing;
 pub mod interrupts;
+pub mod launcher;
 pub mod more_seeds;
 pub mod runner;
 pub mod spec;

@@ -7,7 +7,7 @@
 
 use super::existing::{existing, Existing};
 use super::interrupts::Interrupts;
-use super::spec::{Launcher, Point, Sweep};
+use super::spec::{Point, Sweep};
 use crate::run_dir::{self, DirLock, RunSummary};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -45,25 +45,6 @@ fn sibling_binary(name: &str) -> Result<PathBuf> {
 
 fn read_summary(dir: &Path) -> Option<RunSummary> {
     run_dir::read_summary(dir).ok().flatten()
-}
-
-fn command(launcher: &Launcher, tp_train: &Path) -> Command {
-    match launcher {
-        Launcher::Threads => {
-            let mut c = Command::new(tp_train);
-            c.args(["--backend", "threads"]);
-            c
-        }
-        Launcher::Mpirun(n) => {
-            let mut c = Command::new("mpirun");
-            c.args(["-n", &n.to_string(), "--oversubscribe", "--bind-to", "none"])
-                .arg(tp_train);
-            // OpenMPI refuses root without its consent; a sweep as root should just work.
-            c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-            c
-        }
-    }
 }
 
 /// Runs `cmd` to its end, its stdout and stderr written into `log` as they come (so that
@@ -166,7 +147,7 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
             });
             continue;
         }
-        let mut cmd = command(&sweep.launcher, &tp_train);
+        let mut cmd = sweep.launcher.command(&tp_train);
         let how = match plan(&mut cmd, point, &found, &dir, &configs)? {
             Ok(how) => how,
             Err(why) => {

@@ -23,35 +23,7 @@ use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 use std::path::Path;
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "LauncherSpec")]
-pub enum Launcher {
-    /// Each run in its own `tp-train` process, ranks as threads.
-    Threads,
-    /// Each run under `mpirun -n N`.
-    Mpirun(usize),
-}
-
-/// `threads`, or `{mpirun: N}` (YAML has no enum syntax of its own).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum LauncherSpec {
-    Name(String),
-    Mpirun { mpirun: usize },
-}
-
-impl TryFrom<LauncherSpec> for Launcher {
-    type Error = String;
-    fn try_from(s: LauncherSpec) -> std::result::Result<Self, String> {
-        match s {
-            LauncherSpec::Name(n) if n == "threads" => Ok(Launcher::Threads),
-            LauncherSpec::Name(n) => Err(format!(
-                "unknown launcher `{n}`: use threads or {{mpirun: N}}"
-            )),
-            LauncherSpec::Mpirun { mpirun } => Ok(Launcher::Mpirun(mpirun)),
-        }
-    }
-}
+pub use super::launcher::Launcher;
 
 /// The most runs one sweep file may ask for (a day of 10-second runs is 8,640): a bigger
 /// grid is a typo or a study to split, refused before its points are resolved.
@@ -202,14 +174,12 @@ fn point(
     let cfg = crate::run_dir::inherit_init_from(overrides)
         .and_then(|o| resolve(&o))
         .map_err(|e| user(format!("sweep point {}: {e:#}", parts.join(","))))?;
-    if let Launcher::Mpirun(n) = launcher {
-        if *n == 0 || n % cfg.parallel.tp != 0 {
-            user_bail!(
-                "launcher mpirun {n} does not divide into tp {} groups (sweep point {})",
-                cfg.parallel.tp,
-                parts.join(",")
-            );
-        }
+    if let Some(n) = launcher.ranks().filter(|n| n % cfg.parallel.tp != 0) {
+        user_bail!(
+            "the launcher's {n} ranks do not divide into tp {} groups (sweep point {})",
+            cfg.parallel.tp,
+            parts.join(",")
+        );
     }
     Ok(Point {
         name: safe(&parts.join(",")),

@@ -351,3 +351,55 @@ fn a_sweep_streams_each_runs_output_into_its_log_while_it_runs() {
     assert!(seen.contains("run directory:"), "log so far: {seen}");
     assert!(running, "the run ended before its log showed anything");
 }
+
+/// Every launcher key but mpirun, hostfile and srun is refused up front (a hostfile typed
+/// wrong used to run four local ranks without it).
+#[test]
+fn an_unknown_launcher_key_is_one_line_before_anything_runs() {
+    assert_sweeps_refused(
+        "sweep-launcher",
+        &[
+            (
+                "grid: {pattern: [tttt]}\nlauncher: {mpirun: 4, hostfil: hosts}\n",
+                "unknown launcher key `hostfil`",
+            ),
+            (
+                "grid: {pattern: [tttt]}\nlauncher: {srun: 2, hostfile: hosts}\n",
+                "a hostfile goes with mpirun",
+            ),
+            (
+                "grid: {pattern: [tttt]}\nlauncher: slurm\n",
+                "unknown launcher `slurm`",
+            ),
+            (
+                "grid: {pattern: [tttt]}\nlauncher: {mpirun: 3}\n",
+                "3 ranks do not divide into tp 2 groups",
+            ),
+        ],
+    );
+}
+
+/// `{mpirun: N, hostfile: FILE}` hands the hostfile to mpirun: the run trains on the
+/// slots it lists (this machine, two slots).
+#[test]
+fn a_hostfile_launcher_runs_on_the_hosts_it_lists() {
+    let d = scratch("sweep-hostfile");
+    std::fs::write(d.join("hosts"), "localhost slots=2\n").unwrap();
+    let o = sweep(
+        &d,
+        "grid: {pattern: [tttt]}\nlauncher: {mpirun: 2, hostfile: hosts}\n",
+    );
+    assert_ok(&o);
+    let comm: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join("out/pattern=tttt/comm.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(comm["hosts"].as_array().unwrap().len(), 2, "{comm}");
+    // A hostfile that is not there is mpirun's error, reported as a failed run.
+    let e = scratch("sweep-hostfile-missing");
+    let o = sweep(
+        &e,
+        "grid: {pattern: [tttt]}\nlauncher: {mpirun: 2, hostfile: nowhere}\n",
+    );
+    assert_eq!(o.status.code(), Some(1));
+}

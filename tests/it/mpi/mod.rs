@@ -146,3 +146,4 @@ fn assert_same_counts(a: &Value, b: &Value) {
 mod failures;
 mod matches_threads;
 mod netns;
+mod slurm;

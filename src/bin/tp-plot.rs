@@ -11,7 +11,7 @@ use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
 use tp_harness::analysis::{penalty_change, penalty_provenance};
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
-use tp_harness::plot::{label_runs, plot_on_link, plot_penalty, plot_runs};
+use tp_harness::plot::{label_runs, plot_on_link, plot_penalty, plot_runs, plot_timeline};
 use tp_harness::run_dir::check_out;
 use tp_harness::util::write_atomic;
 
@@ -53,6 +53,11 @@ struct Args {
     /// (penalty_change.{md,csv}). Unfinished runs are left out.
     #[arg(long)]
     penalty: bool,
+    /// Instead of loss curves: one traced step of each run (trained with --trace) on a
+    /// time axis, ranks as rows: compute, exposed and hidden communication
+    /// (timeline.{png,svg}).
+    #[arg(long)]
+    timeline: bool,
     /// The pattern --penalty pairs with (default: each setting's all-t layout).
     #[arg(long, value_name = "PATTERN", requires = "penalty")]
     baseline: Option<String>,
@@ -143,6 +148,10 @@ fn main() {
         }
         if a.penalty {
             return penalty(&a);
+        }
+        if a.timeline {
+            check_out(&out_dir(&a), "--out")?;
+            return plot_timeline(&a.runs, &out_dir(&a));
         }
         if a.target.is_some_and(|t| !t.is_finite()) {
             return Err(user(

@@ -50,8 +50,10 @@ impl LadderRun {
         let mut x = x.clone();
         let mut p_a: Option<Started> = None;
         let mut p_m: Option<Started> = None;
+        let trace = self.tp.tally().trace();
         for blk in &self.blocks {
             let site = Site::Layer(blk.layer);
+            let _span = trace.span("block", || format!("layer {} (l)", blk.layer));
             if let Some(p) = p_a.take() {
                 x = (x + self.join(p, fwd)?)?;
             }

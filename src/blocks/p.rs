@@ -49,8 +49,10 @@ impl ParallelRun {
         let last = self.blocks[self.blocks.len() - 1].layer;
         let mut x_r = copy_to_tp(x, &self.tp, Site::Layer(first))?;
         let mut z_r = None;
+        let trace = self.tp.tally().trace();
         for (j, blk) in self.blocks.iter().enumerate() {
             let l = blk.layer;
+            let _span = trace.span("block", || format!("layer {l} (p)"));
             let p = fwd.drop(
                 &blk.attn.forward(&blk.ln1.forward(&x_r)?, fwd)?,
                 l,

@@ -3,7 +3,7 @@
 
 use super::{BlockConfig, BlockKind, Fwd, LadderRun, Layout, ParallelRun, SpdBlock, TpBlock};
 use crate::comm::CountedComm;
-use crate::tp::ParamBuilder;
+use crate::tp::{trace_mark, MarkAt, ParamBuilder};
 use anyhow::Result;
 use candle_core::Tensor;
 
@@ -16,6 +16,18 @@ enum Stage {
 
 pub struct BlockStack {
     stages: Vec<Stage>,
+    /// Each stage as the trace names it: `layer 3 (t)`, `layers 4-7 (p)`.
+    labels: Vec<String>,
+    /// The rank's group, whose tally holds its trace.
+    tp: CountedComm,
+}
+
+/// A stage of `len` blocks of `kind` from layer `first`, as a trace names it.
+fn label(first: usize, len: usize, kind: BlockKind) -> String {
+    match len {
+        1 => format!("layer {first} ({kind})"),
+        _ => format!("layers {first}-{} ({kind})", first + len - 1),
+    }
 }
 
 impl BlockStack {
@@ -26,37 +38,47 @@ impl BlockStack {
         tp: &CountedComm,
     ) -> Result<Self> {
         let kinds = &layout.kinds;
-        let mut stages = Vec::new();
+        let (mut stages, mut labels) = (Vec::new(), Vec::new());
         let mut i = 0;
         while i < kinds.len() {
-            match kinds[i] {
-                BlockKind::T => stages.push(Stage::T(TpBlock::build(b, cfg, i, tp)?)),
-                BlockKind::S => stages.push(Stage::S(SpdBlock::build(b, cfg, i, tp)?)),
-                run @ (BlockKind::P | BlockKind::L) => {
-                    let len = kinds[i..].iter().take_while(|k| **k == run).count();
-                    stages.push(if run == BlockKind::P {
-                        Stage::P(ParallelRun::build(b, cfg, i, len, tp)?)
-                    } else {
-                        Stage::L(LadderRun::build(b, cfg, i, len, tp)?)
-                    });
-                    i += len;
-                    continue;
+            let kind = kinds[i];
+            let len = match kind {
+                BlockKind::T | BlockKind::S => 1,
+                BlockKind::P | BlockKind::L => {
+                    kinds[i..].iter().take_while(|k| **k == kind).count()
                 }
-            }
-            i += 1;
+            };
+            stages.push(match kind {
+                BlockKind::T => Stage::T(TpBlock::build(b, cfg, i, tp)?),
+                BlockKind::S => Stage::S(SpdBlock::build(b, cfg, i, tp)?),
+                BlockKind::P => Stage::P(ParallelRun::build(b, cfg, i, len, tp)?),
+                BlockKind::L => Stage::L(LadderRun::build(b, cfg, i, len, tp)?),
+            });
+            labels.push(label(i, len, kind));
+            i += len;
         }
-        Ok(Self { stages })
+        Ok(Self {
+            stages,
+            labels,
+            tp: tp.clone(),
+        })
     }
 
+    /// Each stage in turn; on a traced step, each as a span of the rank's timeline, its
+    /// backward marked at its input and output.
     pub fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let mut x = x.clone();
-        for stage in &self.stages {
-            x = match stage {
-                Stage::T(b) => b.forward(&x, fwd)?,
-                Stage::S(b) => b.forward(&x, fwd)?,
-                Stage::P(r) => r.forward(&x, fwd)?,
-                Stage::L(r) => r.forward(&x, fwd)?,
+        let trace = self.tp.tally().trace();
+        for (stage, label) in self.stages.iter().zip(&self.labels) {
+            let _span = trace.span("layer", || format!("{label} forward"));
+            let input = trace_mark(&x, &self.tp, label, MarkAt::Input)?;
+            let out = match stage {
+                Stage::T(b) => b.forward(&input, fwd)?,
+                Stage::S(b) => b.forward(&input, fwd)?,
+                Stage::P(r) => r.forward(&input, fwd)?,
+                Stage::L(r) => r.forward(&input, fwd)?,
             };
+            x = trace_mark(&out, &self.tp, label, MarkAt::Output)?;
         }
         Ok(x)
     }

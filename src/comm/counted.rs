@@ -8,7 +8,7 @@ use super::turns::inside_collective;
 use anyhow::Result;
 use candle_core::Tensor;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A communicator plus the tally it reports to. Blocks, gradient sync and evaluation all
 /// talk to groups through this type, so no collective escapes the count.
@@ -110,6 +110,9 @@ impl CountedComm {
         let hidden = window.saturating_sub(blocked);
         let exposed = waited.elapsed();
         self.tally.add_blocked(exposed);
+        if self.tally.trace().is_on() {
+            self.trace(&s, waited, hidden, exposed);
+        }
         self.tally.record(
             s.site,
             s.kind,
@@ -123,6 +126,64 @@ impl CountedComm {
                 group_size: n,
             },
         );
+    }
+
+    /// The collective on the rank's timeline: from its start to its result on the
+    /// communication track, the window the rank computed through it (`hidden`), and the
+    /// rank's wait for it on its compute track.
+    fn trace(&self, s: &Started, waited: Instant, hidden: Duration, exposed: Duration) {
+        use super::trace::{at_us, wall_us, Span, Track};
+        let trace = self.tally.trace();
+        let name = format!("{} {}", s.kind.label(), s.site.label());
+        let mut args = serde_json::Map::new();
+        args.insert("site".into(), s.site.label().into());
+        args.insert("kind".into(), s.kind.label().into());
+        args.insert("bytes".into(), s.bytes.into());
+        args.insert("group".into(), self.comm.size().into());
+        let phase = match self.tally.phase() {
+            super::tally::Phase::Train => "train",
+            super::tally::Phase::Eval => "eval",
+        };
+        args.insert("phase".into(), phase.into());
+        args.insert("hidden_us".into(), (hidden.as_secs_f64() * 1e6).into());
+        args.insert("exposed_us".into(), (exposed.as_secs_f64() * 1e6).into());
+        let (start, end) = (at_us(s.t0), wall_us());
+        let span = |name: String, cat: &str, track, from: f64, to: f64, args| Span {
+            name,
+            cat: cat.into(),
+            track,
+            start_us: from,
+            dur_us: (to - from).max(0.0),
+            args,
+        };
+        trace.record(span(
+            name.clone(),
+            "collective",
+            Track::Comm,
+            start,
+            end,
+            args,
+        ));
+        if !hidden.is_zero() {
+            let (from, to) = (at_us(s.returned), at_us(waited));
+            trace.record(span(
+                format!("hidden {name}"),
+                "hidden",
+                Track::Comm,
+                from,
+                to,
+                Default::default(),
+            ));
+        }
+        let wait_from = at_us(waited);
+        trace.record(span(
+            format!("wait {name}"),
+            "wait",
+            Track::Compute,
+            wait_from,
+            end,
+            Default::default(),
+        ));
     }
 
     /// Starts the sum of a tensor over the group; the rank computes while it runs (on

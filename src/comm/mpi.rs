@@ -378,6 +378,34 @@ impl MpiWorld {
     }
 
     /// Every rank's `x`, in rank order, on every rank (NaN stands for a rank's `None`).
+    /// Every rank's bytes, in rank order (collective over the world).
+    pub fn all_gather_bytes(&self, mine: &[u8]) -> Vec<Vec<u8>> {
+        let n = self.size();
+        let mut lens = vec![0u64; n];
+        self.world
+            .all_gather_into(&(mine.len() as u64), &mut lens[..]);
+        let counts: Vec<Count> = lens.iter().map(|&l| l as Count).collect();
+        let displs: Vec<Count> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect();
+        let mut all = vec![0u8; lens.iter().sum::<u64>() as usize];
+        {
+            let mut part =
+                mpi::datatype::PartitionMut::new(&mut all[..], counts.clone(), &displs[..]);
+            self.world.all_gather_varcount_into(mine, &mut part);
+        }
+        displs
+            .iter()
+            .zip(&counts)
+            .map(|(&d, &c)| all[d as usize..(d + c) as usize].to_vec())
+            .collect()
+    }
+
     pub fn all_gather_f64(&self, x: Option<f64>) -> Vec<Option<f64>> {
         let mine = x.unwrap_or(f64::NAN);
         let mut all = vec![0f64; self.size()];

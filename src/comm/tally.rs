@@ -217,6 +217,8 @@ pub struct Tally {
     /// for started ones), all groups together: what a started all-reduce's window did
     /// not compute.
     blocked_ns: std::sync::atomic::AtomicU64,
+    /// The rank's timeline while a traced step runs (`trace: true`).
+    trace: super::trace::Trace,
 }
 
 impl Default for Tally {
@@ -227,6 +229,7 @@ impl Default for Tally {
                 snap: TallySnapshot::default(),
             }),
             blocked_ns: std::sync::atomic::AtomicU64::new(0),
+            trace: Default::default(),
         }
     }
 }
@@ -246,6 +249,15 @@ impl Tally {
     /// Time the rank has spent blocked in collectives so far.
     pub fn blocked(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(self.blocked_ns.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    pub fn trace(&self) -> &super::trace::Trace {
+        &self.trace
+    }
+
+    /// Training or evaluation, as collectives are recorded now.
+    pub fn phase(&self) -> Phase {
+        self.lock().phase
     }
 
     pub fn set_phase(&self, phase: Phase) {

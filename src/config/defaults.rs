@@ -97,6 +97,10 @@ impl RunConfig {
                 final_eval: FinalEval::Full,
                 tensorboard: false,
                 tensorboard_dir: None,
+                // After the first steps' warm-up (allocation, caches), a few steps.
+                trace: false,
+                trace_start: 10,
+                trace_steps: 3,
             },
             checkpoints: CheckpointConfig {
                 checkpoint_interval: 500,

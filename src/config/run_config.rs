@@ -137,6 +137,12 @@ pub struct EvalConfig {
     /// Where (default: `RUN/tb`); a folder named here gets one subfolder per run
     /// (named as the run directory), so the runs that share it overlay.
     pub tensorboard_dir: Option<String>,
+    /// Write `trace.json`: every rank's timeline of `trace_steps` steps from
+    /// `trace_start` (compute, waits, each collective with its hidden window), in Chrome's
+    /// trace event format (Perfetto, chrome://tracing; `tp-plot --timeline RUN`).
+    pub trace: bool,
+    pub trace_start: usize,
+    pub trace_steps: usize,
 }
 
 /// See [`EvalConfig::final_eval`].

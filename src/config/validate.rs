@@ -38,6 +38,15 @@ impl RunConfig {
             );
         }
         let o = &self.optim;
+        let e = &self.eval;
+        if e.trace && (e.trace_steps == 0 || e.trace_start >= o.max_iters) {
+            user_bail!(
+                "trace_start {} and trace_steps {} trace no step of a run of max_iters {}: give steps inside it, e.g. --set trace_start=0 --set trace_steps=3",
+                e.trace_start,
+                e.trace_steps,
+                o.max_iters
+            );
+        }
         for (k, v) in [
             ("tp", self.parallel.tp),
             ("dp", self.parallel.dp),

@@ -314,6 +314,23 @@ pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
     Ok(dir)
 }
 
+/// Rank 0 writes `trace.json` of every rank's traced steps (`trace: true`).
+pub fn write_trace(
+    cfg: &RunConfig,
+    dir: &Path,
+    ranks: &[(usize, String, Vec<crate::comm::Span>)],
+) -> Result<()> {
+    let path = crate::run_dir::trace_file::TraceFile::of(cfg, ranks)?.write(dir)?;
+    crate::say!(
+        "trace: {} (steps {}..{}; Perfetto or chrome://tracing; tp-plot --timeline {})",
+        path.display(),
+        cfg.eval.trace_start,
+        cfg.eval.trace_start + cfg.eval.trace_steps - 1,
+        dir.display()
+    );
+    Ok(())
+}
+
 /// The preset's name, followed by the model keys the run set away from it.
 fn preset_as_run(model: &crate::config::ModelPart) -> String {
     let changed = model.changed_from_preset();

@@ -192,6 +192,19 @@ pub fn run_mpi(
     let wall = mpi.all_gather_f64(mine.map(|m| m.1));
     let per_rank: Vec<_> = cpu.into_iter().zip(wall).map(|(c, w)| c.zip(w)).collect();
     outcome.ranks_compute = ranks_compute(&per_rank, outcome.steps.len());
+    if cfg.eval.trace {
+        // Collective: every rank's timeline to rank 0, which writes the one file.
+        let mine = serde_json::to_vec(&outcome.trace)?;
+        let all = mpi.all_gather_bytes(&mine);
+        if let Some(d) = &dir {
+            let ranks = all
+                .iter()
+                .enumerate()
+                .map(|(r, bytes)| Ok((r, outcome.hosts[r].clone(), serde_json::from_slice(bytes)?)))
+                .collect::<Result<Vec<_>>>()?;
+            super::job::write_trace(cfg, &d.path, &ranks)?;
+        }
+    }
     let report = match &dir {
         Some(d) => finish(&job, d, &outcome)?,
         None => comm_report(cfg, &cfg.layout()?, &outcome),

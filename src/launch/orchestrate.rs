@@ -4,7 +4,7 @@
 //! backend; only rank 0 has a reporter and a run directory.
 
 use super::job::Job;
-use crate::comm::Phase;
+use crate::comm::{Phase, Span};
 use crate::config::FinalEval;
 use crate::data::Split;
 use crate::run_dir::LogLine;
@@ -42,7 +42,7 @@ pub fn run_rank(
         r.started(cfg, counts);
     }
     let prior = trainer.tallied();
-    let (log, steps) = train_steps(job, ctx, &mut trainer, &mut reporter, run_dir)?;
+    let (log, steps, mut trace) = train_steps(job, ctx, &mut trainer, &mut reporter, run_dir)?;
     job.faults.pause(ctx.mesh.rank);
     let final_eval = final_eval(job, ctx, &trainer)?;
     job.faults.pause(ctx.mesh.rank);
@@ -70,6 +70,11 @@ pub fn run_rank(
         final_eval,
         hosts: Vec::new(),
         ranks_compute: None,
+        trace: {
+            // A range past the last step ends with the run.
+            trace.extend(ctx.tally.trace().stop());
+            trace
+        },
     })
 }
 
@@ -101,14 +106,14 @@ fn take_initial_weights(job: &Job, ctx: &RankContext, trainer: &mut Trainer) -> 
 
 /// The schedule of a job from the trainer's step to `max_iters`: at each step, evaluate
 /// when due, take up a resumed run's history, checkpoint when due, then train and log.
-/// Returns the log lines and the step records of this invocation.
+/// Returns the log lines, the step records and the traced timeline of this invocation.
 fn train_steps(
     job: &Job,
     ctx: &RankContext,
     trainer: &mut Trainer,
     reporter: &mut Option<&mut dyn Reporter>,
     run_dir: Option<&Path>,
-) -> Result<(Vec<LogLine>, Vec<StepRecord>)> {
+) -> Result<(Vec<LogLine>, Vec<StepRecord>, Vec<Span>)> {
     let cfg = &job.cfg;
     let (max_iters, start) = (cfg.optim.max_iters, trainer.steps_done());
     let (eval_interval, log_interval) = (cfg.eval.eval_interval, cfg.eval.log_interval);
@@ -118,6 +123,7 @@ fn train_steps(
     // part in assembling it, rank 0 writes.
     let writes_checkpoints = ctx.mesh.dp_rank() == 0;
     let mut log = Vec::new();
+    let mut traced_spans = Vec::new();
     let mut steps = Vec::with_capacity(max_iters.saturating_sub(start));
     let mut emit = |line: LogLine, reporter: &mut Option<&mut dyn Reporter>| -> Result<()> {
         if let Some(r) = reporter.as_deref_mut() {
@@ -126,7 +132,23 @@ fn train_steps(
         log.push(line);
         Ok(())
     };
+    let traced = cfg
+        .eval
+        .trace
+        .then_some(cfg.eval.trace_start..cfg.eval.trace_start + cfg.eval.trace_steps);
     for step in start..=max_iters {
+        // Every rank traces the same steps (each one's own timeline).
+        let trace = ctx.tally.trace();
+        // (A run resumed inside the range traces the rest of it.)
+        if traced
+            .as_ref()
+            .is_some_and(|r| r.start == step || (step == start && r.contains(&step)))
+        {
+            trace.start();
+        }
+        if traced.as_ref().is_some_and(|r| r.end == step) && trace.is_on() {
+            traced_spans.extend(trace.stop());
+        }
         let eval_now = eval_interval > 0 && (step % eval_interval == 0 || step == max_iters);
         let mut line = LogLine {
             step,
@@ -168,7 +190,7 @@ fn train_steps(
         steps.push(rec);
         job.faults.pause(ctx.mesh.rank);
     }
-    Ok((log, steps))
+    Ok((log, steps, traced_spans))
 }
 
 /// The final model over the whole validation split, with `final_eval: full` (every TP

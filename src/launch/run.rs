@@ -111,6 +111,13 @@ fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<Ru
     let per_rank: Vec<_> = outcomes.iter().map(rank_compute_ms).collect();
     outcomes[0].ranks_compute = ranks_compute(&per_rank, outcomes[0].steps.len());
     let report = finish(&job, &dir, &outcomes[0])?;
+    if cfg.eval.trace {
+        let ranks: Vec<_> = outcomes
+            .iter()
+            .map(|o| (o.rank, outcomes[0].hosts[o.rank].clone(), o.trace.clone()))
+            .collect();
+        super::job::write_trace(cfg, &dir.path, &ranks)?;
+    }
     Ok(RunResult {
         dir: dir.path.clone(),
         report,

@@ -28,7 +28,9 @@ pub mod calibration;
 mod curves;
 mod penalty;
 mod scan;
+mod timeline;
 
 pub use curves::{plot_on_link, plot_runs};
 pub use penalty::plot_penalty;
 pub use scan::plot_scan;
+pub use timeline::plot_timeline;

@@ -26,6 +26,7 @@ pub mod log;
 pub mod out_guard;
 pub mod records;
 pub mod tensorboard;
+pub mod trace_file;
 
 pub use checkpoint::{
     latest, Checkpoint, CheckpointMeta, CommShape, Moments, RunHistory, CHECKPOINTS,

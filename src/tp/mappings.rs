@@ -105,6 +105,52 @@ impl CustomOp1 for ReduceFromTp {
     }
 }
 
+/// Which end of a span of layers a trace mark sits at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkAt {
+    /// Its input: the mark's backward runs when the layers' backward is done.
+    Input,
+    /// Its output: the mark's backward runs when their backward begins.
+    Output,
+}
+
+/// An op whose forward is the identity and whose backward notes, on the rank's trace,
+/// where a span of layers' backward begins or ends: candle's backprop has no hooks, so
+/// the marks are nodes of the graph (made only on traced steps).
+struct TraceMark {
+    tally: std::sync::Arc<crate::comm::Tally>,
+    key: String,
+    at: MarkAt,
+}
+
+impl CustomOp1 for TraceMark {
+    fn name(&self) -> &'static str {
+        "trace-mark"
+    }
+    identity_forward!();
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let trace = self.tally.trace();
+        match self.at {
+            MarkAt::Output => trace.begin(&self.key),
+            MarkAt::Input => trace.end(&self.key, "layer", format!("{} backward", self.key)),
+        }
+        Ok(Some(grad_res.clone()))
+    }
+}
+
+/// `x` marked for the trace as the input or output of the layers `key` names (`x` itself
+/// when the rank is not tracing).
+pub fn trace_mark(x: &Tensor, group: &CountedComm, key: &str, at: MarkAt) -> Result<Tensor> {
+    if !group.tally().trace().is_on() {
+        return Ok(x.clone());
+    }
+    x.apply_op1(TraceMark {
+        tally: group.tally().clone(),
+        key: key.to_string(),
+        at,
+    })
+}
+
 /// f: forward identity, backward all-reduce of the input gradient over the TP group.
 pub fn copy_to_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor> {
     if group.size() == 1 {

@@ -93,6 +93,8 @@ pub struct RankOutcome {
     /// Every rank's compute per step in this invocation, filled in by the launcher;
     /// `None` where a rank could not measure it or ran no steps.
     pub ranks_compute: Option<RankCompute>,
+    /// This rank's timeline of the traced steps (`trace: true`).
+    pub trace: Vec<crate::comm::Span>,
 }
 
 impl RankOutcome {

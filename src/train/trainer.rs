@@ -222,6 +222,8 @@ impl<'a> Trainer<'a> {
     /// Mean loss over `eval_iters` batches of each split, averaged over data-parallel
     /// ranks. Batches are keyed by the step, so a resumed run evaluates on the same ones.
     pub fn evaluate(&mut self) -> Result<EvalRecord> {
+        let tally = self.ctx.tally.clone();
+        let _span = tally.trace().span("eval", || "evaluation".into());
         let iters = self.cfg.eval.eval_iters;
         self.ctx.tally.set_phase(Phase::Eval);
         let mut out = [0f32; 2];
@@ -315,6 +317,9 @@ impl<'a> Trainer<'a> {
         let measure_rss = self.ctx.mesh.rank == 0 && memory::reset_peak();
         profile::take();
         let t_step = Instant::now();
+        let tally = self.ctx.tally.clone();
+        let trace = tally.trace();
+        let _step_span = trace.span("step", || format!("step {step}"));
         let cpu_step = ComputeClock::start(&self.ctx.device);
         let blocked = self.ctx.tally.blocked();
         let lr = self.sched.lr(step);
@@ -335,26 +340,32 @@ impl<'a> Trainer<'a> {
                 ),
             };
             let t0 = Instant::now();
+            let forward = trace.span("pass", || format!("forward {micro}"));
             let mut loss = self.model.loss(&x, &y, &fwd)?;
             if self.faults.nan_now(step) {
                 loss = (loss * f64::NAN)?;
             }
             let l = loss.to_scalar::<f32>()?;
+            drop(forward);
             self.guard(l, "the training loss")?;
             loss_sum += l;
             let t1 = Instant::now();
+            let backward = trace.span("pass", || format!("backward {micro}"));
             let g = loss.backward()?;
             self.grads
                 .accumulate(self.model.params(), &g, 1.0 / accum as f32)?;
             drop(g);
             self.wait_for_device()?;
+            drop(backward);
             phases.forward += (t1 - t0).as_secs_f64();
             phases.backward += t1.elapsed().as_secs_f64();
         }
         let t0 = Instant::now();
+        let sync = trace.span("sync", || "gradient sync".into());
         self.grads.sync_tp_partial(&self.ctx.tp)?;
         self.grads.average_dp(&self.ctx.dp)?;
         let norm = self.grads.global_norm(&self.ctx.tp)?;
+        drop(sync);
         self.guard(norm, "the gradient norm")?;
         let clip = self.cfg.optim.grad_clip;
         // Clipping scales the gradients as AdamW reads them (no pass of its own).
@@ -364,9 +375,11 @@ impl<'a> Trainer<'a> {
             1.0
         };
         let t1 = Instant::now();
+        let update = trace.span("optimizer", || "optimizer".into());
         self.opt
             .step(self.model.params(), &self.grads, lr, grad_scale)?;
         self.wait_for_device()?;
+        drop(update);
         phases.grad_sync = (t1 - t0).as_secs_f64();
         phases.optimizer = t1.elapsed().as_secs_f64();
         self.step += 1;

@@ -29,6 +29,7 @@ mod t_equals_gpt2;
 mod tally_counts;
 mod tensorboard;
 mod time_model;
+mod trace;
 mod training_invariants;
 mod vocab_parallel;
 mod workflow;

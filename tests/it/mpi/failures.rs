@@ -110,3 +110,39 @@ fn the_readmes_mpirun_line_runs_as_typed() {
     );
     assert!(out.join("summary.json").exists());
 }
+
+/// Under mpirun every rank's timeline reaches rank 0, which writes one trace.json with a
+/// process per rank, each with its compute track and its collectives.
+#[test]
+fn a_trace_under_mpirun_holds_every_ranks_timeline() {
+    let d = scratch("mpi-trace");
+    let o = mpirun(
+        &d,
+        2,
+        &[
+            &SMALL[..],
+            &[
+                "--trace",
+                "--trace_start=2",
+                "--trace_steps=2",
+                "--out",
+                "run",
+            ],
+        ]
+        .concat(),
+        &[],
+    );
+    ok(&o);
+    let trace = tp_harness::run_dir::trace_file::TraceFile::read(&d.join("run")).unwrap();
+    for rank in 0..2 {
+        let mine = |cat: &str| {
+            trace
+                .events
+                .iter()
+                .filter(|e| e.pid == rank && e.cat == cat)
+                .count()
+        };
+        assert_eq!(mine("step"), 2, "rank {rank}");
+        assert!(mine("collective") > 0, "rank {rank}");
+    }
+}

@@ -215,14 +215,7 @@ fn remove_stale_temporaries(run_dir: &Path) -> Result<()> {
 /// `eval.json` stays the number its `summary.json` gives. Returns the file written.
 pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<PathBuf> {
     DirLock::check_free(dir)?;
-    let own_tp = read_config(dir)?.parallel.tp;
-    let name = eval_file(&report.split);
-    let name = if report.tp == own_tp {
-        name
-    } else {
-        name.replace(".json", &format!("-tp{}.json", report.tp))
-    };
-    let path = dir.join(name);
+    let path = eval_path(dir, &report.split, Some(report.tp))?;
     write_atomic(&path, serde_json::to_string_pretty(report)?.as_bytes())?;
     Ok(path)
 }
@@ -258,9 +251,21 @@ pub fn read_scan(dir: &Path) -> Result<Option<ScanReport>> {
     read_json(&dir.join(SCAN_FILE))
 }
 
-/// A run's `eval.json` (or `eval-<split>.json`), if it has one.
-pub fn read_eval(dir: &Path, split: &str) -> Result<Option<EvalReport>> {
-    read_json(&dir.join(eval_file(split)))
+/// Where a run's evaluation of `split` at `tp` lies: `eval.json` (or `eval-<split>.json`)
+/// at the run's own tp or when `tp` is `None`, `eval-tp4.json` beside it at another.
+fn eval_path(dir: &Path, split: &str, tp: Option<usize>) -> Result<PathBuf> {
+    let name = eval_file(split);
+    Ok(match tp {
+        Some(tp) if tp != read_config(dir)?.parallel.tp => {
+            dir.join(name.replace(".json", &format!("-tp{tp}.json")))
+        }
+        _ => dir.join(name),
+    })
+}
+
+/// A run's evaluation of `split` at `tp` (`None`: its own tp), if it has one.
+pub fn read_eval(dir: &Path, split: &str, tp: Option<usize>) -> Result<Option<EvalReport>> {
+    read_json(&eval_path(dir, split, tp)?)
 }
 
 /// What a tool needs of a checkpoint.

@@ -36,8 +36,8 @@ fn eval_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Runs tp-eval on `dir/run` and returns the eval.json it wrote, read back through the
-/// type that wrote it.
+/// Runs tp-eval on `dir/run` and returns the report it wrote (`eval.json` at the run's
+/// tp, `eval-tpN.json` at another), read back through the type that wrote it.
 fn tp_eval(dir: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["run"];
     args.extend_from_slice(extra);
@@ -47,7 +47,11 @@ fn tp_eval(dir: &Path, extra: &[&str]) -> serde_json::Value {
     } else {
         "val"
     };
-    let report = tp_harness::run_dir::read_eval(&dir.join("run"), split)
+    let tp = extra
+        .iter()
+        .position(|a| *a == "--tp")
+        .map(|i| extra[i + 1].parse().unwrap());
+    let report = tp_harness::run_dir::read_eval(&dir.join("run"), split, tp)
         .unwrap()
         .expect("tp-eval wrote its report");
     assert_eq!(report.split, split);

@@ -103,6 +103,7 @@ fn outcome(run: &Path) -> Outcome {
                 "comm_ms_per_step",
                 "compute_ms_per_step",
                 "wall_seconds",
+                "sharing_slowdown",
             ],
         ),
         // Timings: each invocation measures its own (`compute` its steps' CPU time).

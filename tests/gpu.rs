@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use common::checks::{self, check_golden_cases, On};
 use std::sync::{Arc, OnceLock};
 use tp_harness::comm::nccl::NcclComm;
-use tp_harness::comm::{Comm, ThreadWorld};
+use tp_harness::comm::{compressed, Comm, ThreadWorld};
 use tp_harness::device::{ComputeDtype, DeviceKind, Kernels};
 use tp_harness::ops;
 
@@ -214,7 +214,8 @@ fn gpu_nccl_group_of_one_reduces_through_nccl() {
     // Started on the communication stream, kernels queued meanwhile, waited for: the
     // same values; an input dropped before the wait stays alive for NCCL.
     let started = comm
-        .start_all_reduce(&(&x * 2.0).unwrap(), std::time::Duration::ZERO)
+        .start_on_device(&(&x * 2.0).unwrap())
+        .expect("NCCL queues on its stream")
         .unwrap();
     let meanwhile = (x.matmul(&x).unwrap() * 0.5).unwrap();
     let y = started.wait().unwrap();
@@ -229,15 +230,10 @@ fn gpu_nccl_group_of_one_reduces_through_nccl() {
     );
     assert_eq!(meanwhile.dims(), &[64, 64]);
     // The compressed all-reduce's exchange through the GPU: at one rank, deq(Q(x)).
-    let q = comm
-        .all_reduce_compressed(&x, tp_harness::comm::CommDtype::Int8)
-        .unwrap();
-    let host = comm
-        .all_reduce_compressed(
-            &x.to_device(&Device::Cpu).unwrap(),
-            tp_harness::comm::CommDtype::Int8,
-        )
-        .unwrap();
+    let int8 = tp_harness::comm::CommDtype::Int8;
+    let q = compressed::all_reduce_tensor(&*comm, &x, int8).unwrap();
+    let cpu_x = x.to_device(&Device::Cpu).unwrap();
+    let host = compressed::all_reduce_tensor(&*comm, &cpu_x, int8).unwrap();
     assert_eq!(
         q.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
         host.flatten_all().unwrap().to_vec1::<f32>().unwrap()

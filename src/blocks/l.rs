@@ -13,17 +13,17 @@
 //!
 //! Each all-reduce is started where its module's partial output is ready and waited for
 //! where the sum joins the stream, so it runs while the next module computes (on backends
-//! that progress in the background: see `Comm::start_all_reduce`). The backward pass's
+//! that progress in the background: see `CountedComm::start`). The backward pass's
 //! all-reduces (the `f` at each module's input) still block.
 
 use super::{add_bias, BlockConfig, BlockParams, DropSite, Fwd};
-use crate::comm::{CountedComm, Site};
-use crate::tp::{copy_to_tp, start_reduce_from_tp, ParamBuilder, PendingReduce};
+use crate::comm::{CountedComm, Site, Started};
+use crate::tp::{copy_to_tp, start_reduce_from_tp, ParamBuilder};
 use anyhow::Result;
 use candle_core::Tensor;
 
 /// A module's all-reduce in flight, with the block and site it belongs to.
-type Started<'a> = (PendingReduce, &'a BlockParams, DropSite);
+type InFlight<'a> = (Started<Tensor>, &'a BlockParams, DropSite);
 
 /// A maximal run of `l` blocks: layers `first .. first + len`.
 pub struct LadderRun {
@@ -48,8 +48,8 @@ impl LadderRun {
 
     pub fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let mut x = x.clone();
-        let mut p_a: Option<Started> = None;
-        let mut p_m: Option<Started> = None;
+        let mut p_a: Option<InFlight> = None;
+        let mut p_m: Option<InFlight> = None;
         let trace = self.tp.tally().trace();
         for blk in &self.blocks {
             let site = Site::Layer(blk.layer);
@@ -83,7 +83,7 @@ impl LadderRun {
 
     /// A started module sum as it joins the stream: waited for, dropout, then its bias
     /// (as `t` adds them).
-    fn join(&self, (pending, blk, at): Started, fwd: &Fwd) -> Result<Tensor> {
+    fn join(&self, (pending, blk, at): InFlight, fwd: &Fwd) -> Result<Tensor> {
         self.output(&pending.wait()?, blk, fwd, at)
     }
 

@@ -13,8 +13,10 @@
 //! encoded tensor. The rank's own chunk never leaves it but is encoded all the same: the
 //! formula quantises every rank's term.
 
+use super::collectives::{stage_through_host, Comm};
 use super::quantise::{decode, encode, CommDtype};
 use anyhow::{bail, Result};
+use candle_core::Tensor;
 use std::ops::Range;
 
 /// `len` items split into `n` contiguous ranges in order, as evenly as possible (the
@@ -30,20 +32,22 @@ pub fn even_chunks(len: usize, n: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// An all-to-all of byte strings: `parts[c]` goes to member `c`, and the result holds
-/// what each member sent this one, in rank order (`sizes[r]` bytes from member `r`).
-pub type Exchange<'a> = dyn FnMut(Vec<Vec<u8>>, &[usize]) -> Result<Vec<Vec<u8>>> + 'a;
+/// The compressed sum of a tensor's rows (its last dimension) over `member`'s group,
+/// staged through host memory.
+pub fn all_reduce_tensor(member: &dyn Comm, t: &Tensor, dtype: CommDtype) -> Result<Tensor> {
+    let width = t.dims().last().copied().unwrap_or(1);
+    stage_through_host(t, |buf| all_reduce(member, buf, width, dtype))
+}
 
-/// The compressed sum of the rank partials in `buf` (rows of `width`), in place, for
-/// member `rank` of `size`, over `exchange`.
+/// The compressed sum of the rank partials in `buf` (rows of `width`), in place, over
+/// `member`'s byte exchange.
 pub fn all_reduce(
-    rank: usize,
-    size: usize,
+    member: &dyn Comm,
     buf: &mut [f32],
     width: usize,
     dtype: CommDtype,
-    exchange: &mut Exchange<'_>,
 ) -> Result<()> {
+    let (rank, size) = (member.rank(), member.size());
     if width == 0 || !buf.len().is_multiple_of(width) {
         bail!(
             "compressed all-reduce of {} values in rows of {width}",
@@ -57,7 +61,7 @@ pub fn all_reduce(
     // Reduce-scatter: my chunk from every rank, summed in rank order.
     let parts = rows.iter().map(|r| encode(&buf[values(r)], width, dtype));
     let mine = &rows[rank];
-    let received = exchange(parts.collect(), &vec![sizes(mine); size])?;
+    let received = member.exchange(parts.collect(), &vec![sizes(mine); size])?;
     let mut sum = vec![0f32; mine.len() * width];
     let mut term = vec![0f32; sum.len()];
     for (r, bytes) in received.iter().enumerate() {
@@ -72,7 +76,7 @@ pub fn all_reduce(
     // All-gather of the re-encoded sums.
     let encoded = encode(&sum, width, dtype);
     let all_sizes: Vec<usize> = rows.iter().map(sizes).collect();
-    let gathered = exchange(vec![encoded; size], &all_sizes)?;
+    let gathered = member.exchange(vec![encoded; size], &all_sizes)?;
     for (r, bytes) in rows.iter().zip(&gathered) {
         decode(bytes, width, dtype, &mut buf[values(r)])?;
     }

@@ -1,22 +1,53 @@
-//! The counting layer every collective passes through.
+//! The one path every collective takes. A rank talks to its groups only through
+//! [`CountedComm`]: it starts a collective ([`CountedComm::start`]; the blocking form is
+//! the start waited for at once), runs it on the member's [`Lane`] (in the member's one
+//! order, on its communication thread when started) or the backend's device queue, sends
+//! activation sums compressed as the group's `comm_dtype` says, holds it to the emulated
+//! link's time, and records it in the rank's tally. A group of one communicates nothing
+//! and records nothing: that is decided here, once.
 
-use super::collectives::{Comm, Pending};
+use super::collectives::{Comm, Started};
+use super::compressed;
 use super::link::LinkModel;
 use super::quantise::CommDtype;
-use super::tally::{Call, CommKind, Site, Tally};
+use super::tally::{Call, CommKind, Phase, Site, Tally};
 use super::turns::inside_collective;
-use anyhow::Result;
+use super::worker::Lane;
+use anyhow::{bail, Result};
 use candle_core::Tensor;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// What a collective computes over the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduce {
+    /// The exact sum, in rank order.
+    Sum,
+    /// The sum divided by the group size (data-parallel gradients, metrics).
+    Mean,
+    /// The element-wise maximum (the parallel cross-entropy's row maxima).
+    Max,
+    /// A TP activation or activation-gradient sum (f's backward, g's forward): the sum,
+    /// sent compressed as the group's `comm_dtype` says (exact at f32).
+    Activation,
+}
+
+/// An emulated link a rank's group shares: it carries one collective after another (a
+/// real link does not carry two at full rate), each for its modelled time.
+#[derive(Clone)]
+struct EmulatedLink {
+    model: LinkModel,
+    /// When the link is done with what it has carried so far.
+    free_at: Arc<Mutex<Instant>>,
+}
 
 /// A communicator plus the tally it reports to. Blocks, gradient sync and evaluation all
 /// talk to groups through this type, so no collective escapes the count.
 #[derive(Clone)]
 pub struct CountedComm {
-    comm: Arc<dyn Comm>,
+    lane: Arc<Lane>,
     tally: Arc<Tally>,
-    link: Option<LinkModel>,
+    link: Option<EmulatedLink>,
     /// What activation and activation-gradient sums travel in (blocks.md's `comm_dtype`).
     comm_dtype: CommDtype,
 }
@@ -24,14 +55,14 @@ pub struct CountedComm {
 impl CountedComm {
     pub fn new(comm: Arc<dyn Comm>, tally: Arc<Tally>) -> Self {
         Self {
-            comm,
+            lane: Arc::new(Lane::new(comm)),
             tally,
             link: None,
             comm_dtype: CommDtype::F32,
         }
     }
 
-    /// Sends the sums of [`CountedComm::all_reduce_activation`] and its kin compressed.
+    /// Sends the [`Reduce::Activation`] sums compressed.
     pub fn with_comm_dtype(mut self, dtype: CommDtype) -> Self {
         self.comm_dtype = dtype;
         self
@@ -43,7 +74,10 @@ impl CountedComm {
 
     /// Holds every collective to at least `link`'s modelled time (emulated interconnect).
     pub fn with_link(mut self, link: Option<LinkModel>) -> Self {
-        self.link = link;
+        self.link = link.map(|model| EmulatedLink {
+            model,
+            free_at: Arc::new(Mutex::new(Instant::now())),
+        });
         self
     }
 
@@ -56,52 +90,161 @@ impl CountedComm {
     }
 
     pub fn rank(&self) -> usize {
-        self.comm.rank()
+        self.lane.member().rank()
     }
     pub fn size(&self) -> usize {
-        self.comm.size()
+        self.lane.member().size()
     }
     pub fn tally(&self) -> &Arc<Tally> {
         &self.tally
     }
 
-    /// Runs one collective of `bytes` through `op`, holds it to the emulated link's time
-    /// and records it. A group of one communicates nothing and records nothing.
-    fn counted<R>(
+    /// Starts `op` of `t` over the group; the rank computes while it runs (on its
+    /// communication thread, or the backend's device queue) and the emulated link's time
+    /// runs from here too. [`Started::wait`] gives the result and records the call, with
+    /// the time before the wait as hidden.
+    pub fn start(
+        &self,
+        t: &Tensor,
+        op: Reduce,
+        site: Site,
+        kind: CommKind,
+    ) -> Result<Started<Tensor>> {
+        self.issue(t, op, site, kind, true)
+    }
+
+    /// `op` of `t` over the group, on `t`'s device, blocking (all of it exposed).
+    pub fn all_reduce(&self, t: &Tensor, op: Reduce, site: Site, kind: CommKind) -> Result<Tensor> {
+        self.issue(t, op, site, kind, false)?.wait()
+    }
+
+    /// `op` ([`Reduce::Sum`] or [`Reduce::Mean`]) of a host buffer over the group, in
+    /// place, blocking.
+    pub fn all_reduce_host(
+        &self,
+        buf: &mut [f32],
+        op: Reduce,
+        site: Site,
+        kind: CommKind,
+    ) -> Result<()> {
+        let n = self.size();
+        if n == 1 {
+            return Ok(());
+        }
+        if !matches!(op, Reduce::Sum | Reduce::Mean) {
+            bail!("a host buffer is summed or averaged, not reduced by {op:?}");
+        }
+        let bytes = std::mem::size_of_val(buf) as u64;
+        self.counted(bytes, site, kind, false, || {
+            if self.lane.threaded() {
+                // Behind the started collectives, on the communication thread.
+                let mut v = buf.to_vec();
+                let sum = self
+                    .lane
+                    .run(false, move |m| m.all_reduce_sum(&mut v).map(|()| v))
+                    .wait()?;
+                buf.copy_from_slice(&sum);
+            } else {
+                // No copy on the path every blocking-only run takes.
+                self.lane.member().all_reduce_sum(buf)?;
+            }
+            Ok(Started::ready(Ok(())))
+        })?
+        .wait()?;
+        if op == Reduce::Mean {
+            buf.iter_mut().for_each(|x| *x /= n as f32);
+        }
+        Ok(())
+    }
+
+    /// `op` of `t` over the group, started ([`CountedComm::start`]) when `background`,
+    /// else blocking: run at once, waited for at once, all of it exposed.
+    pub fn issue(
+        &self,
+        t: &Tensor,
+        op: Reduce,
+        site: Site,
+        kind: CommKind,
+        background: bool,
+    ) -> Result<Started<Tensor>> {
+        let n = self.size();
+        if n == 1 {
+            return Ok(Started::ready(Ok(t.clone())));
+        }
+        let dtype = self.comm_dtype;
+        let compressed = op == Reduce::Activation && dtype != CommDtype::F32;
+        let width = t.dims().last().copied().unwrap_or(1);
+        let bytes = if compressed {
+            dtype.encoded_len(t.elem_count() / width.max(1), width)
+        } else {
+            t.elem_count() * t.dtype().size_in_bytes()
+        } as u64;
+        let t = t.detach();
+        self.counted(bytes, site, kind, background, || {
+            if background && matches!(op, Reduce::Sum | Reduce::Activation) && !compressed {
+                if let Some(on_device) = self.lane.member().start_on_device(&t) {
+                    return on_device;
+                }
+            }
+            Ok(self.lane.run(background, move |m| match op {
+                Reduce::Sum => m.all_reduce(&t),
+                Reduce::Activation if compressed => compressed::all_reduce_tensor(m, &t, dtype),
+                Reduce::Activation => m.all_reduce(&t),
+                Reduce::Mean => {
+                    let n = Tensor::new(n as f32, t.device())?.to_dtype(t.dtype())?;
+                    Ok(m.all_reduce(&t)?.broadcast_div(&n)?)
+                }
+                Reduce::Max => max_from_sum(m, &t),
+            }))
+        })
+    }
+
+    /// Runs `start`, a collective of `bytes`, and returns it started: waiting for it holds
+    /// it to the emulated link's time and records it, the part between the start's return
+    /// and the wait as hidden (a blocking one, waited for at once, hides nothing).
+    fn counted<R: 'static>(
         &self,
         bytes: u64,
         site: Site,
         kind: CommKind,
-        op: impl FnOnce() -> Result<R>,
-    ) -> Result<R> {
+        background: bool,
+        start: impl FnOnce() -> Result<Started<R>>,
+    ) -> Result<Started<R>> {
         let t0 = Instant::now();
-        let out = inside_collective(op)?;
-        self.finish(
-            Started {
-                bytes,
-                site,
-                kind,
-                t0,
-                returned: t0,
-                blocked_before: self.tally.blocked(),
-            },
+        let due = self.link.as_ref().map(|l| l.book(t0, bytes, self.size()));
+        let started = inside_collective(start)?;
+        let returned = Instant::now();
+        if background {
+            self.tally.add_blocked(returned - t0);
+        }
+        let call = Issued {
+            bytes,
+            site,
+            kind,
             t0,
-        );
-        Ok(out)
+            returned: if background { returned } else { t0 },
+            blocked_before: self.tally.blocked(),
+            due,
+        };
+        let group = self.clone();
+        Ok(Started::later(move || {
+            let waited = if background { Instant::now() } else { t0 };
+            let result = inside_collective(|| started.wait())?;
+            group.finish(call, waited);
+            Ok(result)
+        }))
     }
 
-    /// Holds a collective started at `s.t0` and waited for at `waited` to the emulated
-    /// link's time, then records it with the part between the start's return and
+    /// Holds a collective started at `s.t0` and waited for at `waited` until the emulated
+    /// link is done with it, then records it with the part between the start's return and
     /// `waited` as hidden (a backend that completes the sum inside the start hides
     /// nothing).
-    fn finish(&self, s: Started, waited: Instant) {
-        let n = self.comm.size();
-        let modelled = self.modelled_seconds(s.bytes);
-        let elapsed = s.t0.elapsed().as_secs_f64();
-        if modelled > elapsed {
-            // Sleep, not spin: the other ranks may share these cores.
-            let rest = std::time::Duration::from_secs_f64(modelled - elapsed);
-            inside_collective(|| std::thread::sleep(rest));
+    fn finish(&self, s: Issued, waited: Instant) {
+        if let Some((due, _)) = s.due {
+            if let Some(rest) = due.checked_duration_since(Instant::now()) {
+                // Sleep, not spin: the other ranks may share these cores.
+                inside_collective(|| std::thread::sleep(rest));
+            }
         }
         // The window computed what it did not spend blocked in other collectives (a
         // ladder waits for the previous sum while this one is in flight).
@@ -121,17 +264,16 @@ impl CountedComm {
                 // What the rank spent on it: computing through it, then blocked in it
                 // (a started call's time queued behind others is theirs).
                 seconds: (hidden + exposed).as_secs_f64(),
-                modelled_seconds: modelled,
+                modelled_seconds: s.due.map_or(0.0, |(_, m)| m),
                 hidden_seconds: hidden.as_secs_f64(),
-                group_size: n,
+                group_size: self.size(),
             },
         );
     }
-
     /// The collective on the rank's timeline: from its start to its result on the
     /// communication track, the window the rank computed through it (`hidden`), and the
     /// rank's wait for it on its compute track.
-    fn trace(&self, s: &Started, waited: Instant, hidden: Duration, exposed: Duration) {
+    fn trace(&self, s: &Issued, waited: Instant, hidden: Duration, exposed: Duration) {
         use super::trace::{at_us, wall_us, Span, Track};
         let trace = self.tally.trace();
         let name = format!("{} {}", s.kind.label(), s.site.label());
@@ -139,10 +281,10 @@ impl CountedComm {
         args.insert("site".into(), s.site.label().into());
         args.insert("kind".into(), s.kind.label().into());
         args.insert("bytes".into(), s.bytes.into());
-        args.insert("group".into(), self.comm.size().into());
+        args.insert("group".into(), self.size().into());
         let phase = match self.tally.phase() {
-            super::tally::Phase::Train => "train",
-            super::tally::Phase::Eval => "eval",
+            Phase::Train => "train",
+            Phase::Eval => "eval",
         };
         args.insert("phase".into(), phase.into());
         args.insert("hidden_us".into(), (hidden.as_secs_f64() * 1e6).into());
@@ -185,169 +327,37 @@ impl CountedComm {
             Default::default(),
         ));
     }
+}
 
-    /// Starts the sum of a tensor over the group; the rank computes while it runs (on
-    /// backends that can: see [`Comm::start_all_reduce`]) and the emulated link's time
-    /// runs from here too. [`PendingSum::wait`] gives the sum and records the call.
-    pub fn start_all_reduce(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<PendingSum> {
-        let bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
-        self.pending_sum(bytes, site, kind, || {
-            if self.comm.size() == 1 {
-                Ok(Pending::ready(Ok(t.clone())))
-            } else {
-                self.comm.start_all_reduce(t, self.hold(bytes))
-            }
-        })
-    }
-
-    /// A [`PendingSum`] of the collective `start` starts.
-    fn pending_sum(
-        &self,
-        bytes: u64,
-        site: Site,
-        kind: CommKind,
-        start: impl FnOnce() -> Result<Pending>,
-    ) -> Result<PendingSum> {
-        let t0 = Instant::now();
-        let pending = inside_collective(start)?;
-        let returned = Instant::now();
-        self.tally.add_blocked(returned - t0);
-        Ok(PendingSum {
-            pending,
-            started: Started {
-                bytes,
-                site,
-                kind,
-                t0,
-                returned,
-                blocked_before: self.tally.blocked(),
-            },
-            group: self.clone(),
-        })
-    }
-
-    /// A TP activation or activation-gradient sum (f's backward, g's forward) of a tensor
-    /// of rows (its last dimension): compressed as the group's `comm_dtype` says (exact at
-    /// f32), the tally counting the bytes that travel.
-    pub fn all_reduce_activation(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {
-        if self.comm_dtype == CommDtype::F32 || self.comm.size() == 1 {
-            return self.all_reduce(t, site, kind);
-        }
-        let bytes = self.wire_bytes(t);
-        self.counted(bytes, site, kind, || {
-            self.comm.all_reduce_compressed(t, self.comm_dtype)
-        })
-    }
-
-    /// [`CountedComm::all_reduce_activation`] of a host buffer of rows of `width`.
-    pub fn all_reduce_activation_host(
-        &self,
-        buf: &mut [f32],
-        width: usize,
-        site: Site,
-        kind: CommKind,
-    ) -> Result<()> {
-        if self.comm_dtype == CommDtype::F32 || self.comm.size() == 1 {
-            return self.all_reduce_sum(buf, site, kind);
-        }
-        let bytes = self.comm_dtype.encoded_len(buf.len() / width.max(1), width) as u64;
-        self.counted(bytes, site, kind, || {
-            self.comm
-                .all_reduce_sum_compressed(buf, width, self.comm_dtype)
-        })
-    }
-
-    /// [`CountedComm::start_all_reduce`] of an activation sum, compressed as
-    /// [`CountedComm::all_reduce_activation`].
-    pub fn start_all_reduce_activation(
-        &self,
-        t: &Tensor,
-        site: Site,
-        kind: CommKind,
-    ) -> Result<PendingSum> {
-        if self.comm_dtype == CommDtype::F32 || self.comm.size() == 1 {
-            return self.start_all_reduce(t, site, kind);
-        }
-        let bytes = self.wire_bytes(t);
-        self.pending_sum(bytes, site, kind, || {
-            self.comm
-                .start_all_reduce_compressed(t, self.comm_dtype, self.hold(bytes))
-        })
-    }
-
-    /// The emulated link's time for a collective of `bytes` (0 without emulation).
-    fn modelled_seconds(&self, bytes: u64) -> f64 {
-        self.link
-            .map_or(0.0, |l| l.allreduce_seconds(bytes, self.comm.size()))
-    }
-
-    /// How long a started collective of `bytes` holds the backend's communication thread
-    /// (the emulated link carries one collective at a time, as a real one does).
-    fn hold(&self, bytes: u64) -> std::time::Duration {
-        std::time::Duration::from_secs_f64(self.modelled_seconds(bytes))
-    }
-
-    /// Bytes of `t`'s compressed all-reduce: its rows in the group's `comm_dtype`.
-    fn wire_bytes(&self, t: &Tensor) -> u64 {
-        let width = t.dims().last().copied().unwrap_or(1);
-        let rows = t.elem_count() / width.max(1);
-        self.comm_dtype.encoded_len(rows, width) as u64
-    }
-
-    /// Sum of a host buffer over the group, in place.
-    pub fn all_reduce_sum(&self, buf: &mut [f32], site: Site, kind: CommKind) -> Result<()> {
-        if self.comm.size() == 1 {
-            return Ok(());
-        }
-        let bytes = std::mem::size_of_val(buf) as u64;
-        self.counted(bytes, site, kind, || self.comm.all_reduce_sum(buf))
-    }
-
-    /// Sum of a tensor over the group, on its device.
-    pub fn all_reduce(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {
-        if self.comm.size() == 1 {
-            return Ok(t.clone());
-        }
-        let bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
-        self.counted(bytes, site, kind, || self.comm.all_reduce(t))
-    }
-
-    /// Element-wise maximum of a tensor over the group, on its device.
-    pub fn all_reduce_max(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {
-        if self.comm.size() == 1 {
-            return Ok(t.clone());
-        }
-        let bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
-        self.counted(bytes, site, kind, || self.comm.all_reduce_max(t))
-    }
-
-    /// Mean of a tensor over the group (each element divided by the group size, exactly
-    /// as the host-buffer mean).
-    pub fn all_reduce_mean(&self, t: &Tensor, site: Site, kind: CommKind) -> Result<Tensor> {
-        let sum = self.all_reduce(t, site, kind)?;
-        let n = self.size();
-        if n == 1 {
-            return Ok(sum);
-        }
-        let n = Tensor::new(n as f32, t.device())?.to_dtype(t.dtype())?;
-        Ok(sum.broadcast_div(&n)?)
-    }
-
-    /// Mean of a host buffer over the group, in place.
-    pub fn all_reduce_mean_host(&self, buf: &mut [f32], site: Site, kind: CommKind) -> Result<()> {
-        self.all_reduce_sum(buf, site, kind)?;
-        let n = self.size() as f32;
-        if n > 1.0 {
-            for x in buf.iter_mut() {
-                *x /= n;
-            }
-        }
-        Ok(())
+impl EmulatedLink {
+    /// Books a collective of `bytes` over `n` ranks issued at `t0`: it goes on the link
+    /// when the link is free, for its modelled time. Returns when it is done there, and
+    /// that modelled time in seconds.
+    fn book(&self, t0: Instant, bytes: u64, n: usize) -> (Instant, f64) {
+        let modelled = self.model.allreduce_seconds(bytes, n);
+        let mut free_at = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
+        let due = (*free_at).max(t0) + Duration::from_secs_f64(modelled);
+        *free_at = due;
+        (due, modelled)
     }
 }
 
+/// The element-wise maximum of `t` over `m`'s group from its sum: each member places `t`
+/// in its own row of a `(size, len)` zero tensor, the group's sum of those is every
+/// member's tensor (exact: each element has one non-zero term), and each member takes the
+/// maximum over the rows. It moves `size` times the bytes of a native max; the rows are
+/// small (one value per token).
+fn max_from_sum(m: &dyn Comm, t: &Tensor) -> Result<Tensor> {
+    let (n, rank) = (m.size(), m.rank());
+    let flat = t.flatten_all()?.unsqueeze(0)?;
+    let len = flat.dim(1)?;
+    let placed = Tensor::zeros((n, len), t.dtype(), t.device())?
+        .slice_assign(&[rank..rank + 1, 0..len], &flat)?;
+    Ok(m.all_reduce(&placed)?.max(0)?.reshape(t.shape())?)
+}
+
 /// What is known of a collective when it starts.
-struct Started {
+struct Issued {
     bytes: u64,
     site: Site,
     kind: CommKind,
@@ -355,27 +365,9 @@ struct Started {
     /// When the start returned to the rank (the sum may be done by then).
     returned: Instant,
     /// The rank's time blocked in collectives when it did.
-    blocked_before: std::time::Duration,
-}
-
-/// A started all-reduce of [`CountedComm::start_all_reduce`].
-pub struct PendingSum {
-    pending: Pending,
-    started: Started,
-    group: CountedComm,
-}
-
-impl PendingSum {
-    /// The sum, once the collective and the emulated link's time are over; recorded with
-    /// the time before this call as hidden.
-    pub fn wait(self) -> Result<Tensor> {
-        let waited = Instant::now();
-        let sum = inside_collective(|| self.pending.wait())?;
-        if self.group.size() > 1 {
-            self.group.finish(self.started, waited);
-        }
-        Ok(sum)
-    }
+    blocked_before: Duration,
+    /// When the emulated link is done with it, and its modelled seconds.
+    due: Option<(Instant, f64)>,
 }
 
 /// Runs `f` on each member of an `n`-rank thread group, each with a counted handle and
@@ -425,13 +417,13 @@ mod tests {
             let c = c.with_link(Some(link));
             let t0 = Instant::now();
             let pending = c
-                .start_all_reduce(&t, Site::Layer(0), CommKind::TpForward)
+                .start(&t, Reduce::Sum, Site::Layer(0), CommKind::TpForward)
                 .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(60));
             let waited = Instant::now();
             let sum = pending.wait().unwrap();
             let exposed = waited.elapsed().as_secs_f64();
-            c.all_reduce(&t, Site::Layer(1), CommKind::TpForward)
+            c.all_reduce(&t, Reduce::Sum, Site::Layer(1), CommKind::TpForward)
                 .unwrap();
             let snap = c.tally().snapshot();
             (sum.to_vec1::<f32>().unwrap()[0], t0, exposed, snap)
@@ -463,10 +455,10 @@ mod tests {
             let c = c.with_link(Some(link));
             let t0 = Instant::now();
             let a = c
-                .start_all_reduce(&t, Site::Layer(0), CommKind::TpForward)
+                .start(&t, Reduce::Sum, Site::Layer(0), CommKind::TpForward)
                 .unwrap();
             let b = c
-                .start_all_reduce(&t, Site::Layer(1), CommKind::TpForward)
+                .start(&t, Reduce::Sum, Site::Layer(1), CommKind::TpForward)
                 .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(10));
             a.wait().unwrap();

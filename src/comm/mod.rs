@@ -14,8 +14,8 @@ pub mod trace;
 pub mod turns;
 pub mod worker;
 
-pub use collectives::{stage_through_host, Comm, Pending, SoloComm};
-pub use counted::CountedComm;
+pub use collectives::{stage_through_host, Comm, SoloComm, Started};
+pub use counted::{CountedComm, Reduce};
 pub use link::{LinkModel, NAMED_LINKS};
 pub use mesh::Mesh;
 pub use quantise::CommDtype;

@@ -15,10 +15,7 @@
 use super::collectives::Comm;
 use super::compressed::even_chunks;
 use super::mesh::Mesh;
-use super::worker::Ordered;
 use anyhow::{bail, Result};
-use candle_core::Tensor;
-use mpi::collective::SystemOperation;
 use mpi::datatype::{Buffer, Partition, PartitionMut, PartitionedBuffer, PartitionedBufferMut};
 use mpi::environment::Threading;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
@@ -29,31 +26,24 @@ use mpi::Count;
 /// `Send`/`Sync`. Sound here: MPI is called by the rank's own thread and by its TP group's
 /// communication thread, and the latter only runs where MPI granted
 /// `MPI_THREAD_MULTIPLE` ([`MpiWorld::init`]); candle's worker threads never call it.
-pub struct MpiMember {
+pub struct MpiComm {
     comm: SimpleCommunicator,
     /// 0: collectives block inside MPI (which spins on its progress engine); otherwise
     /// they are started non-blocking and tested every this many microseconds, sleeping
     /// in between (`TP_MPI_POLL_US`, the TP group only: the comparison of docs/links.md).
     poll_us: u64,
+    /// Whether MPI granted `MPI_THREAD_MULTIPLE`: started all-reduces (the ladder's) then
+    /// run on the group's communication thread, else they complete before they return.
+    background: bool,
 }
-unsafe impl Send for MpiMember {}
-unsafe impl Sync for MpiMember {}
-
-/// A rank's handle on an MPI group. Started all-reduces (the ladder's) run on a
-/// communication thread when MPI allows threads to call it concurrently, and from then on
-/// the group's blocking collectives queue there too (one order per rank, as MPI needs);
-/// otherwise they complete before they return.
-pub type MpiComm = Ordered<MpiMember>;
+unsafe impl Send for MpiComm {}
+unsafe impl Sync for MpiComm {}
 
 fn mpi_comm(comm: SimpleCommunicator, background: bool, poll_us: u64) -> MpiComm {
-    let name = format!("mpi-comm-{}", comm.rank());
-    Ordered::new(MpiMember { comm, poll_us }, name, background)
-}
-
-impl MpiComm {
-    #[cfg(feature = "cuda")]
-    fn raw(&self) -> &SimpleCommunicator {
-        &self.member().comm
+    MpiComm {
+        comm,
+        poll_us,
+        background,
     }
 }
 
@@ -65,7 +55,7 @@ fn chunks(len: usize, n: usize) -> (Vec<Count>, Vec<Count>) {
         .unzip()
 }
 
-impl MpiMember {
+impl MpiComm {
     /// `MPI_Alltoallv`, blocking or polled (see `poll_us`).
     fn all_to_all_v<S, R>(&self, send: &S, recv: &mut R)
     where
@@ -112,7 +102,7 @@ fn poll<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
     }
 }
 
-impl Comm for MpiMember {
+impl Comm for MpiComm {
     fn rank(&self) -> usize {
         self.comm.rank() as usize
     }
@@ -123,9 +113,6 @@ impl Comm for MpiMember {
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
         let n = self.size();
-        if n == 1 {
-            return Ok(());
-        }
         if buf.len() > Count::MAX as usize {
             bail!(
                 "all-reduce of {} values exceeds MPI's count limit",
@@ -199,18 +186,8 @@ impl Comm for MpiMember {
             .collect())
     }
 
-    /// `MPI_Allreduce` with `MPI_MAX`: a maximum does not depend on the order it is taken
-    /// in, so every rank gets the same bits, as the threads backend's.
-    fn all_reduce_max(&self, t: &Tensor) -> Result<Tensor> {
-        if self.size() == 1 {
-            return Ok(t.clone());
-        }
-        super::collectives::stage_through_host(t, |buf| {
-            let send = buf.to_vec();
-            self.comm
-                .all_reduce_into(&send[..], buf, SystemOperation::max());
-            Ok(())
-        })
+    fn threads_allowed(&self) -> bool {
+        self.background
     }
 }
 
@@ -270,7 +247,7 @@ impl MpiComm {
     /// An NCCL group over the same members on `device`: rank 0 creates the group's id and
     /// broadcasts it over this communicator. Collective over the group.
     pub fn nccl(&self, device: &candle_core::Device) -> Result<super::nccl::NcclComm> {
-        let root = self.raw().process_at_rank(0);
+        let root = self.comm.process_at_rank(0);
         let mut id: super::nccl::NcclId = [0; 128];
         if self.rank() == 0 {
             id = super::nccl::new_id()?;

@@ -5,13 +5,13 @@
 //! communication stream of its own: each collective first makes it wait for the rank's
 //! candle stream (its input is ready), and the candle stream waits for the collective's
 //! end before anything reads the sum — at once for a blocking all-reduce, at
-//! [`Pending::wait`] for a started one (the ladder's), so the kernels queued in between
+//! [`Started::wait`] for a started one (the ladder's), so the kernels queued in between
 //! run while NCCL reduces. The host never blocks on either. NCCL does
 //! not promise rank-order sums, but every member receives the same bits (its reductions
 //! end with a broadcast of each reduced chunk), which is what replicated weights need.
 //! NCCL refuses two ranks on one GPU: there the launcher keeps the host-staged MPI path.
 
-use super::collectives::{Comm, Pending};
+use super::collectives::{Comm, Started};
 use anyhow::{anyhow, bail, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaStream, DeviceRepr};
 use candle_core::cuda_backend::cudarc::nccl::safe::{Comm as Nccl, Id, NcclType, ReduceOp};
@@ -192,19 +192,27 @@ impl Comm for NcclComm {
     }
 
     /// The sum is queued on the communication stream; the rank's kernels go on until
-    /// [`Pending::wait`] makes its stream wait for it. The input is kept alive until then
+    /// [`Started::wait`] makes its stream wait for it. The input is kept alive until then
     /// (its memory must not be reused while NCCL reads it).
-    fn start_all_reduce(&self, t: &Tensor, _hold: std::time::Duration) -> Result<Pending> {
-        let t = t.contiguous()?;
-        let sum = self.issue_all_reduce(&t)?;
-        let (compute, comm) = (self.device.cuda_stream(), self.comm_stream.clone());
-        Ok(Pending::queued(move || {
-            compute
-                .join(&comm)
-                .map_err(|e| anyhow!("CUDA stream wait failed: {e:?}"))?;
-            drop(t);
-            Ok(sum)
-        }))
+    fn start_on_device(&self, t: &Tensor) -> Option<Result<Started<Tensor>>> {
+        let start = || -> Result<Started<Tensor>> {
+            let t = t.contiguous()?;
+            let sum = self.issue_all_reduce(&t)?;
+            let (compute, comm) = (self.device.cuda_stream(), self.comm_stream.clone());
+            Ok(Started::later(move || {
+                compute
+                    .join(&comm)
+                    .map_err(|e| anyhow!("CUDA stream wait failed: {e:?}"))?;
+                drop(t);
+                Ok(sum)
+            }))
+        };
+        Some(start())
+    }
+
+    /// The rank's CUDA context is its own thread's: every collective is issued from it.
+    fn threads_allowed(&self) -> bool {
+        false
     }
 }
 

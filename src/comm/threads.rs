@@ -6,13 +6,10 @@
 //! out. A rank that fails calls [`ThreadWorld::abort`]; every member blocked in (or later
 //! entering) a collective of that world then returns an error instead of waiting forever.
 //!
-//! A started all-reduce ([`Comm::start_all_reduce`]) meets the others on the member's
-//! communication thread ([`Ordered`]), so the rank computes meanwhile; from the first one
-//! on, the member's blocking collectives queue there too, which keeps every member's
-//! collectives in one order.
+//! A started all-reduce meets the others on the member's communication thread
+//! ([`super::worker::Lane`]), so the rank computes meanwhile.
 
 use super::collectives::{stage_through_host, Comm};
-use super::worker::Ordered;
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
 use std::sync::{Arc, Condvar, Mutex};
@@ -88,12 +85,9 @@ impl ThreadWorld {
             .expect("thread world poisoned")
             .push(shared.clone());
         (0..size)
-            .map(|rank| {
-                let member = ThreadMember {
-                    rank,
-                    shared: shared.clone(),
-                };
-                Ordered::new(member, format!("comm-{rank}"), true)
+            .map(|rank| ThreadComm {
+                rank,
+                shared: shared.clone(),
             })
             .collect()
     }
@@ -117,19 +111,13 @@ impl ThreadWorld {
     }
 }
 
-/// One member's handle on a shared-memory group: its collectives in one order, on its
-/// communication thread from the first started one on.
-pub type ThreadComm = Ordered<ThreadMember>;
-
-/// What a member's collectives need, shared with its communication thread.
-pub struct ThreadMember {
+/// One member's handle on a shared-memory group.
+pub struct ThreadComm {
     rank: usize,
     shared: Arc<SharedGroup>,
 }
 
-/// The member alone, without a communication thread: what the worker runs. Its
-/// compressed all-reduce is the trait's, over [`ThreadMember::exchange`].
-impl Comm for ThreadMember {
+impl Comm for ThreadComm {
     fn rank(&self) -> usize {
         self.rank
     }
@@ -137,21 +125,6 @@ impl Comm for ThreadMember {
         self.shared.size
     }
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        ThreadMember::all_reduce_sum(self, buf)
-    }
-    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
-        ThreadMember::all_reduce(self, t)
-    }
-    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
-        ThreadMember::exchange(self, parts, sizes)
-    }
-}
-
-impl ThreadMember {
-    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        if self.shared.size == 1 {
-            return Ok(());
-        }
         let result = self.meet(Deposit::Host(buf.to_vec()))?;
         let Deposit::Host(sum) = &*result else {
             bail!("all-reduce mixes host buffers and device tensors across ranks");
@@ -201,22 +174,11 @@ impl ThreadMember {
 }
 
 impl ThreadComm {
-    /// [`ThreadMember::all_reduce_on_device`], in order with the started collectives.
-    pub fn all_reduce_on_device(&self, t: &Tensor) -> Result<Tensor> {
-        let t = t.detach();
-        self.in_order(move |m| m.all_reduce_on_device(&t))
-    }
-}
-
-impl ThreadMember {
     /// The sum of `t` over the group computed on `t`'s device, which every member shares
     /// (one candle device): rank 0's tensor plus rank 1's, and so on in rank order, in f32
     /// (a bf16 tensor is widened, summed and rounded once, as host staging does). Each
     /// member gets its own copy of the result.
     pub fn all_reduce_on_device(&self, t: &Tensor) -> Result<Tensor> {
-        if self.shared.size == 1 {
-            return Ok(t.clone());
-        }
         let result = self.meet(Deposit::Device(t.detach()))?;
         let Deposit::Device(sum) = &*result else {
             bail!("all-reduce mixes host buffers and device tensors across ranks");

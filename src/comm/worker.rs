@@ -2,13 +2,10 @@
 //! the order they were issued, while the member computes. What makes an all-reduce
 //! proceed in the background on backends whose collectives block the calling thread.
 
-use super::collectives::{Comm, Pending};
-use super::quantise::CommDtype;
-use anyhow::Result;
-use candle_core::Tensor;
+use super::collectives::{Comm, Started};
+use anyhow::{bail, Result};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -53,151 +50,60 @@ impl Worker {
 
 /// A member's collectives in one order: run by the caller until the member's first
 /// started collective, then all of them on the member's communication thread (blocking
-/// ones queue there too, behind what was started before them). `M` is the member alone
-/// (its collectives block the calling thread); `Ordered<M>` is the member as ranks use it.
-/// A backend that must not call its member from another thread (`threads: false`)
-/// completes started collectives at once.
-pub struct Ordered<M> {
-    member: Arc<M>,
-    name: String,
-    threads: bool,
-    /// Started on the first [`Ordered::start`] (None if the thread could not be made:
-    /// collectives then block as before).
+/// ones queue there too, behind what was started before them).
+pub struct Lane {
+    member: Arc<dyn Comm>,
+    /// Started on the first collective run in the background (None if the thread could
+    /// not be made: collectives then block as before).
     worker: OnceLock<Option<Worker>>,
 }
 
-impl<M: Send + Sync + 'static> Ordered<M> {
-    /// `name` names the communication thread, when it starts; `threads: false` never
-    /// starts one.
-    pub fn new(member: M, name: String, threads: bool) -> Self {
+impl Lane {
+    pub fn new(member: Arc<dyn Comm>) -> Self {
         Self {
-            member: Arc::new(member),
-            name,
-            threads,
+            member,
             worker: OnceLock::new(),
         }
     }
 
-    pub fn member(&self) -> &M {
-        &self.member
+    pub fn member(&self) -> &dyn Comm {
+        &*self.member
     }
 
     /// Whether the member's collectives run on its communication thread now.
     pub fn threaded(&self) -> bool {
-        self.running().is_some()
+        self.worker.get().and_then(Option::as_ref).is_some()
     }
 
-    fn running(&self) -> Option<&Worker> {
-        self.worker.get().and_then(Option::as_ref)
-    }
-
-    /// `f` on the member, waited for: behind the started collectives on the communication
-    /// thread once it runs, else here.
-    pub fn in_order<R: Send + 'static>(
+    /// `f` on the member, in the member's one order: on its communication thread (started
+    /// on first use) when `background` and the member allows it, the caller going on
+    /// meanwhile; otherwise waited for, behind the started collectives once the thread
+    /// runs, else here and now.
+    pub fn run<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&M) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
-        let Some(worker) = self.running() else {
-            return f(&self.member);
+        background: bool,
+        f: impl FnOnce(&dyn Comm) -> Result<R> + Send + 'static,
+    ) -> Started<R> {
+        let worker = if background && self.member.threads_allowed() {
+            let name = format!("comm-{}", self.member.rank());
+            self.worker.get_or_init(|| Worker::spawn(name).ok())
+        } else {
+            self.worker.get().unwrap_or(&None)
         };
-        let m = self.member.clone();
-        worker
-            .submit(move || f(&m))
-            .recv()
-            .map_err(|_| anyhow::anyhow!("the communication thread stopped"))?
-    }
-
-    /// `f` on the member's communication thread (started on first use), the caller going
-    /// on meanwhile, the thread kept busy for at least `hold` from when `f` begins (an
-    /// emulated link's time); here and now if the thread could not be made.
-    pub fn start(
-        &self,
-        hold: Duration,
-        f: impl FnOnce(&M) -> Result<Tensor> + Send + 'static,
-    ) -> Pending {
-        if !self.threads {
-            return Pending::ready(f(&self.member));
-        }
-        let worker = self
-            .worker
-            .get_or_init(|| Worker::spawn(self.name.clone()).ok());
         let Some(worker) = worker else {
-            return Pending::ready(f(&self.member));
+            return Started::ready(f(&*self.member));
         };
         let m = self.member.clone();
-        Pending::in_flight(worker.submit(move || {
-            let began = std::time::Instant::now();
-            let sum = f(&m);
-            if let Some(rest) = hold.checked_sub(began.elapsed()) {
-                std::thread::sleep(rest);
-            }
-            sum
-        }))
-    }
-}
-
-/// The member's collectives, each in the member's one order (see [`Ordered`]).
-impl<M: Comm + 'static> Comm for Ordered<M> {
-    fn rank(&self) -> usize {
-        self.member.rank()
-    }
-
-    fn size(&self) -> usize {
-        self.member.size()
-    }
-
-    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
-        if !self.threaded() {
-            // No copy on the path every blocking-only run takes.
-            return self.member.all_reduce_sum(buf);
+        let rx = worker.submit(move || f(&*m));
+        let result = move || {
+            rx.recv()
+                .unwrap_or_else(|_| bail!("the communication thread stopped"))
+        };
+        if background {
+            Started::later(result)
+        } else {
+            Started::ready(result())
         }
-        let mut v = buf.to_vec();
-        let sum = self.in_order(move |m| m.all_reduce_sum(&mut v).map(|()| v))?;
-        buf.copy_from_slice(&sum);
-        Ok(())
-    }
-
-    fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
-        let t = t.detach();
-        self.in_order(move |m| m.all_reduce(&t))
-    }
-
-    fn start_all_reduce(&self, t: &Tensor, hold: Duration) -> Result<Pending> {
-        let t = t.detach();
-        Ok(self.start(hold, move |m| m.all_reduce(&t)))
-    }
-
-    fn exchange(&self, parts: Vec<Vec<u8>>, sizes: &[usize]) -> Result<Vec<Vec<u8>>> {
-        let sizes = sizes.to_vec();
-        self.in_order(move |m| m.exchange(parts, &sizes))
-    }
-
-    fn all_reduce_sum_compressed(&self, buf: &mut [f32], width: usize, q: CommDtype) -> Result<()> {
-        let mut v = buf.to_vec();
-        let sum =
-            self.in_order(move |m| m.all_reduce_sum_compressed(&mut v, width, q).map(|()| v))?;
-        buf.copy_from_slice(&sum);
-        Ok(())
-    }
-
-    fn all_reduce_compressed(&self, t: &Tensor, q: CommDtype) -> Result<Tensor> {
-        let t = t.detach();
-        self.in_order(move |m| m.all_reduce_compressed(&t, q))
-    }
-
-    fn start_all_reduce_compressed(
-        &self,
-        t: &Tensor,
-        q: CommDtype,
-        hold: Duration,
-    ) -> Result<Pending> {
-        let t = t.detach();
-        Ok(self.start(hold, move |m| m.all_reduce_compressed(&t, q)))
-    }
-
-    fn all_reduce_max(&self, t: &Tensor) -> Result<Tensor> {
-        let t = t.detach();
-        self.in_order(move |m| m.all_reduce_max(&t))
     }
 }
 

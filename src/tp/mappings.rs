@@ -1,24 +1,21 @@
 //! The conjugate operators of Megatron-LM, as candle autograd ops.
 //!
 //! - `copy_to_tp` (f): forward copy, backward all-reduce.
-//! - `reduce_from_tp` (g): forward all-reduce, backward copy; `start_reduce_from_tp` is
-//!   g started, its sum waited for later (the ladder block's overlap).
+//! - `reduce_from_tp` (g): forward all-reduce, backward copy. `start_reduce_from_tp` is
+//!   g started, its sum waited for later (the ladder block's overlap); `reduce_from_tp`
+//!   is that start waited for at once.
 //!
 //! They stay visible at the call site (the blocks) instead of hiding inside the linears:
 //! in `s` and `p` the MLP input is rank-local, where a built-in `f` would be wrong.
-//! A group of one returns its input untouched.
+//! A group of one returns its input untouched, with no node in the graph ([`apply`]).
 //!
-//! Their sums go through [`CountedComm::all_reduce_activation`] and its kin, which send
-//! them compressed when the group's `comm_dtype` says (straight-through: the backward of
-//! a quantised g is the identity, as of an exact one). Backward passes reduce gradient
-//! tensors on their device. g's forward on f32 CPU activations runs inside the op (`cpu_fwd`), summing the
-//! host buffer in place; on any other device or dtype it reduces the tensor where it lies
-//! and takes the sum's value with the input's gradient ([`reduce_from_tp_on_device`]).
+//! Their sums are [`Reduce::Activation`]s of the group, sent compressed when its
+//! `comm_dtype` says (straight-through: the backward of a quantised g is the identity,
+//! as of an exact one).
 
-use crate::comm::counted::{CountedComm, PendingSum};
-use crate::comm::tally::{CommKind, Site};
+use crate::comm::{CommKind, CountedComm, Reduce, Site, Started};
 use candle_core::backend::{BackendDevice, BackendStorage};
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Storage, Tensor};
 
 /// A fresh contiguous copy of a strided input, on whatever backend holds it: the forward
 /// of the ops whose only work is in their backward.
@@ -37,15 +34,21 @@ where
     Ok((dst, layout.shape().clone()))
 }
 
-fn contiguous_f32(storage: &CpuStorage, layout: &Layout) -> Result<Vec<f32>> {
-    let data = match storage {
-        CpuStorage::F32(d) => d,
-        _ => candle_core::bail!("tensor-parallel collectives support f32 tensors only"),
-    };
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(data[start..end].to_vec()),
-        None => candle_core::bail!("tensor-parallel collective on a non-contiguous tensor"),
+/// A collective's error inside candle's autograd.
+fn candle(e: anyhow::Error) -> candle_core::Error {
+    candle_core::Error::Msg(format!("{e:#}"))
+}
+
+/// `op` applied to `x`, or `x` itself in a group of one (which communicates nothing).
+fn apply(
+    x: &Tensor,
+    group: &CountedComm,
+    op: impl CustomOp1 + Send + Sync + 'static,
+) -> Result<Tensor> {
+    if group.size() == 1 {
+        return Ok(x.clone());
     }
+    x.contiguous()?.apply_op1(op)
 }
 
 /// `cpu_fwd` (and `cuda_fwd`) of an op whose forward is the identity.
@@ -76,29 +79,84 @@ impl CustomOp1 for CopyToTp {
     }
     identity_forward!();
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        self.group
-            .all_reduce_activation(&grad_res.contiguous()?, self.site, CommKind::TpBackward)
-            .map(Some)
-            .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))
+        let grad = grad_res.contiguous()?;
+        let sum = self
+            .group
+            .all_reduce(&grad, Reduce::Activation, self.site, CommKind::TpBackward);
+        sum.map(Some).map_err(candle)
     }
 }
 
-struct ReduceFromTp {
-    group: CountedComm,
+/// f: forward identity, backward all-reduce of the input gradient over the TP group.
+pub fn copy_to_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor> {
+    let op = CopyToTp {
+        group: group.clone(),
+        site,
+    };
+    apply(x, group, op)
+}
+
+/// g: forward all-reduce over the TP group, backward identity.
+pub fn reduce_from_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor> {
+    g(x, group, site, false)?.wait().map_err(candle)
+}
+
+/// g started: the all-reduce of `x` runs while the caller computes; waiting gives what
+/// [`reduce_from_tp`] gives, bit for bit.
+pub fn start_reduce_from_tp(
+    x: &Tensor,
+    group: &CountedComm,
     site: Site,
+) -> Result<Started<Tensor>> {
+    g(x, group, site, true)
 }
 
-impl CustomOp1 for ReduceFromTp {
+/// g, started in the `background` or blocking: waiting gives the group's sum of `x` as
+/// the value, with the identity gradient to `x`.
+fn g(x: &Tensor, group: &CountedComm, site: Site, background: bool) -> Result<Started<Tensor>> {
+    let x = x.contiguous()?;
+    let kind = CommKind::TpForward;
+    let started = group.issue(&x.detach(), Reduce::Activation, site, kind, background);
+    let started = started.map_err(candle)?;
+    let group = group.clone();
+    Ok(Started::later(move || {
+        let sum = started.wait()?;
+        Ok(apply(&x, &group, TakeSum(sum))?)
+    }))
+}
+
+/// An op whose forward is a sum computed already and whose backward is the identity:
+/// g's value and gradient, split from its communication.
+struct TakeSum(Tensor);
+
+impl CustomOp1 for TakeSum {
     fn name(&self) -> &'static str {
-        "reduce-from-tp"
+        "take-sum"
     }
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let mut v = contiguous_f32(storage, layout)?;
-        let width = layout.dims().last().copied().unwrap_or(1);
-        self.group
-            .all_reduce_activation_host(&mut v, width, self.site, CommKind::TpForward)
-            .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-        Ok((CpuStorage::F32(v), layout.shape().clone()))
+    fn cpu_fwd(&self, _storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (sum, at) = self.0.storage_and_layout();
+        match &*sum {
+            Storage::Cpu(sum) if at.shape() == layout.shape() => identity(sum, at),
+            _ => candle_core::bail!(
+                "take-sum: the sum is not of {:?} on the CPU",
+                layout.shape()
+            ),
+        }
+    }
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        _storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (sum, at) = self.0.storage_and_layout();
+        match &*sum {
+            Storage::Cuda(sum) if at.shape() == layout.shape() => identity(sum, at),
+            _ => candle_core::bail!(
+                "take-sum: the sum is not of {:?} on the GPU",
+                layout.shape()
+            ),
+        }
     }
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some(grad_res.clone()))
@@ -151,113 +209,6 @@ pub fn trace_mark(x: &Tensor, group: &CountedComm, key: &str, at: MarkAt) -> Res
     })
 }
 
-/// f: forward identity, backward all-reduce of the input gradient over the TP group.
-pub fn copy_to_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor> {
-    if group.size() == 1 {
-        return Ok(x.clone());
-    }
-    x.contiguous()?.apply_op1(CopyToTp {
-        group: group.clone(),
-        site,
-    })
-}
-
-/// g: forward all-reduce over the TP group, backward identity.
-pub fn reduce_from_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor> {
-    if group.size() == 1 {
-        return Ok(x.clone());
-    }
-    if !(x.device().is_cpu() && x.dtype() == DType::F32) {
-        return reduce_from_tp_on_device(x, group, site);
-    }
-    x.contiguous()?.apply_op1(ReduceFromTp {
-        group: group.clone(),
-        site,
-    })
-}
-
-/// g for tensors on any device and of any float dtype: the group sums `x` where it lies,
-/// and `sum + (x - x)` gives that value (exactly: `x - x` is zero for finite `x`) with the
-/// identity gradient to `x`, without an op that must run on every backend.
-pub fn reduce_from_tp_on_device(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor> {
-    if group.size() == 1 {
-        return Ok(x.clone());
-    }
-    let x = x.contiguous()?;
-    let sum = group
-        .all_reduce_activation(&x.detach(), site, CommKind::TpForward)
-        .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-    sum.add(&(&x - &x.detach())?)
-}
-
-/// g started: the all-reduce of `x` runs while the caller computes.
-pub struct PendingReduce {
-    x: Tensor,
-    sum: Option<PendingSum>,
-}
-
-/// Starts g of `x` over the TP group; [`PendingReduce::wait`] gives what
-/// [`reduce_from_tp`] would have, bit for bit, with the same identity gradient to `x`.
-pub fn start_reduce_from_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<PendingReduce> {
-    let x = x.contiguous()?;
-    let sum = if group.size() == 1 {
-        None
-    } else {
-        let started = group.start_all_reduce_activation(&x.detach(), site, CommKind::TpForward);
-        Some(started.map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?)
-    };
-    Ok(PendingReduce { x, sum })
-}
-
-impl PendingReduce {
-    /// The group's sum of `x`, once it is there.
-    pub fn wait(self) -> Result<Tensor> {
-        let Some(pending) = self.sum else {
-            return Ok(self.x);
-        };
-        let sum = pending
-            .wait()
-            .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-        if self.x.device().is_cpu() && self.x.dtype() == DType::F32 {
-            self.x
-                .apply_op1(TakeSum(std::sync::Mutex::new(Some(sum.flatten_all()?))))
-        } else {
-            // As reduce_from_tp_on_device: the sum's value, x's gradient.
-            sum.add(&(&self.x - &self.x.detach())?)
-        }
-    }
-}
-
-/// An op whose forward is a sum computed already (taken once) and whose backward is the
-/// identity: g's value and gradient, split from its communication.
-struct TakeSum(std::sync::Mutex<Option<Tensor>>);
-
-impl CustomOp1 for TakeSum {
-    fn name(&self) -> &'static str {
-        "take-sum"
-    }
-    fn cpu_fwd(&self, _storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let sum = self.0.lock().ok().and_then(|mut s| s.take());
-        let Some(sum) = sum else {
-            candle_core::bail!("take-sum: the sum was taken already");
-        };
-        if sum.elem_count() != layout.shape().elem_count() {
-            candle_core::bail!(
-                "take-sum: the sum has {} values for {:?}",
-                sum.elem_count(),
-                layout.shape()
-            );
-        }
-        Ok((
-            CpuStorage::F32(sum.to_vec1::<f32>()?),
-            layout.shape().clone(),
-        ))
-    }
-    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(grad_res.clone()))
-    }
-}
-
 struct ScaleGrad(f64);
 
 impl CustomOp1 for ScaleGrad {
@@ -286,7 +237,7 @@ pub fn share_grad_over_tp(x: &Tensor, n: usize) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Var};
+    use candle_core::{DType, Device, Var};
 
     fn on_two_ranks<R: Send>(f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
         crate::comm::counted::on_thread_ranks(2, f)
@@ -296,18 +247,18 @@ mod tests {
         Site::Layer(0)
     }
 
-    /// The device path of g (used on GPUs and for bf16) gives the in-op CPU path's
-    /// forward values and input gradients bit for bit.
+    /// g's value is the group's sum in rank order and its gradient the identity; g
+    /// started and waited for later gives the same bits.
     #[test]
-    fn g_on_device_equals_g_in_op_forward_and_backward() {
+    fn g_sums_forward_passes_the_gradient_back_and_started_g_equals_it() {
+        let value = |rank: usize, i: usize| ((rank * 12 + i) as f32 * 0.91).cos() * 3.0;
         let out = on_two_ranks(|g| {
-            let vals: Vec<f32> = (0..12)
-                .map(|i| ((g.rank() * 12 + i) as f32 * 0.91).cos() * 3.0)
-                .collect();
-            let run = |on_device: bool| {
+            let vals: Vec<f32> = (0..12).map(|i| value(g.rank(), i)).collect();
+            let run = |started: bool| {
                 let x = Var::from_vec(vals.clone(), (3, 4), &Device::Cpu).unwrap();
-                let y = if on_device {
-                    reduce_from_tp_on_device(x.as_tensor(), &g, site()).unwrap()
+                let y = if started {
+                    let s = start_reduce_from_tp(x.as_tensor(), &g, site()).unwrap();
+                    s.wait().unwrap()
                 } else {
                     reduce_from_tp(x.as_tensor(), &g, site()).unwrap()
                 };
@@ -329,10 +280,12 @@ mod tests {
             };
             (run(false), run(true))
         });
-        for ((y_op, gx_op), (y_dev, gx_dev)) in out {
-            assert_eq!(y_op, y_dev);
-            assert_eq!(gx_op, gx_dev);
-            assert_eq!(gx_op, (0..12).map(|i| i as f32).collect::<Vec<_>>());
+        let sum: Vec<f32> = (0..12).map(|i| value(0, i) + value(1, i)).collect();
+        for ((y, gx), (y_started, gx_started)) in out {
+            assert_eq!(y, sum);
+            assert_eq!(y_started, y);
+            assert_eq!(gx_started, gx);
+            assert_eq!(gx, (0..12).map(|i| i as f32).collect::<Vec<_>>());
         }
     }
 

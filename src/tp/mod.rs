@@ -11,7 +11,6 @@ pub mod vocab;
 pub use layers::{ColumnParallelLinear, RowParallelLinear};
 pub use mappings::{
     copy_to_tp, reduce_from_tp, share_grad_over_tp, start_reduce_from_tp, trace_mark, MarkAt,
-    PendingReduce,
 };
 pub use params::{
     gather_logical, Init, Param, ParamBuilder, ParamKind, ParamRegistry, ParamSource, Scope,

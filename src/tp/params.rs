@@ -3,7 +3,7 @@
 //! norm, weight-decay groups and checkpoints.
 
 use super::shard::Shard;
-use crate::comm::counted::CountedComm;
+use crate::comm::counted::{CountedComm, Reduce};
 use crate::comm::tally::{CommKind, Site};
 use crate::util::fnv1a;
 use anyhow::{bail, Context, Result};
@@ -123,7 +123,7 @@ pub fn gather_logical(
         return Ok(local.clone());
     };
     let placed = spec.embed(local, tp.rank(), tp.size(), full_shape)?;
-    tp.all_reduce(&placed, Site::Params, CommKind::Other)
+    tp.all_reduce(&placed, Reduce::Sum, Site::Params, CommKind::Other)
 }
 
 /// How a parameter is initialised when no stored value is given.

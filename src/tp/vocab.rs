@@ -17,7 +17,7 @@
 
 use super::mappings::{copy_to_tp, reduce_from_tp};
 use super::shard::padded_rows_range;
-use crate::comm::counted::CountedComm;
+use crate::comm::counted::{CountedComm, Reduce};
 use crate::comm::tally::{CommKind, Site};
 use crate::ops::{self, Kernels};
 use anyhow::{bail, Result};
@@ -97,13 +97,15 @@ impl VocabShard {
     /// Every rank's logit slices side by side, `(R, vocab)`, on every rank (an all-gather
     /// built from the sum: for sampling and inspection, never for the loss).
     pub fn gather_logits(&self, local: &Tensor, tp: &CountedComm) -> Result<Tensor> {
-        if tp.size() == 1 {
-            return Ok(local.clone());
-        }
         let r = local.dim(0)?;
         let placed = Tensor::zeros((r, self.vocab), local.dtype(), local.device())?
             .slice_assign(&[0..r, self.rows.clone()], &local.contiguous()?)?;
-        tp.all_reduce(&placed.detach(), Site::Head, CommKind::TpForward)
+        tp.all_reduce(
+            &placed.detach(),
+            Reduce::Sum,
+            Site::Head,
+            CommKind::TpForward,
+        )
     }
 
     /// Mean cross-entropy over the `R` rows of the logits whose slices the ranks hold
@@ -119,7 +121,12 @@ impl VocabShard {
         if targets.elem_count() != r {
             bail!("{} targets for {r} rows of logits", targets.elem_count());
         }
-        let max = tp.all_reduce_max(&ops::row_max(k, local)?, Site::Head, CommKind::TpForward)?;
+        let max = tp.all_reduce(
+            &ops::row_max(k, local)?,
+            Reduce::Max,
+            Site::Head,
+            CommKind::TpForward,
+        )?;
         let stats = ops::shard_softmax_stats(k, local, &max, &self.owned(targets)?)?;
         let both = reduce_from_tp(&stats, tp, Site::Head)?;
         let per_row = (both.narrow(1, 0, 1)?.log()? - both.narrow(1, 1, 1)?)?;

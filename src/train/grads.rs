@@ -5,7 +5,7 @@
 //! Name order is the same on every rank, so the flattened buckets line up element for
 //! element (candle's `VarMap` is a HashMap and would not).
 
-use crate::comm::{CommKind, CountedComm, Site};
+use crate::comm::{CommKind, CountedComm, Reduce, Site};
 use crate::ops::simd::simd_kernel;
 use crate::tp::{ParamKind, ParamRegistry};
 use anyhow::Result;
@@ -164,7 +164,7 @@ impl GradBuffer {
         }
         let ids = self.indices(|k| k == ParamKind::ReplicatedPartial);
         self.reduce_bucket(&ids, |b| {
-            tp.all_reduce(b, Site::Params, CommKind::TpParamGrad)
+            tp.all_reduce(b, Reduce::Sum, Site::Params, CommKind::TpParamGrad)
         })
     }
 
@@ -175,7 +175,7 @@ impl GradBuffer {
         }
         let ids: Vec<usize> = (0..self.grads.len()).collect();
         self.reduce_bucket(&ids, |b| {
-            dp.all_reduce_mean(b, Site::Params, CommKind::DpGrad)
+            dp.all_reduce(b, Reduce::Mean, Site::Params, CommKind::DpGrad)
         })
     }
 
@@ -192,7 +192,7 @@ impl GradBuffer {
         let sharded = sq(self.indices(|k| matches!(k, ParamKind::Sharded(_))))?;
         let replicated = sq(self.indices(|k| !matches!(k, ParamKind::Sharded(_))))?;
         let mut buf = [sharded as f32];
-        tp.all_reduce_sum(&mut buf, Site::Params, CommKind::Other)?;
+        tp.all_reduce_host(&mut buf, Reduce::Sum, Site::Params, CommKind::Other)?;
         Ok((buf[0] as f64 + replicated).sqrt() as f32)
     }
 }

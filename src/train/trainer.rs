@@ -14,7 +14,7 @@ use super::optimizer::{AdamW, AdamWConfig};
 use super::record::{EvalRecord, Phases, StepRecord, Tallied};
 use super::schedule::CosineSchedule;
 use crate::blocks::Fwd;
-use crate::comm::{CommKind, Phase, Site};
+use crate::comm::{CommKind, Phase, Reduce, Site};
 use crate::config::RunConfig;
 use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
 use crate::model::Gpt;
@@ -215,7 +215,7 @@ impl<'a> Trainer<'a> {
         let mut buf = [x];
         self.ctx
             .dp
-            .all_reduce_mean_host(&mut buf, Site::Misc, CommKind::Other)?;
+            .all_reduce_host(&mut buf, Reduce::Mean, Site::Misc, CommKind::Other)?;
         Ok(buf[0])
     }
 
@@ -238,7 +238,7 @@ impl<'a> Trainer<'a> {
         }
         self.ctx
             .dp
-            .all_reduce_mean_host(&mut out, Site::Misc, CommKind::Other)?;
+            .all_reduce_host(&mut out, Reduce::Mean, Site::Misc, CommKind::Other)?;
         self.ctx.tally.set_phase(Phase::Train);
         let rec = EvalRecord {
             train_loss: out[0],

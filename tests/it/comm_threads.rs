@@ -3,8 +3,9 @@
 //! aborts that release blocked members.
 
 use candle_core::{DType, Tensor};
+use std::sync::Arc;
 use std::time::Duration;
-use tp_harness::comm::{Comm, ThreadWorld};
+use tp_harness::comm::{Comm, CommKind, CountedComm, Reduce, Site, Tally, ThreadWorld};
 
 #[test]
 fn all_reduce_sums_in_rank_order_and_every_member_gets_identical_bits() {
@@ -89,6 +90,8 @@ fn started_all_reduces_equal_blocking_ones_and_keep_their_order() {
             .into_iter()
             .map(|c| {
                 std::thread::spawn(move || {
+                    let c = CountedComm::new(Arc::new(c), Arc::new(Tally::new()));
+                    let (site, kind) = (Site::Layer(0), CommKind::TpForward);
                     let vals = |k: usize| -> Vec<f32> {
                         (0..5)
                             .map(|i| ((c.rank() * 31 + k * 7 + i) as f32 * 0.37).sin())
@@ -100,16 +103,18 @@ fn started_all_reduces_equal_blocking_ones_and_keep_their_order() {
                     for round in 0..4 {
                         let k = round * 3;
                         if started {
-                            let a = c.start_all_reduce(&tensor(k), Duration::ZERO).unwrap();
-                            let b = c.start_all_reduce(&tensor(k + 1), Duration::ZERO).unwrap();
+                            let a = c.start(&tensor(k), Reduce::Sum, site, kind).unwrap();
+                            let b = c.start(&tensor(k + 1), Reduce::Sum, site, kind).unwrap();
                             let mut host = vals(k + 2);
-                            c.all_reduce_sum(&mut host).unwrap();
+                            c.all_reduce_host(&mut host, Reduce::Sum, site, kind)
+                                .unwrap();
                             out.push(a.wait().unwrap().to_vec1::<f32>().unwrap());
                             out.push(b.wait().unwrap().to_vec1::<f32>().unwrap());
                             out.push(host);
                         } else {
                             for j in 0..3 {
-                                out.push(c.all_reduce(&tensor(k + j)).unwrap().to_vec1().unwrap());
+                                let sum = c.all_reduce(&tensor(k + j), Reduce::Sum, site, kind);
+                                out.push(sum.unwrap().to_vec1().unwrap());
                             }
                         }
                     }

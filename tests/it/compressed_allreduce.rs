@@ -5,7 +5,9 @@
 use candle_core::{Device, Tensor};
 use float8::F8E4M3;
 use std::sync::Arc;
-use tp_harness::comm::{Comm, CommDtype, CommKind, CountedComm, Site, Tally, ThreadWorld};
+use tp_harness::comm::{
+    compressed, Comm, CommDtype, CommKind, CountedComm, Reduce, Site, Tally, ThreadWorld,
+};
 
 /// blocks.md's `Q` then `deq`, one value at a time, from the words of the spec: a scale
 /// per row of `max|row| / max` (1 for a zero row), nearest-even rounding, E4M3 through the
@@ -126,7 +128,7 @@ fn compressed_all_reduce_equals_the_blocks_md_formula_bit_for_bit_at_n_2_3_4() {
                         .map(|(c, x)| {
                             s.spawn(move || {
                                 let mut buf = x.clone();
-                                c.all_reduce_sum_compressed(&mut buf, width, dtype).unwrap();
+                                compressed::all_reduce(&c, &mut buf, width, dtype).unwrap();
                                 buf
                             })
                         })
@@ -159,10 +161,10 @@ fn compressed_all_reduce_at_f32_is_the_exact_sum() {
             .and_then(|t| t.reshape((5, 4)))
             .unwrap();
         let exact = g
-            .all_reduce(&x, Site::Layer(0), CommKind::TpForward)
+            .all_reduce(&x, Reduce::Sum, Site::Layer(0), CommKind::TpForward)
             .unwrap();
         let act = g
-            .all_reduce_activation(&x, Site::Layer(0), CommKind::TpForward)
+            .all_reduce(&x, Reduce::Activation, Site::Layer(0), CommKind::TpForward)
             .unwrap();
         (
             exact.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
@@ -186,9 +188,9 @@ fn the_tally_counts_compressed_bytes() {
     ] {
         let got = on_ranks(2, dtype, |g| {
             let x = Tensor::ones((2, 32, 32), candle_core::DType::F32, &Device::Cpu).unwrap();
-            g.all_reduce_activation(&x, Site::Layer(3), CommKind::TpBackward)
+            g.all_reduce(&x, Reduce::Activation, Site::Layer(3), CommKind::TpBackward)
                 .unwrap();
-            let started = g.start_all_reduce_activation(&x, Site::Layer(3), CommKind::TpForward);
+            let started = g.start(&x, Reduce::Activation, Site::Layer(3), CommKind::TpForward);
             started.unwrap().wait().unwrap();
             let snap = g.tally().snapshot();
             let fwd = snap.at(Site::Layer(3), CommKind::TpForward).bytes;

@@ -13,6 +13,7 @@
 //! actually delivers. Also the time a pattern's training takes on each measured link.
 
 use super::runs::RunCurves;
+use super::table::Table;
 use super::timing::StepTiming;
 use crate::comm::LinkModel;
 use crate::run_dir::read_summary;
@@ -103,30 +104,41 @@ fn fit(cells: &[Cell]) -> (f64, f64) {
     }
 }
 
+/// A line of `runs.csv`: an in-process run (`threads`) or one over a shaped link.
+#[derive(serde::Deserialize)]
+struct Listed {
+    kind: String,
+    rate: String,
+    pattern: String,
+    run: String,
+}
+
 /// Reads `dir/runs.csv` and the runs it lists; see the module docs.
 pub fn calibrate(dir: &Path) -> Result<Calibration> {
-    let csv = dir.join("runs.csv");
-    let text = std::fs::read_to_string(&csv).map_err(|_| {
+    let path = dir.join("runs.csv");
+    let text = std::fs::read_to_string(&path).map_err(|_| {
         crate::error::user(format!(
             "{} is missing: make the runs with scripts/cluster/link-calibration.sh {}",
-            csv.display(),
+            path.display(),
             dir.display()
         ))
     })?;
     let mut compute: BTreeMap<String, f64> = BTreeMap::new();
     let mut links = Vec::new();
-    for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
-        let f: Vec<&str> = line.split(',').collect();
-        let [kind, rate, pattern, run] = f[..] else {
-            bail!("{}: bad line `{line}`", csv.display());
-        };
+    for line in csv::Reader::from_reader(text.as_bytes()).deserialize() {
+        let Listed {
+            kind,
+            rate,
+            pattern,
+            run,
+        } = line.with_context(|| format!("{}: a bad line", path.display()))?;
         let run = dir.join(run);
-        match kind {
+        match kind.as_str() {
             "threads" => {
-                compute.insert(pattern.to_string(), 1e3 * timing(&run)?.compute_seconds());
+                compute.insert(pattern, 1e3 * timing(&run)?.compute_seconds());
             }
-            "link" => links.push((rate.to_string(), pattern.to_string(), run)),
-            other => bail!("{}: unknown kind `{other}`", csv.display()),
+            "link" => links.push((rate, pattern, run)),
+            other => bail!("{}: unknown kind `{other}`", path.display()),
         }
     }
     let mut cells = Vec::new();
@@ -134,7 +146,7 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
         let compute_ms = *compute.get(&pattern).with_context(|| {
             format!(
                 "{}: no in-process run of {pattern} to take its compute from",
-                csv.display()
+                path.display()
             )
         })?;
         let measured = timing(&run)?;
@@ -158,7 +170,7 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
         });
     }
     if cells.is_empty() {
-        bail!("{} lists no link runs", csv.display());
+        bail!("{} lists no link runs", path.display());
     }
     let (rate_share, per_message) = fit(&cells);
     for c in &mut cells {
@@ -180,27 +192,30 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
 impl Calibration {
     /// The markdown table: measured against both models, with their errors.
     pub fn markdown(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "| pattern | link | measured ms/step | compute ms | ring model ({NOMINAL_LATENCY_US} us) | error | fitted model | error |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let mut t = Table::new([
+            "pattern".to_string(),
+            "link".into(),
+            "measured ms/step".into(),
+            "compute ms".into(),
+            format!("ring model ({NOMINAL_LATENCY_US} us)"),
+            "error".into(),
+            "fitted model".into(),
+            "error".into(),
+        ]);
         for c in &self.cells {
-            let err = |m: f64| 100.0 * (m / c.measured_ms - 1.0);
-            let _ = writeln!(
-                s,
-                "| {} | {} | {:.1} | {:.1} | {:.1} | {:+.0}% | {:.1} | {:+.0}% |",
-                c.pattern,
-                c.rate_label,
-                c.measured_ms,
-                c.compute_ms,
-                c.nominal_ms,
+            let err = |m: f64| format!("{:+.0}%", 100.0 * (m / c.measured_ms - 1.0));
+            t.row([
+                c.pattern.clone(),
+                c.rate_label.clone(),
+                format!("{:.1}", c.measured_ms),
+                format!("{:.1}", c.compute_ms),
+                format!("{:.1}", c.nominal_ms),
                 err(c.nominal_ms),
-                c.fitted_ms,
-                err(c.fitted_ms)
-            );
+                format!("{:.1}", c.fitted_ms),
+                err(c.fitted_ms),
+            ]);
         }
+        let mut s = t.markdown();
         let _ = writeln!(
             s,
             "\nFitted: the link delivers {:.0}% of the shaped rate to the all-reduce's bytes, and each message costs {:.0} us.",
@@ -232,17 +247,25 @@ impl Calibration {
 
     /// `calibration.csv`: one line per cell.
     pub fn csv(&self) -> String {
-        let mut csv = String::from(
-            "pattern,rate_bits,measured_ms,compute_ms,nominal_model_ms,fitted_model_ms\n",
-        );
+        let mut t = Table::new([
+            "pattern",
+            "rate_bits",
+            "measured_ms",
+            "compute_ms",
+            "nominal_model_ms",
+            "fitted_model_ms",
+        ]);
         for c in &self.cells {
-            let _ = writeln!(
-                csv,
-                "{},{},{},{},{},{}",
-                c.pattern, c.rate_bits, c.measured_ms, c.compute_ms, c.nominal_ms, c.fitted_ms
-            );
+            t.row([
+                c.pattern.clone(),
+                c.rate_bits.to_string(),
+                c.measured_ms.to_string(),
+                c.compute_ms.to_string(),
+                c.nominal_ms.to_string(),
+                c.fitted_ms.to_string(),
+            ]);
         }
-        csv
+        t.csv()
     }
 }
 
@@ -312,14 +335,15 @@ pub fn real_links_markdown(rows: &[OnRealLinks], target: f64) -> String {
         .collect();
     rates.sort_by(|a, b| b.1.total_cmp(&a.1));
     rates.dedup();
-    let mut s = format!(
-        "| pattern | fwd all-reduces / step | final val loss | {} |\n|---|---|---|{}\n",
-        rates
-            .iter()
-            .map(|(l, _)| format!("{l}: ms/step, min to {target:.3}"))
-            .collect::<Vec<_>>()
-            .join(" | "),
-        "---|".repeat(rates.len())
+    let mut t = Table::new(
+        ["pattern", "fwd all-reduces / step", "final val loss"]
+            .map(String::from)
+            .into_iter()
+            .chain(
+                rates
+                    .iter()
+                    .map(|(l, _)| format!("{l}: ms/step, min to {target:.3}")),
+            ),
     );
     for r in rows {
         let cells: Vec<String> = rates
@@ -332,10 +356,8 @@ pub fn real_links_markdown(rows: &[OnRealLinks], target: f64) -> String {
                 None => "-".into(),
             })
             .collect();
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} |",
-            r.pattern,
+        let head = [
+            r.pattern.clone(),
             r.forward_allreduces
                 .map_or("-".into(), |f| format!("{f:.0}")),
             match (r.final_val, r.final_ci95) {
@@ -343,10 +365,10 @@ pub fn real_links_markdown(rows: &[OnRealLinks], target: f64) -> String {
                 (Some(v), None) => format!("{v:.4}"),
                 _ => "-".into(),
             },
-            cells.join(" | ")
-        );
+        ];
+        t.row(head.into_iter().chain(cells));
     }
-    s
+    t.markdown()
 }
 
 #[cfg(test)]

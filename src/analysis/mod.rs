@@ -5,7 +5,9 @@
 //! real links (`calibration`), the table of runs on a modelled link (`on_link`), and a
 //! study's loss penalty of each pattern against its setting's baseline (`penalty`) and
 //! how it changes along the study's axes (`penalty_change`), and where and how long its
-//! settings trained (`penalty_provenance`).
+//! settings trained (`penalty_provenance`); a run's typed identity in a study (`variant`:
+//! its layout and compression; `setting`: the rest of its configuration), and the one
+//! table type every report renders to markdown and CSV (`table`).
 //! `plot` only draws these; `sweep` and the launcher's closing summary compute through
 //! them.
 
@@ -15,9 +17,14 @@ pub mod penalty;
 pub mod penalty_change;
 pub mod penalty_provenance;
 pub mod runs;
+pub mod setting;
 pub mod stats;
+pub mod table;
 pub mod timing;
+pub mod variant;
 
 pub use runs::{merge_replicates, ReplicateKey, RunCurves};
 pub use stats::{median, paired_differences, Replicates};
+pub use table::Table;
 pub use timing::{parse_link, step_ms, Link, StepTiming};
+pub use variant::Variant;

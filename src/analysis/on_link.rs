@@ -3,6 +3,7 @@
 
 use super::calibration::step_reaching;
 use super::runs::RunCurves;
+use super::table::Table;
 use super::timing::Link;
 use std::fmt::Write;
 
@@ -41,14 +42,21 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
          - link calibration: {}\n\
          - compute: each run's slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\
          - compute measured on: {}\n\n\
-         Minutes to {target:.3}: where a run's val curve first reaches it, interpolated linearly between its evaluations (a finished run's curve ends at its whole-split final loss).\n\n\
-         | run | fwd all-reduces / step | final val loss (± 95% interval) | compute ms (imbalance) | ms/step | minutes to {target:.3} |\n|---|---|---|---|---|---|\n",
+         Minutes to {target:.3}: where a run's val curve first reaches it, interpolated linearly between its evaluations (a finished run's curve ends at its whole-split final loss).\n\n",
         link.label,
         link.model.gbit_per_s,
         link.model.latency_us,
         link.calibration,
         machines(runs)
     );
+    let mut t = Table::new([
+        "run".to_string(),
+        "fwd all-reduces / step".into(),
+        "final val loss (± 95% interval)".into(),
+        "compute ms (imbalance)".into(),
+        "ms/step".into(),
+        format!("minutes to {target:.3}"),
+    ]);
     for r in runs {
         let ms = r
             .timing
@@ -68,16 +76,20 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
                 None => format!("{ms:.1} (wall)"),
             }
         });
-        let _ = writeln!(
-            s,
-            "| {}{} | {} | {final_val} | {compute} | {} | {} |",
-            r.label,
-            if r.finished { "" } else { " (unfinished)" },
+        t.row([
+            format!(
+                "{}{}",
+                r.label,
+                if r.finished { "" } else { " (unfinished)" }
+            ),
             show(r.forward_allreduces_per_step, 0),
+            final_val,
+            compute,
             show(ms, 1),
             show(minutes, 2),
-        );
+        ]);
     }
+    s.push_str(&t.markdown());
     // A column of dashes says nothing by itself: one line that no run got there, and how
     // close the best came.
     let reached = runs.iter().any(|r| step_reaching(&r.val, target).is_some());

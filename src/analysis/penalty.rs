@@ -5,23 +5,21 @@
 //! seed. One row per (setting, pattern): mean ± sd, n, the paired difference with its 95%
 //! interval and the smallest difference the pairs could detect.
 
-use super::runs::ReplicateKey;
+pub use super::setting::Setting;
 use super::stats::{paired_differences, Replicates};
-use crate::config::RunConfig;
+use super::table::Table;
+use super::variant::Variant;
 use crate::run_dir::{read_config, read_summary};
 use anyhow::Result;
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::path::Path;
 
 /// What the study needs of one finished run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PenaltyRun {
     pub setting: Setting,
-    /// The pattern, `+Q` when its activation sums were compressed.
-    pub variant: String,
-    /// Whether the layout is all `t` (every layer synchronised as Megatron does).
-    pub all_t: bool,
+    /// The layout and what its activation sums travel in.
+    pub variant: Variant,
     pub seed: u64,
     pub final_val: f64,
     /// Forward all-reduces per pass: blocks.md's count, and those a rank waits for with
@@ -37,84 +35,6 @@ pub struct PenaltyRun {
     pub machine: Option<String>,
 }
 
-/// Everything that makes runs comparable but the pattern, the compression and the seed.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Setting {
-    pub n_layer: usize,
-    pub n_embd: usize,
-    pub n_head: usize,
-    pub tp: usize,
-    pub iters: usize,
-    /// What it trained on (`shakespeare_char`, `names`, `text`).
-    pub dataset: String,
-    /// The rest of the config, for equality only.
-    rest: String,
-}
-
-impl Setting {
-    pub fn of(cfg: &RunConfig) -> Result<Self> {
-        // Replicate groups that differ only in pattern, and compression not either.
-        let mut c = cfg.clone();
-        c.parallel.comm_dtype = Default::default();
-        Ok(Self {
-            n_layer: cfg.model.arch.n_layer,
-            n_embd: cfg.model.arch.n_embd,
-            n_head: cfg.model.arch.n_head,
-            tp: cfg.parallel.tp,
-            iters: cfg.optim.max_iters,
-            dataset: cfg.model.dataset.clone(),
-            rest: ReplicateKey::without_pattern(&c)?.yaml().to_string(),
-        })
-    }
-
-    /// The model's shape: layers x width / heads.
-    pub fn model(&self) -> String {
-        format!("{}x{}/{}h", self.n_layer, self.n_embd, self.n_head)
-    }
-
-    pub fn label(&self) -> String {
-        format!("{}, tp {}, {} it", self.model(), self.tp, self.iters)
-    }
-
-    /// The one axis along which `other` differs from this setting — `tp`, `length`
-    /// (iterations) or `model` (layers, width, heads) — if it differs along exactly one
-    /// and in nothing else, so that a penalty's change from one to the other is the
-    /// axis's effect.
-    pub fn axis_to(&self, other: &Setting) -> Option<&'static str> {
-        let axis = |line: &str| match line.split(':').next().unwrap_or("") {
-            "tp" => Some("tp"),
-            "max_iters" => Some("length"),
-            "n_layer" | "n_embd" | "n_head" => Some("model"),
-            _ => None,
-        };
-        let (mine, theirs): (Vec<&str>, Vec<&str>) =
-            (self.rest.lines().collect(), other.rest.lines().collect());
-        let differing = mine
-            .iter()
-            .filter(|l| !theirs.contains(l))
-            .chain(theirs.iter().filter(|l| !mine.contains(l)));
-        let mut found = None;
-        for line in differing {
-            match (axis(line), found) {
-                (None, _) => return None,
-                (Some(a), Some(f)) if a != f => return None,
-                (a, _) => found = a,
-            }
-        }
-        found
-    }
-
-    /// The config lines that tell this setting from `others` (all of them settings that
-    /// share its label), as `key: value; ...`.
-    fn differences(&self, others: &[&Setting]) -> String {
-        self.rest
-            .lines()
-            .filter(|l| others.iter().any(|o| !o.rest.lines().any(|m| m == *l)))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
-
 impl PenaltyRun {
     /// The run in `dir`, if it finished (has a final val loss).
     pub fn load(dir: &Path) -> Result<Option<Self>> {
@@ -128,8 +48,7 @@ impl PenaltyRun {
         let layout = cfg.layout()?;
         Ok(Some(Self {
             setting: Setting::of(&cfg)?,
-            variant: cfg.variant(),
-            all_t: layout.expanded().chars().all(|c| c == 't'),
+            variant: Variant::of(&cfg)?,
             seed: cfg.optim.seed,
             final_val: final_val as f64,
             syncs: layout.forward_allreduces(),
@@ -148,14 +67,14 @@ pub struct PenaltyRow {
     /// The setting as tables name it: [`Setting::label`], and where settings share that,
     /// the config lines that tell them apart.
     pub setting_label: String,
-    pub variant: String,
+    pub variant: Variant,
     pub syncs: usize,
     pub exposed_syncs: usize,
     pub p_run: Option<usize>,
     pub val: Replicates,
     /// The baseline it was paired with, and the paired differences (this − baseline);
     /// none for the baseline itself or where the setting has none.
-    pub baseline: Option<String>,
+    pub baseline: Option<Variant>,
     pub diff: Option<Replicates>,
     /// The runs' training time summed (those that recorded one), and the machines they
     /// were made on (distinct; `None`: not recorded).
@@ -165,25 +84,20 @@ pub struct PenaltyRow {
 
 /// Every (setting, pattern) of `runs`, settings in order, patterns by descending exposed
 /// syncs.
-/// `baseline`: the pattern to pair with (default: the setting's all-`t` f32 layout).
-pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyRow> {
-    let mut groups: BTreeMap<(&Setting, &str), Vec<&PenaltyRun>> = BTreeMap::new();
+/// `baseline`: the layout to pair with (default: the setting's all-`t` f32 layout). Runs
+/// of one layout spelled differently (`4xt`, `tttt`) are one group.
+pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&Variant>) -> Vec<PenaltyRow> {
+    let mut groups: BTreeMap<(&Setting, &Variant), Vec<&PenaltyRun>> = BTreeMap::new();
     for r in runs {
-        groups
-            .entry((&r.setting, r.variant.as_str()))
-            .or_default()
-            .push(r);
+        groups.entry((&r.setting, &r.variant)).or_default().push(r);
     }
     let seeded = |v: &[&PenaltyRun]| v.iter().map(|r| (r.seed, r.final_val)).collect::<Vec<_>>();
-    let base_of = |setting: &Setting| -> Option<&str> {
+    let base_of = |setting: &Setting| -> Option<&Variant> {
         groups
-            .iter()
-            .filter(|((s, _), _)| *s == setting)
-            .find(|((_, v), members)| match baseline {
-                Some(b) => *v == b,
-                None => !v.contains('+') && members[0].all_t,
-            })
-            .map(|((_, v), _)| *v)
+            .keys()
+            .filter(|(s, _)| *s == setting)
+            .find(|(_, v)| baseline.map_or(v.all_t(), |b| *v == b))
+            .map(|(_, v)| *v)
     };
     let mut rows: Vec<PenaltyRow> = groups
         .iter()
@@ -198,12 +112,12 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&str>) -> Vec<PenaltyR
             Some(PenaltyRow {
                 setting: setting.clone(),
                 setting_label: setting.label(),
-                variant: variant.to_string(),
+                variant: variant.clone(),
                 syncs: members[0].syncs,
                 exposed_syncs: members[0].exposed_syncs,
                 p_run: members[0].p_run,
                 val,
-                baseline: base.map(str::to_string),
+                baseline: base.cloned(),
                 diff,
                 train_seconds: members.iter().filter_map(|r| r.train_seconds).sum(),
                 machines: distinct(members.iter().map(|r| r.machine.clone())),
@@ -253,11 +167,11 @@ fn cells(r: &PenaltyRow) -> [String; 10] {
     let d = r.diff.as_ref();
     [
         r.setting_label.clone(),
-        r.variant.clone(),
+        r.variant.to_string(),
         format!("{} ({})", r.syncs, r.exposed_syncs),
         r.val.n.to_string(),
         format!("{} ± {}", f(r.val.mean), f(r.val.std)),
-        r.baseline.clone().unwrap_or_else(|| "-".into()),
+        r.baseline.as_ref().map_or("-".into(), |b| b.to_string()),
         d.map_or("-".into(), |d| {
             format!(
                 "{:+.4} ({:+.4} .. {:+.4})",
@@ -289,49 +203,63 @@ const HEADER: [&str; 10] = [
 
 /// The summary table, with how to read it.
 pub fn markdown(rows: &[PenaltyRow]) -> String {
-    let mut s = String::from(
-        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and whether the interval excludes zero. All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n",
-    );
-    let _ = writeln!(s, "| {} |", HEADER.join(" | "));
-    let _ = writeln!(s, "|{}", "---|".repeat(HEADER.len()));
-    for r in rows {
-        let _ = writeln!(s, "| {} |", cells(r).join(" | "));
-    }
-    s
+    let mut t = Table::new(HEADER);
+    rows.iter().for_each(|r| t.row(cells(r)));
+    format!(
+        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and whether the interval excludes zero. All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n{}",
+        t.markdown()
+    )
 }
 
 /// `penalty.csv`: one line per row, plain numbers.
 pub fn csv(rows: &[PenaltyRow]) -> String {
-    let mut s = String::from(
-        "n_layer,n_embd,n_head,tp,iters,pattern,fwd_allreduces,exposed_allreduces,n,val_mean,val_std,baseline,diff_mean,diff_ci95,pairs,detectable,significant,dataset\n",
-    );
+    let mut t = Table::new([
+        "n_layer",
+        "n_embd",
+        "n_head",
+        "tp",
+        "iters",
+        "pattern",
+        "fwd_allreduces",
+        "exposed_allreduces",
+        "n",
+        "val_mean",
+        "val_std",
+        "baseline",
+        "diff_mean",
+        "diff_ci95",
+        "pairs",
+        "detectable",
+        "significant",
+        "dataset",
+    ]);
     for r in rows {
         let d = r.diff.as_ref();
         let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{},{},{},{},{:.6},{:.6},{},{},{},{},{},{},{}",
-            r.setting.n_layer,
-            r.setting.n_embd,
-            r.setting.n_head,
-            r.setting.tp,
-            r.setting.iters,
-            r.variant,
-            r.syncs,
-            r.exposed_syncs,
-            r.val.n,
-            r.val.mean,
-            r.val.std,
-            r.baseline.as_deref().unwrap_or(""),
+        let s = &r.setting;
+        t.row([
+            s.n_layer.to_string(),
+            s.n_embd.to_string(),
+            s.n_head.to_string(),
+            s.tp.to_string(),
+            s.iters.to_string(),
+            r.variant.to_string(),
+            r.syncs.to_string(),
+            r.exposed_syncs.to_string(),
+            r.val.n.to_string(),
+            format!("{:.6}", r.val.mean),
+            format!("{:.6}", r.val.std),
+            r.baseline.as_ref().map_or(String::new(), |b| b.to_string()),
             num(d.map(|d| d.mean)),
             num(d.map(|d| d.ci95).filter(|c| c.is_finite())),
             d.map_or(String::new(), |d| d.n.to_string()),
             num(d.map(|d| d.detectable()).filter(|c| c.is_finite())),
-            d.map_or("", |d| if d.excludes_zero() { "yes" } else { "no" }),
-            r.setting.dataset,
-        );
+            d.map_or("", |d| if d.excludes_zero() { "yes" } else { "no" })
+                .to_string(),
+            s.dataset.clone(),
+        ]);
     }
-    s
+    t.csv()
 }
 
 #[cfg(test)]
@@ -341,8 +269,7 @@ mod tests {
     fn run(setting: &Setting, variant: &str, seed: u64, loss: f64, syncs: usize) -> PenaltyRun {
         PenaltyRun {
             setting: setting.clone(),
-            variant: variant.into(),
-            all_t: variant.chars().all(|c| c == 't'),
+            variant: Variant::parse(variant).unwrap(),
             seed,
             final_val: loss,
             syncs,
@@ -363,35 +290,6 @@ mod tests {
             dataset: "shakespeare_char".into(),
             rest: String::new(),
         }
-    }
-
-    /// Settings are compared along an axis only when they differ along that one alone.
-    #[test]
-    fn a_setting_differs_from_another_along_one_axis_or_none() {
-        let of = |lines: &str| Setting {
-            rest: lines.replace(' ', "\n"),
-            ..setting(2)
-        };
-        let base = of("n_layer:4 n_head:4 tp:2 max_iters:2000 seed:0");
-        let axis = |other: &str| base.axis_to(&of(other));
-        assert_eq!(
-            axis("n_layer:4 n_head:4 tp:8 max_iters:2000 seed:0"),
-            Some("tp")
-        );
-        assert_eq!(
-            axis("n_layer:4 n_head:4 tp:2 max_iters:6000 seed:0"),
-            Some("length")
-        );
-        assert_eq!(
-            axis("n_layer:6 n_head:8 tp:2 max_iters:2000 seed:0"),
-            Some("model")
-        );
-        assert_eq!(axis("n_layer:6 n_head:4 tp:4 max_iters:2000 seed:0"), None);
-        assert_eq!(
-            axis("n_layer:4 n_head:4 tp:8 max_iters:2000 seed:0 lr:1"),
-            None
-        );
-        assert_eq!(axis("n_layer:4 n_head:4 tp:2 max_iters:2000 seed:0"), None);
     }
 
     /// Two settings; in each, pppp against tttt by seed (seed 9 has no tttt partner and
@@ -417,7 +315,7 @@ mod tests {
         let rows = penalty_rows(&runs, None);
         let find = |s: &Setting, v: &str| {
             rows.iter()
-                .find(|r| &r.setting == s && r.variant == v)
+                .find(|r| &r.setting == s && r.variant.to_string() == v)
                 .unwrap()
         };
         assert_eq!(rows.len(), 6);
@@ -430,16 +328,16 @@ mod tests {
         assert_eq!(d.n, 2);
         assert!((d.mean - 0.025).abs() < 1e-12, "{d:?}");
         let q = find(&a, "tttt+int8");
-        assert_eq!(q.baseline.as_deref(), Some("tttt"));
+        assert_eq!(q.baseline.as_ref().unwrap().to_string(), "tttt");
         assert!((q.diff.unwrap().mean - 0.01).abs() < 1e-12);
         let pb = find(&b, "pppp").diff.unwrap();
         assert!((pb.mean - 0.10).abs() < 1e-12 && pb.ci95.is_infinite());
         // A setting's rows by descending exposed synchronisations (the ladder's 8 hide
         // all but 1), then all of them.
-        let order: Vec<&str> = rows
+        let order: Vec<String> = rows
             .iter()
             .filter(|r| r.setting == a)
-            .map(|r| r.variant.as_str())
+            .map(|r| r.variant.to_string())
             .collect();
         assert_eq!(order, ["tttt", "tttt+int8", "llll", "pppp"]);
         let md = markdown(&rows);
@@ -475,10 +373,41 @@ mod tests {
             ]
         );
         // An explicit baseline replaces the all-t one.
-        let vs_p = penalty_rows(&runs, Some("pppp"));
+        let pppp = Variant::parse("pppp").unwrap();
+        let vs_p = penalty_rows(&runs, Some(&pppp));
         assert!(vs_p
             .iter()
-            .filter(|r| r.variant == "tttt")
-            .all(|r| r.baseline.as_deref() == Some("pppp")));
+            .filter(|r| r.variant.to_string() == "tttt")
+            .all(|r| r.baseline.as_ref() == Some(&pppp)));
+    }
+
+    /// Runs of one layout spelled `4xt` and `tttt` are one pattern of the table: its n
+    /// counts both, and pppp pairs with all four seeds (it was two groups, and tttt was
+    /// "paired with 4xt" at +0.0000).
+    #[test]
+    fn runs_of_4xt_and_tttt_land_in_one_group() {
+        let a = setting(2);
+        let runs = vec![
+            run(&a, "4xt", 1, 1.90, 8),
+            run(&a, "4xt", 2, 1.92, 8),
+            run(&a, "tttt", 3, 1.91, 8),
+            run(&a, "tttt", 4, 1.93, 8),
+            run(&a, "4x(p)", 1, 1.95, 1),
+            run(&a, "pppp", 2, 1.96, 1),
+            run(&a, "pppp", 3, 1.97, 1),
+            run(&a, "pppp", 4, 1.98, 1),
+        ];
+        let rows = penalty_rows(&runs, None);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let (t, p) = (&rows[0], &rows[1]);
+        assert_eq!(
+            (t.variant.to_string(), t.val.n, t.baseline.clone()),
+            ("4xt".into(), 4, None)
+        );
+        assert_eq!(p.val.n, 4);
+        assert_eq!(p.baseline.as_ref(), Some(&t.variant));
+        let d = p.diff.unwrap();
+        assert_eq!(d.n, 4);
+        assert!((d.mean - 0.05).abs() < 1e-12, "{d:?}");
     }
 }

@@ -7,8 +7,8 @@
 
 use super::penalty::{PenaltyRow, PenaltyRun, Setting};
 use super::stats::Replicates;
-use crate::blocks::pattern::Layout;
-use std::fmt::Write;
+use super::table::Table;
+use super::variant::Variant;
 
 /// One pattern's penalty in two settings that differ along one axis.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,10 +33,15 @@ pub struct PenaltyChange {
 }
 
 /// (seed, pattern − baseline) in `setting`, for the seeds that ran both.
-fn penalties(runs: &[PenaltyRun], setting: &Setting, variant: &str, base: &str) -> Vec<(u64, f64)> {
-    let of = |v: &str| -> Vec<(u64, f64)> {
+fn penalties(
+    runs: &[PenaltyRun],
+    setting: &Setting,
+    variant: &Variant,
+    base: &Variant,
+) -> Vec<(u64, f64)> {
+    let of = |v: &Variant| -> Vec<(u64, f64)> {
         runs.iter()
-            .filter(|r| &r.setting == setting && r.variant == v)
+            .filter(|r| &r.setting == setting && &r.variant == v)
             .map(|r| (r.seed, r.final_val))
             .collect()
     };
@@ -53,31 +58,20 @@ fn penalties(runs: &[PenaltyRun], setting: &Setting, variant: &str, base: &str) 
 
 /// Whether `a` in one setting and `b` in another are the same layout: at the same depth,
 /// the same block kinds layer by layer however spelled (`12xs` is `ssssssssssss`); across
-/// depths, the same layout stretched (runs of a kind may differ in length: `sppp` is
-/// `sppppp` at six layers and `s11xp` at twelve, `tttt` is `12xt`). The compression
-/// suffix (`+int8`) must match.
-fn same_layout(a: &str, b: &str, same_depth: bool) -> bool {
-    let shape = |v: &str| {
-        let (pattern, suffix) = v.split_once('+').unwrap_or((v, ""));
-        // A run's pattern was validated when it trained; the text itself stands in for
-        // one that no longer parses, so that it matches only itself.
-        let mut kinds: Vec<char> = Layout::parse(pattern)
-            .map(|l| l.expanded())
-            .unwrap_or_else(|_| pattern.to_string())
-            .chars()
-            .collect();
-        if !same_depth {
-            kinds.dedup();
-        }
-        (kinds, suffix.to_string())
-    };
-    shape(a) == shape(b)
+/// depths, the same layout stretched ([`Variant::stretches_to`]).
+fn same_layout(a: &Variant, b: &Variant, same_depth: bool) -> bool {
+    if same_depth {
+        a == b
+    } else {
+        a.stretches_to(b)
+    }
 }
 
 /// `a`, or `a -> b` where the layouts are spelled differently.
-fn both(a: &str, b: &str) -> String {
+fn both(a: &Variant, b: &Variant) -> String {
+    let (a, b) = (a.to_string(), b.to_string());
     if a == b {
-        a.to_string()
+        a
     } else {
         format!("{a} -> {b}")
     }
@@ -97,7 +91,7 @@ pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyC
     for (i, &(a, a_label)) in settings.iter().enumerate() {
         for &(b, b_label) in &settings[i + 1..] {
             let Some(axis) = a.axis_to(b) else { continue };
-            let same = |x: &str, y: &str| same_layout(x, y, a.n_layer == b.n_layer);
+            let same = |x: &Variant, y: &Variant| same_layout(x, y, a.n_layer == b.n_layer);
             for ra in rows.iter().filter(|r| &r.setting == a) {
                 let Some(base) = &ra.baseline else { continue };
                 let Some((rb, base_b)) = rows.iter().find_map(|r| {
@@ -158,73 +152,91 @@ fn interval(r: &Replicates) -> String {
     }
 }
 
+fn significant(r: &Replicates) -> String {
+    if r.excludes_zero() { "yes" } else { "no" }.into()
+}
+
 /// `penalty_change.md`: the table, with how to read it.
 pub fn markdown(changes: &[PenaltyChange]) -> String {
-    let mut s = String::from(
-        "How each pattern's penalty (its final val loss less its baseline's, paired by seed) changes between two settings that differ along one axis only: TP degree, length (iterations) or model (layers, width, heads). Per seed that has both patterns in both settings: the penalty in the second setting less the penalty in the first, with the 95% interval of its mean (Student's t). The penalties shown are the means over those seeds. A change whose interval excludes zero grows (+) or shrinks (-) the gap; one that does not, leaves it within what the pairs can tell.\n\n\
-         | axis | pattern | paired with | from | to | penalty there | penalty here | change (95% interval) | pairs | detectable (80% power) | significant |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
+    let mut t = Table::new([
+        "axis",
+        "pattern",
+        "paired with",
+        "from",
+        "to",
+        "penalty there",
+        "penalty here",
+        "change (95% interval)",
+        "pairs",
+        "detectable (80% power)",
+        "significant",
+    ]);
     for c in changes {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {:+.4} | {:+.4} | {} | {} | {} | {} |",
-            c.axis,
-            c.variant,
-            c.baseline,
-            c.from,
-            c.to,
-            c.from_penalty,
-            c.to_penalty,
+        t.row([
+            c.axis.to_string(),
+            c.variant.clone(),
+            c.baseline.clone(),
+            c.from.clone(),
+            c.to.clone(),
+            format!("{:+.4}", c.from_penalty),
+            format!("{:+.4}", c.to_penalty),
             interval(&c.change),
-            c.change.n,
+            c.change.n.to_string(),
             detectable(&c.change).map_or("-".into(), |d| format!("{d:.4}")),
-            if c.change.excludes_zero() {
-                "yes"
-            } else {
-                "no"
-            }
-        );
+            significant(&c.change),
+        ]);
     }
-    s
+    format!(
+        "How each pattern's penalty (its final val loss less its baseline's, paired by seed) changes between two settings that differ along one axis only: TP degree, length (iterations) or model (layers, width, heads). Per seed that has both patterns in both settings: the penalty in the second setting less the penalty in the first, with the 95% interval of its mean (Student's t). The penalties shown are the means over those seeds. A change whose interval excludes zero grows (+) or shrinks (-) the gap; one that does not, leaves it within what the pairs can tell.\n\n{}",
+        t.markdown()
+    )
 }
 
 /// `penalty_change.csv`: one line per change, plain values (each setting as its model,
 /// TP degree and iterations).
 pub fn csv(changes: &[PenaltyChange]) -> String {
-    let mut s = String::from(
-        "axis,pattern,baseline,from_model,from_tp,from_iters,to_model,to_tp,to_iters,from_penalty,to_penalty,change_mean,change_ci95,pairs,detectable,significant\n",
-    );
+    let mut t = Table::new([
+        "axis",
+        "pattern",
+        "baseline",
+        "from_model",
+        "from_tp",
+        "from_iters",
+        "to_model",
+        "to_tp",
+        "to_iters",
+        "from_penalty",
+        "to_penalty",
+        "change_mean",
+        "change_ci95",
+        "pairs",
+        "detectable",
+        "significant",
+    ]);
     for c in changes {
-        let ci = if c.change.ci95.is_finite() {
-            format!("{:.6}", c.change.ci95)
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{ci},{},{},{}",
-            c.axis,
-            c.variant,
-            c.baseline,
-            c.from_setting.model(),
-            c.from_setting.tp,
-            c.from_setting.iters,
-            c.to_setting.model(),
-            c.to_setting.tp,
-            c.to_setting.iters,
-            c.from_penalty,
-            c.to_penalty,
-            c.change.mean,
-            c.change.n,
+        let (from, to) = (&c.from_setting, &c.to_setting);
+        t.row([
+            c.axis.to_string(),
+            c.variant.clone(),
+            c.baseline.clone(),
+            from.model(),
+            from.tp.to_string(),
+            from.iters.to_string(),
+            to.model(),
+            to.tp.to_string(),
+            to.iters.to_string(),
+            format!("{:.6}", c.from_penalty),
+            format!("{:.6}", c.to_penalty),
+            format!("{:.6}", c.change.mean),
+            Some(c.change.ci95)
+                .filter(|ci| ci.is_finite())
+                .map_or(String::new(), |ci| format!("{ci:.6}")),
+            c.change.n.to_string(),
             detectable(&c.change).map_or(String::new(), |d| format!("{d:.6}")),
-            if c.change.excludes_zero() {
-                "yes"
-            } else {
-                "no"
-            }
-        );
+            significant(&c.change),
+        ]);
     }
-    s
+    t.csv()
 }
 
 #[cfg(test)]
@@ -233,24 +245,28 @@ mod tests {
 
     #[test]
     fn layouts_match_exactly_at_one_depth_and_stretched_across_depths() {
-        assert!(same_layout("tstt", "tstt", true));
-        assert!(!same_layout("tstt", "ttst", true));
-        assert!(same_layout("sppp", "sppppp", false));
-        assert!(same_layout("tttt", "tttttt", false));
-        assert!(same_layout("sppp+int8", "sppppp+int8", false));
-        assert!(!same_layout("sppp", "sppppp+int8", false));
-        assert!(!same_layout("sppp", "pppppp", false));
-        assert!(!same_layout("llll", "tttttt", false));
+        let same = |a: &str, b: &str, depth| {
+            let v = |n| super::Variant::parse(n).unwrap();
+            same_layout(&v(a), &v(b), depth)
+        };
+        assert!(same("tstt", "tstt", true));
+        assert!(!same("tstt", "ttst", true));
+        assert!(same("sppp", "sppppp", false));
+        assert!(same("tttt", "tttttt", false));
+        assert!(same("sppp+int8", "sppppp+int8", false));
+        assert!(!same("sppp", "sppppp+int8", false));
+        assert!(!same("sppp", "pppppp", false));
+        assert!(!same("llll", "tttttt", false));
         // Spelled with repeats: the same layers, so the same layout.
-        assert!(same_layout("12xs", "ssssssssssss", true));
-        assert!(same_layout("4xt", "tttt", true));
-        assert!(!same_layout("3xsppp", "s11xp", true));
-        assert!(same_layout("tttt", "12xt", false));
-        assert!(same_layout("ssss", "12xs", false));
-        assert!(same_layout("sppp", "s11xp", false));
-        assert!(same_layout("pppp", "12xp", false));
-        assert!(same_layout("llll+int8", "12xl+int8", false));
-        assert!(!same_layout("sppp", "3xsppp", false));
-        assert!(!same_layout("sppp", "6x(sp)", false));
+        assert!(same("12xs", "ssssssssssss", true));
+        assert!(same("4xt", "tttt", true));
+        assert!(!same("3xsppp", "s11xp", true));
+        assert!(same("tttt", "12xt", false));
+        assert!(same("ssss", "12xs", false));
+        assert!(same("sppp", "s11xp", false));
+        assert!(same("pppp", "12xp", false));
+        assert!(same("llll+int8", "12xl+int8", false));
+        assert!(!same("sppp", "3xsppp", false));
+        assert!(!same("sppp", "6x(sp)", false));
     }
 }

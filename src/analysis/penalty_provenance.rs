@@ -3,13 +3,11 @@
 //! reader of its times needs, and what re-running it would take).
 
 use super::penalty::{distinct, PenaltyRow};
-use std::fmt::Write;
+use super::table::Table;
 
 /// Per setting: its runs, their hours of training and the machines they ran on.
 pub fn markdown(rows: &[PenaltyRow]) -> String {
-    let mut s = String::from(
-        "\nWhere and how long (training: each run's steps x its median step time, evaluations left out):\n\n| setting | runs | hours of training | made on |\n|---|---|---|---|\n",
-    );
+    let mut t = Table::new(["setting", "runs", "hours of training", "made on"]);
     let mut settings: Vec<&str> = Vec::new();
     for r in rows {
         if !settings.contains(&r.setting_label.as_str()) {
@@ -23,15 +21,20 @@ pub fn markdown(rows: &[PenaltyRow]) -> String {
         let made_on: Vec<String> = (machines.iter().flatten().cloned())
             .chain(machines.contains(&None).then(|| "not recorded".into()))
             .collect();
-        let _ = writeln!(
-            s,
-            "| {label} | {} | {:.2} | {} |",
-            of.iter().map(|r| r.val.n).sum::<usize>(),
-            of.iter().map(|r| r.train_seconds).sum::<f64>() / 3600.0,
-            made_on.join("; ")
-        );
+        t.row([
+            label.to_string(),
+            of.iter().map(|r| r.val.n).sum::<usize>().to_string(),
+            format!(
+                "{:.2}",
+                of.iter().map(|r| r.train_seconds).sum::<f64>() / 3600.0
+            ),
+            made_on.join("; "),
+        ]);
     }
-    s
+    format!(
+        "\nWhere and how long (training: each run's steps x its median step time, evaluations left out):\n\n{}",
+        t.markdown()
+    )
 }
 
 #[cfg(test)]
@@ -46,8 +49,7 @@ mod tests {
         let setting = Setting::of(&RunConfig::default()).unwrap();
         let run = |variant: &str, seed, machine: Option<&str>| PenaltyRun {
             setting: setting.clone(),
-            variant: variant.into(),
-            all_t: variant == "tttt",
+            variant: crate::analysis::Variant::parse(variant).unwrap(),
             seed,
             final_val: 1.9,
             syncs: 1,

@@ -21,6 +21,10 @@ impl ReplicateKey {
     pub fn of(cfg: &RunConfig) -> Result<Self> {
         let mut c = cfg.clone();
         c.optim.seed = 0;
+        // One layout however it is spelled: `4xt` is `tttt`.
+        if let Ok(layout) = cfg.layout() {
+            c.model.pattern = layout.expanded();
+        }
         Ok(Self(c.to_yaml()?))
     }
 
@@ -235,5 +239,19 @@ mod tests {
         let mut sparse = vec![(1800.0, 1.80)];
         end_curve_at(&mut sparse, (2000.0, 1.79));
         assert_eq!(sparse, vec![(1800.0, 1.80), (2000.0, 1.79)]);
+    }
+
+    /// Replicates are one layout however spelled: `4xt` and `tttt` runs are one group.
+    #[test]
+    fn spellings_of_one_layout_share_a_replicate_key() {
+        let cfg = |p: &str, seed| {
+            let mut c = crate::config::RunConfig::default();
+            c.model.pattern = p.into();
+            c.optim.seed = seed;
+            c
+        };
+        let key = |p, seed| super::ReplicateKey::of(&cfg(p, seed)).unwrap();
+        assert_eq!(key("4xt", 1), key("tttt", 2));
+        assert_ne!(key("tstt", 1), key("tttt", 1));
     }
 }

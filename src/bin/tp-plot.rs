@@ -7,7 +7,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::calibration::{calibrate, on_real_links};
 use tp_harness::analysis::penalty::{self, penalty_rows, PenaltyRun};
-use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
+use tp_harness::analysis::{merge_replicates, parse_link, RunCurves, Variant};
 use tp_harness::analysis::{penalty_change, penalty_provenance};
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
@@ -91,8 +91,12 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
             ),
         }
     }
-    let rows = penalty_rows(&runs, a.baseline.as_deref());
-    if let Some(b) = &a.baseline {
+    let baseline = match &a.baseline {
+        Some(b) => Some(Variant::parse(b).map_err(|e| user(format!("--baseline: {e:#}")))?),
+        None => None,
+    };
+    let rows = penalty_rows(&runs, baseline.as_ref());
+    if let Some(b) = &baseline {
         if !rows.iter().any(|r| &r.variant == b) {
             return Err(user(format!(
                 "--baseline {b} is not a pattern of the finished runs given"

@@ -109,7 +109,7 @@ fn series(
 ) -> Vec<(String, Vec<Point>)> {
     let is_baseline = |r: &PenaltyRow| {
         rows.iter()
-            .any(|o| o.setting == r.setting && o.baseline.as_deref() == Some(r.variant.as_str()))
+            .any(|o| o.setting == r.setting && o.baseline.as_ref() == Some(&r.variant))
     };
     let mut out: Vec<(String, Vec<Point>)> = Vec::new();
     for r in rows {
@@ -119,7 +119,7 @@ fn series(
             None => continue,
         };
         let (name, x) = key(r);
-        let p = (x, y, ci, r.variant.clone());
+        let p = (x, y, ci, r.variant.to_string());
         match out.iter_mut().find(|(n, _)| *n == name) {
             Some((_, pts)) => pts.push(p),
             None => out.push((name, vec![p])),

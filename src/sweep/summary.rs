@@ -1,8 +1,7 @@
 //! `summary.csv` and `summary.md` of a sweep: one row per point.
 
 use super::runner::{PointResult, Status};
-use crate::analysis::{paired_differences, ReplicateKey, Replicates};
-use std::fmt::Write;
+use crate::analysis::{paired_differences, ReplicateKey, Replicates, Table};
 
 const COLUMNS: [&str; 15] = [
     "run",
@@ -60,45 +59,28 @@ fn shared(s: Option<&crate::run_dir::RunSummary>) -> Option<f64> {
 /// Above this slowdown from sharing the machine a run's tokens/s is flagged.
 pub const SHARED: f64 = 1.5;
 
-/// A CSV table: the header, then one line per row, cells with commas quoted.
-fn csv_table(header: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
-    let mut out = header.join(",") + "\n";
-    for cells in rows {
-        let cells: Vec<String> = cells
-            .into_iter()
-            .map(|c| {
-                if c.contains(',') {
-                    format!("\"{c}\"")
-                } else {
-                    c
-                }
-            })
-            .collect();
-        out.push_str(&cells.join(","));
-        out.push('\n');
-    }
-    out
-}
-
-pub fn csv(results: &[PointResult]) -> String {
-    csv_table(&COLUMNS, results.iter().map(row))
-}
-
-pub fn markdown(name: &str, results: &[PointResult]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "# Sweep `{name}`\n");
-    let _ = writeln!(out, "| {} |", COLUMNS.join(" | "));
-    let _ = writeln!(out, "|{}", "---|".repeat(COLUMNS.len()));
+/// The points' table: `summary.csv` as it is; `summary.md` with a run's tokens/s flagged
+/// where the machine was shared while it trained.
+fn table(results: &[PointResult], flag_shared: bool) -> Table {
+    let mut t = Table::new(COLUMNS);
     let tokens = COLUMNS.iter().position(|c| *c == "tokens_per_s");
     for r in results {
         let mut cells = row(r);
         // Said where it is read: beside the number it makes doubtful.
-        if let (Some(i), Some(x)) = (tokens, shared(r.summary.as_ref())) {
+        if let (true, Some(i), Some(x)) = (flag_shared, tokens, shared(r.summary.as_ref())) {
             cells[i] = format!("{} (machine shared: {x:.1}x slower)", cells[i]);
         }
-        let _ = writeln!(out, "| {} |", cells.join(" | "));
+        t.row(cells);
     }
-    out
+    t
+}
+
+pub fn csv(results: &[PointResult]) -> String {
+    table(results, false).csv()
+}
+
+pub fn markdown(name: &str, results: &[PointResult]) -> String {
+    format!("# Sweep `{name}`\n\n{}", table(results, true).markdown())
 }
 
 /// One group of replicates (points equal but for the seed).
@@ -206,27 +188,26 @@ fn group_row(g: &GroupRow) -> Vec<String> {
     ]
 }
 
+fn groups_table(rows: &[GroupRow]) -> Table {
+    let mut t = Table::new(GROUP_COLUMNS);
+    rows.iter().for_each(|g| t.row(group_row(g)));
+    t
+}
+
 /// `groups.csv`: one row per replicate group.
 pub fn groups_csv(rows: &[GroupRow]) -> String {
-    csv_table(&GROUP_COLUMNS, rows.iter().map(group_row))
+    groups_table(rows).csv()
 }
 
 /// The replicate table of `summary.md`, with how to read it.
 pub fn groups_markdown(rows: &[GroupRow], baseline: Option<&str>) -> String {
-    let mut out = String::from("\n## Replicates\n\n");
-    let _ = writeln!(
-        out,
-        "Final validation loss over the seeds of each point: mean, sample standard deviation, n and the half-width of the 95% interval of the mean (Student's t).{}\n",
-        baseline.map_or(String::new(), |b| format!(
-            " Differences are paired by seed against `{b}` with the same other keys; `significant` means their 95% interval excludes zero; `detectable_diff` is the smallest true difference these pairs would find significant with 80% power at the spread they show."
-        ))
-    );
-    let _ = writeln!(out, "| {} |", GROUP_COLUMNS.join(" | "));
-    let _ = writeln!(out, "|{}", "---|".repeat(GROUP_COLUMNS.len()));
-    for g in rows {
-        let _ = writeln!(out, "| {} |", group_row(g).join(" | "));
-    }
-    out
+    let how = baseline.map_or(String::new(), |b| format!(
+        " Differences are paired by seed against `{b}` with the same other keys; `significant` means their 95% interval excludes zero; `detectable_diff` is the smallest true difference these pairs would find significant with 80% power at the spread they show."
+    ));
+    format!(
+        "\n## Replicates\n\nFinal validation loss over the seeds of each point: mean, sample standard deviation, n and the half-width of the 95% interval of the mean (Student's t).{how}\n\n{}",
+        groups_table(rows).markdown()
+    )
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! `tp-train`: train GPT-2 with a pattern of t/s/p blocks across tensor- and
 //! data-parallel ranks. With no arguments it runs the default experiment.
 
-use anyhow::Context;
 use clap::{CommandFactory, Parser};
 use std::path::PathBuf;
 use tp_harness::config::{
@@ -10,10 +9,7 @@ use tp_harness::config::{
 use tp_harness::error::exit_on_error;
 use tp_harness::launch::job::{OnOtherData, Target};
 use tp_harness::launch::run::{resume_config, run_resolved, Backend};
-use tp_harness::run_dir::bench::BenchResult;
-use tp_harness::run_dir::default_run_path;
-use tp_harness::tools::bench::{bench, bench_config, summarize};
-use tp_harness::util::write_atomic;
+use tp_harness::tools::bench_run::{run_bench, BenchRequest};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -166,38 +162,14 @@ fn real_main(args: Args, keys: Vec<Override>) -> anyhow::Result<()> {
             "--accept-other-data goes with --resume RUN_DIR: a new run has no earlier data to differ from",
         ));
     }
-    if args.bench && backend == Backend::Mpi {
-        // Each rank is a process already: one measurement at the launched shape.
-        let (warmup, steps) = (args.bench_warmup, args.bench_steps);
-        let config = || {
-            Ok(bench_config(
-                &resolve(&overrides(&args, &keys)?)?,
-                warmup,
-                steps,
-            ))
-        };
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| default_run_path("bench"));
-        let res = run_resolved(&config, Target::New(Some(out.clone())), false, backend)?;
-        if res.outcomes[0].rank == 0 {
-            summarize(&config()?, &res.outcomes[0], warmup).report(&out)?;
-        }
-        return Ok(());
-    }
     if args.bench {
-        let overrides = overrides(&args, &keys)?;
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| default_run_path("bench"));
-        std::fs::create_dir_all(&out)
-            .with_context(|| format!("cannot create {}", out.display()))?;
-        if args.tp.is_none() {
-            return bench_tp1_and_tp2(&out);
-        }
-        return bench(&resolve(&overrides)?, args.bench_warmup, args.bench_steps)?.report(&out);
+        let request = BenchRequest {
+            warmup: args.bench_warmup,
+            steps: args.bench_steps,
+            out: args.out.clone(),
+            tp_given: args.tp.is_some(),
+        };
+        return run_bench(&request, &|| resolve(&overrides(&args, &keys)?), backend);
     }
     if let Some(dir) = &args.resume {
         let config = || resume_config(dir, &overrides(&args, &keys)?);
@@ -216,47 +188,5 @@ fn real_main(args: Args, keys: Vec<Override>) -> anyhow::Result<()> {
     }
     let config = || resolve(&overrides(&args, &keys)?);
     run_resolved(&config, Target::New(args.out.clone()), progress, backend)?;
-    Ok(())
-}
-
-/// `--bench` without `--tp`: tp 1 and tp 2, each in a fresh process of its own so that
-/// one measurement's thread pools and heap do not colour the other's.
-fn bench_tp1_and_tp2(out: &std::path::Path) -> anyhow::Result<()> {
-    let exe = std::env::current_exe()?;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut skip = false;
-    let passthrough: Vec<&String> = args
-        .iter()
-        .filter(|a| {
-            let keep = !skip && a.as_str() != "--out" && !a.starts_with("--out=");
-            skip = a.as_str() == "--out";
-            keep
-        })
-        .collect();
-    let mut results = Vec::new();
-    for tp in [1, 2] {
-        let sub = out.join(format!("tp{tp}"));
-        let status = std::process::Command::new(&exe)
-            .args(&passthrough)
-            .args(["--tp", &tp.to_string(), "--out"])
-            .arg(&sub)
-            .status()?;
-        if !status.success() {
-            anyhow::bail!("the tp {tp} benchmark failed");
-        }
-        results.push(BenchResult::read(&sub)?);
-    }
-    let (a, b) = (results[0].ms_per_step, results[1].ms_per_step);
-    // Both runs process the same tokens a step on the same cores.
-    tp_harness::say!(
-        "tp 2 / tp 1 time per token on the same cores: {:.2}x ({:+.0}%)",
-        b / a,
-        100.0 * (b / a - 1.0)
-    );
-    write_atomic(
-        &out.join("bench.json"),
-        serde_json::to_string_pretty(&results)?.as_bytes(),
-    )?;
-    tp_harness::say!("bench.json in {}", out.display());
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! (`tp-train --bench`).
 
 pub mod bench;
+pub mod bench_run;
 pub mod eval;
 pub mod import;
 pub mod sample;

@@ -268,8 +268,6 @@ impl<'a> Trainer<'a> {
         )
     }
 
-    /// One optimiser step: forward and backward over the micro-steps, the TP sum of
-    /// partial gradients, the DP average, the norm and clipping, AdamW.
     /// Replaces the fresh weights with another run's (`init_from`), sliced for this rank;
     /// returns the stored parameters this model has no use for (a `p` block's biases).
     pub fn load_initial_weights(
@@ -311,6 +309,9 @@ impl<'a> Trainer<'a> {
         Ok(())
     }
 
+    /// One optimiser step: forward and backward over the micro-steps, the TP sum of
+    /// partial gradients, the DP average, the norm and clipping, AdamW; timed around,
+    /// each phase in its own function below.
     pub fn step(&mut self) -> Result<StepRecord> {
         let step = self.step;
         self.faults.check(self.ctx.mesh.rank, step)?;
@@ -318,13 +319,45 @@ impl<'a> Trainer<'a> {
         profile::take();
         let t_step = Instant::now();
         let tally = self.ctx.tally.clone();
-        let trace = tally.trace();
-        let _step_span = trace.span("step", || format!("step {step}"));
+        let _step_span = tally.trace().span("step", || format!("step {step}"));
         let cpu_step = ComputeClock::start(&self.ctx.device);
         let blocked = self.ctx.tally.blocked();
         let lr = self.sched.lr(step);
-        let accum = self.cfg.optim.gradient_accumulation_steps;
         let mut phases = Phases::default();
+        let local_loss = self.micro_steps(step, &mut phases)?;
+        let t0 = Instant::now();
+        let (grad_norm, grad_scale) = self.sync_and_clip()?;
+        let t1 = Instant::now();
+        self.update(lr, grad_scale)?;
+        phases.grad_sync = (t1 - t0).as_secs_f64();
+        phases.optimizer = t1.elapsed().as_secs_f64();
+        let passes = self.cfg.optim.gradient_accumulation_steps;
+        self.step += 1;
+        self.tallied.steps += 1;
+        self.tallied.passes += passes;
+        Ok(StepRecord {
+            step,
+            local_loss,
+            lr,
+            grad_norm,
+            ms: t_step.elapsed().as_secs_f64() * 1e3,
+            waited_ms: (self.ctx.tally.blocked() - blocked).as_secs_f64() * 1e3,
+            compute_cpu_ms: cpu_step.and_then(|c| c.ms()),
+            phases,
+            passes,
+            ops: profile::take(),
+            peak_rss: memory::rss_and_peak()
+                .filter(|_| measure_rss)
+                .map(|(_, peak)| peak),
+        })
+    }
+
+    /// The step's forward and backward passes, one per micro-step, their gradients
+    /// accumulated (each scaled by 1 / micro-steps); returns the mean training loss.
+    fn micro_steps(&mut self, step: usize, phases: &mut Phases) -> Result<f32> {
+        let accum = self.cfg.optim.gradient_accumulation_steps;
+        let tally = self.ctx.tally.clone();
+        let trace = tally.trace();
         self.grads.zero();
         let mut loss_sum = 0f32;
         for micro in 0..accum {
@@ -333,11 +366,7 @@ impl<'a> Trainer<'a> {
                 .batch(Split::Train, step as u64, micro as u64)?;
             let fwd = Fwd {
                 dropout: self.cfg.optim.dropout,
-                key: Some(
-                    self.cfg.optim.seed
-                        ^ ((step * accum + micro) as u64).wrapping_mul(0x2545F4914F6CDD1D)
-                        ^ ((self.ctx.mesh.dp_rank() as u64) << 48),
-                ),
+                key: Some(self.dropout_key(step * accum + micro)),
             };
             let t0 = Instant::now();
             let forward = trace.span("pass", || format!("forward {micro}"));
@@ -360,7 +389,22 @@ impl<'a> Trainer<'a> {
             phases.forward += (t1 - t0).as_secs_f64();
             phases.backward += t1.elapsed().as_secs_f64();
         }
-        let t0 = Instant::now();
+        Ok(loss_sum / accum as f32)
+    }
+
+    /// The dropout masks' key of a pass: the same on every rank of a TP group (replicas
+    /// stay identical), different across data-parallel ranks and passes.
+    fn dropout_key(&self, pass: usize) -> u64 {
+        self.cfg.optim.seed
+            ^ (pass as u64).wrapping_mul(0x2545F4914F6CDD1D)
+            ^ ((self.ctx.mesh.dp_rank() as u64) << 48)
+    }
+
+    /// The gradients summed over TP (partial ones) and averaged over DP, and their global
+    /// norm; returns it with the scale that clips it to `grad_clip`.
+    fn sync_and_clip(&mut self) -> Result<(f32, f32)> {
+        let tally = self.ctx.tally.clone();
+        let trace = tally.trace();
         let sync = trace.span("sync", || "gradient sync".into());
         self.grads.sync_tp_partial(&self.ctx.tp)?;
         self.grads.average_dp(&self.ctx.dp)?;
@@ -369,37 +413,22 @@ impl<'a> Trainer<'a> {
         self.guard(norm, "the gradient norm")?;
         let clip = self.cfg.optim.grad_clip;
         // Clipping scales the gradients as AdamW reads them (no pass of its own).
-        let grad_scale = if clip > 0.0 && norm as f64 > clip {
+        let scale = if clip > 0.0 && norm as f64 > clip {
             (clip / (norm as f64 + 1e-6)) as f32
         } else {
             1.0
         };
-        let t1 = Instant::now();
-        let update = trace.span("optimizer", || "optimizer".into());
+        Ok((norm, scale))
+    }
+
+    /// AdamW at `lr` on the gradients scaled by `grad_scale`.
+    fn update(&mut self, lr: f64, grad_scale: f32) -> Result<()> {
+        let tally = self.ctx.tally.clone();
+        let trace = tally.trace();
+        let _update = trace.span("optimizer", || "optimizer".into());
         self.opt
             .step(self.model.params(), &self.grads, lr, grad_scale)?;
-        self.wait_for_device()?;
-        drop(update);
-        phases.grad_sync = (t1 - t0).as_secs_f64();
-        phases.optimizer = t1.elapsed().as_secs_f64();
-        self.step += 1;
-        self.tallied.steps += 1;
-        self.tallied.passes += accum;
-        Ok(StepRecord {
-            step,
-            local_loss: loss_sum / accum as f32,
-            lr,
-            grad_norm: norm,
-            ms: t_step.elapsed().as_secs_f64() * 1e3,
-            waited_ms: (self.ctx.tally.blocked() - blocked).as_secs_f64() * 1e3,
-            compute_cpu_ms: cpu_step.and_then(|c| c.ms()),
-            phases,
-            passes: accum,
-            ops: profile::take(),
-            peak_rss: memory::rss_and_peak()
-                .filter(|_| measure_rss)
-                .map(|(_, peak)| peak),
-        })
+        self.wait_for_device()
     }
 
     /// Saves the state after the steps completed so far. Every rank of the TP group calls

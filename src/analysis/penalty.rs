@@ -27,7 +27,7 @@ pub struct PenaltyRun {
     pub syncs: usize,
     pub exposed_syncs: usize,
     /// The length of its p runs, for the `s`-then-`p` family
-    /// ([`crate::blocks::Layout::uniform_p_run`]).
+    /// ([`crate::blocks::BlockLayout::uniform_p_run`]).
     pub p_run: Option<usize>,
     /// Its steps' wall time, steps x the median step (evaluations left out), if timed.
     pub train_seconds: Option<f64>,

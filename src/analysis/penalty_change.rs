@@ -6,7 +6,7 @@
 //! carries the seeds' spread that the pairing takes out).
 
 use super::penalty::{PenaltyRow, PenaltyRun, Setting};
-use super::stats::Replicates;
+use super::stats::{by_seed, Replicates};
 use super::table::Table;
 use super::variant::Variant;
 
@@ -45,14 +45,10 @@ fn penalties(
             .map(|r| (r.seed, r.final_val))
             .collect()
     };
-    let base = of(base);
-    of(variant)
+    let pairs = by_seed(&of(variant), &of(base));
+    pairs
         .into_iter()
-        .filter_map(|(seed, x)| {
-            base.iter()
-                .find(|(s, _)| *s == seed)
-                .map(|(_, b)| (seed, x - b))
-        })
+        .map(|(seed, x, b)| (seed, x - b))
         .collect()
 }
 
@@ -105,9 +101,9 @@ pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyC
                     penalties(runs, a, &ra.variant, base),
                     penalties(runs, b, &rb.variant, base_b),
                 );
-                let pairs: Vec<(f64, f64)> = pa
-                    .iter()
-                    .filter_map(|(s, x)| pb.iter().find(|(t, _)| t == s).map(|(_, y)| (*x, *y)))
+                let pairs: Vec<(f64, f64)> = by_seed(&pa, &pb)
+                    .into_iter()
+                    .map(|(_, x, y)| (x, y))
                     .collect();
                 let changes: Vec<f64> = pairs.iter().map(|(x, y)| y - x).collect();
                 let Some(change) = Replicates::of(&changes) else {

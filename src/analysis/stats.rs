@@ -83,11 +83,17 @@ pub fn t80(df: usize) -> f64 {
     t_quantile(df, 0.8)
 }
 
+/// `(seed, a's value, b's value)` for each seed both have (values given as (seed,
+/// value)), in `a`'s order: the one pairing by seed every paired figure is made of.
+pub fn by_seed(a: &[(u64, f64)], b: &[(u64, f64)]) -> Vec<(u64, f64, f64)> {
+    a.iter()
+        .filter_map(|&(s, x)| b.iter().find(|(t, _)| *t == s).map(|&(_, y)| (s, x, y)))
+        .collect()
+}
+
 /// `a[i] - b[i]` over the seeds both have (pairs given as (seed, value)).
 pub fn paired_differences(a: &[(u64, f64)], b: &[(u64, f64)]) -> Vec<f64> {
-    a.iter()
-        .filter_map(|(s, x)| b.iter().find(|(t, _)| t == s).map(|(_, y)| x - y))
-        .collect()
+    by_seed(a, b).into_iter().map(|(_, x, y)| x - y).collect()
 }
 
 #[cfg(test)]

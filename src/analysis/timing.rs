@@ -7,8 +7,8 @@
 //! - **compute time**: the slowest rank's compute, each rank's measured as the CPU time
 //!   of its own thread less what it spent inside collectives (`comm.json`'s `compute`):
 //!   as if every rank had a machine of its own, however many ranks shared this one's
-//!   cores. Where a run could not measure that (a GPU, ranks with several math threads,
-//!   runs of older versions) its step time less its communication time, which holds
+//!   cores. Where a run did not measure that (a GPU, ranks with several math threads, a
+//!   comm.json without `compute`) its step time less its communication time, which holds
 //!   only where every rank had cores of its own;
 //! - **time on a link**: compute time plus the ring all-reduce time of the step's
 //!   collectives (calls and bytes by kind, each over the group the tally recorded it on)

@@ -2,7 +2,7 @@
 //! TP activation sums travel in. Two spellings of one layout (`4xt`, `tttt`) are one
 //! variant; tables show the spelling of the first run they met.
 
-use crate::blocks::pattern::Layout;
+use crate::blocks::BlockLayout;
 use crate::comm::CommDtype;
 use crate::config::RunConfig;
 use anyhow::{Context, Result};
@@ -24,7 +24,7 @@ impl Variant {
 
     fn new(pattern: &str, comm_dtype: CommDtype) -> Result<Self> {
         Ok(Self {
-            kinds: Layout::parse(pattern)?.expanded(),
+            kinds: BlockLayout::parse(pattern)?.expanded(),
             comm_dtype,
             spelling: pattern.to_string(),
         })

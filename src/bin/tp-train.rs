@@ -1,4 +1,4 @@
-//! `tp-train`: train GPT-2 with a pattern of t/s/p blocks across tensor- and
+//! `tp-train`: train GPT-2 with a pattern of t/s/p/l blocks across tensor- and
 //! data-parallel ranks. With no arguments it runs the default experiment.
 
 use clap::{CommandFactory, Parser};
@@ -18,7 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "tp-train",
     version,
-    about = "Train GPT-2 with t/s/p tensor-parallel blocks; no arguments runs the default experiment (mini, shakespeare_char, sppp, tp 2)",
+    about = "Train GPT-2 with t/s/p/l tensor-parallel blocks; no arguments runs the default experiment (mini, shakespeare_char, sppp, tp 2)",
     after_help = "Every config key is also a flag in nanoGPT's spelling: --max_iters=300, --seed 3, --learning_rate 6e-4 (the same as --set KEY=VALUE; docs/usage.md lists the keys)."
 )]
 struct Args {

@@ -28,8 +28,7 @@ impl Fwd {
         self.dropout > 0.0 && self.key.is_some()
     }
     pub(crate) fn site_key(&self, layer: usize, site: DropSite) -> u64 {
-        let k = self.key.unwrap_or(0);
-        k.wrapping_mul(0x9E3779B97F4A7C15) ^ ((layer as u64 + 1) << 8) ^ (site as u64)
+        crate::util::seeds::site_key(self.key.unwrap_or(0), layer as u64, site as u64)
     }
     /// Dropout of a replicated (or linearly partial) activation: the same mask on every rank.
     pub(crate) fn drop(&self, x: &Tensor, layer: usize, site: DropSite) -> Result<Tensor> {

@@ -16,7 +16,7 @@
 //! that progress in the background: see `CountedComm::start`). The backward pass's
 //! all-reduces (the `f` at each module's input) still block.
 
-use super::{add_bias, BlockConfig, BlockParams, DropSite, Fwd};
+use super::{BlockConfig, BlockParams, DropSite, Fwd};
 use crate::comm::{CountedComm, Site, Started};
 use crate::tp::{copy_to_tp, start_reduce_from_tp, ParamBuilder};
 use anyhow::Result;
@@ -84,15 +84,6 @@ impl LadderRun {
     /// A started module sum as it joins the stream: waited for, dropout, then its bias
     /// (as `t` adds them).
     fn join(&self, (pending, blk, at): InFlight, fwd: &Fwd) -> Result<Tensor> {
-        self.output(&pending.wait()?, blk, fwd, at)
-    }
-
-    /// A module's summed output as it joins the stream: dropout, then its bias (as `t`).
-    fn output(&self, sum: &Tensor, blk: &BlockParams, fwd: &Fwd, at: DropSite) -> Result<Tensor> {
-        let bias = match at {
-            DropSite::AttnOut => blk.b_o.as_ref(),
-            _ => blk.b_pr.as_ref(),
-        };
-        add_bias(&fwd.drop(sum, blk.layer, at)?, bias, fwd, blk.layer, at)
+        blk.joined(&pending.wait()?, fwd, at)
     }
 }

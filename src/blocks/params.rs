@@ -2,7 +2,7 @@
 //! pr}`, named through the builder's scopes. A block kind only chooses how its replicated
 //! parameters live across the TP group ([`BlockTags`]) and writes its forward formula.
 
-use super::{AttentionShard, BlockConfig, MlpShard};
+use super::{add_bias, AttentionShard, BlockConfig, DropSite, Fwd, MlpShard};
 use crate::ops::{Norm, NormKind};
 use crate::tp::{Init, ParamBuilder, ParamKind, Scope};
 use anyhow::Result;
@@ -62,6 +62,16 @@ pub fn build_norm(s: &mut Scope, cfg: &BlockConfig, kind: ParamKind) -> Result<N
 }
 
 impl BlockParams {
+    /// A module's summed output as it joins the residual stream in `t` and `l`: dropout,
+    /// then the module's bias, dropped alike.
+    pub(crate) fn joined(&self, sum: &Tensor, fwd: &Fwd, at: DropSite) -> Result<Tensor> {
+        let bias = match at {
+            DropSite::AttnOut => self.b_o.as_ref(),
+            _ => self.b_pr.as_ref(),
+        };
+        add_bias(&fwd.drop(sum, self.layer, at)?, bias, fwd, self.layer, at)
+    }
+
     pub fn build(
         b: &mut ParamBuilder,
         cfg: &BlockConfig,

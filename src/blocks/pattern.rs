@@ -10,6 +10,13 @@
 
 use std::fmt;
 
+/// The most layers a pattern may expand to: ten times GPT-3's 96. It bounds the expansion
+/// itself, so that nested repeats (`9999x(9999x(9999xt))`) are refused before anything is
+/// allocated, and the depth of the autograd graph, whose backward pass and drop recurse
+/// per node (measured here: 2,000 layers fit a 2 MiB thread stack, 3,500 do not; rank
+/// threads get 64 MiB, MPI ranks the main thread's 8 MiB).
+pub const MAX_LAYERS: usize = 1_000;
+
 /// Serialised (and parsed) as its pattern letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum BlockKind {
@@ -41,94 +48,6 @@ impl BlockKind {
             BlockKind::P => 'p',
             BlockKind::L => 'l',
         }
-    }
-}
-
-/// The most layers a pattern may expand to: ten times GPT-3's 96. It bounds the expansion
-/// itself, so that nested repeats (`9999x(9999x(9999xt))`) are refused before anything is
-/// allocated, and the depth of the autograd graph, whose backward pass and drop recurse
-/// per node (measured here: 2,000 layers fit a 2 MiB thread stack, 3,500 do not; rank
-/// threads get 64 MiB, MPI ranks the main thread's 8 MiB).
-pub const MAX_LAYERS: usize = 1_000;
-
-/// A parsed pattern: the source text and one kind per layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
-    pub pattern: String,
-    pub kinds: Vec<BlockKind>,
-}
-
-impl Layout {
-    pub fn parse(pattern: &str) -> Result<Self, PatternError> {
-        let kinds = parse(pattern)?;
-        Ok(Self {
-            pattern: pattern.to_string(),
-            kinds,
-        })
-    }
-    pub fn n_layer(&self) -> usize {
-        self.kinds.len()
-    }
-    /// The expanded layout, one letter per layer.
-    pub fn expanded(&self) -> String {
-        self.kinds.iter().map(|k| k.letter()).collect()
-    }
-    /// Maximal runs of consecutive `p` blocks as (first layer, length).
-    pub fn p_runs(&self) -> Vec<(usize, usize)> {
-        self.runs_of(BlockKind::P)
-    }
-    /// Maximal runs of consecutive blocks of `kind` as (first layer, length).
-    pub fn runs_of(&self, kind: BlockKind) -> Vec<(usize, usize)> {
-        let mut runs = Vec::new();
-        let mut i = 0;
-        while i < self.kinds.len() {
-            if self.kinds[i] == kind {
-                let start = i;
-                while i < self.kinds.len() && self.kinds[i] == kind {
-                    i += 1;
-                }
-                runs.push((start, i - start));
-            } else {
-                i += 1;
-            }
-        }
-        runs
-    }
-    /// The length of the p runs of a layout of `s` and `p` blocks whose p runs are all
-    /// equally long (0 for all `s`): `12xs` 0, `4x(spp)` 2, `s11xp` 11, `12xp` 12.
-    pub fn uniform_p_run(&self) -> Option<usize> {
-        if self
-            .kinds
-            .iter()
-            .any(|k| !matches!(k, BlockKind::S | BlockKind::P))
-        {
-            return None;
-        }
-        let runs = self.p_runs();
-        let k = runs.first().map_or(0, |r| r.1);
-        runs.iter().all(|r| r.1 == k).then_some(k)
-    }
-
-    /// blocks.md's count: `2 * count(t) + 2 * count(l) + count(s) + number of maximal
-    /// p-runs`.
-    pub fn forward_allreduces(&self) -> usize {
-        let count = |kind| self.kinds.iter().filter(|k| **k == kind).count();
-        2 * count(BlockKind::T)
-            + 2 * count(BlockKind::L)
-            + count(BlockKind::S)
-            + self.p_runs().len()
-    }
-
-    /// Forward all-reduces a rank waits for with nothing to compute meanwhile: `t`'s two,
-    /// `s`'s one, one per p-run, and one per maximal run of `l` blocks (its last MLP sum,
-    /// which no module follows inside the run; every other `l` all-reduce runs while the
-    /// next module computes). Equal to [`Layout::forward_allreduces`] without `l`.
-    pub fn exposed_allreduces(&self) -> usize {
-        let count = |kind| self.kinds.iter().filter(|k| **k == kind).count();
-        2 * count(BlockKind::T)
-            + count(BlockKind::S)
-            + self.p_runs().len()
-            + self.runs_of(BlockKind::L).len()
     }
 }
 
@@ -271,7 +190,7 @@ impl Parser<'_> {
                 other => {
                     return Err(self.err(
                         self.pos,
-                        format!("unknown block kind '{other}' (blocks are t, s and p)"),
+                        format!("unknown block kind '{other}' (blocks are t, s, p and l)"),
                     ))
                 }
             }
@@ -336,7 +255,11 @@ mod tests {
     use super::*;
 
     fn expand(p: &str) -> String {
-        Layout::parse(p).unwrap().expanded()
+        parse(p).unwrap().iter().map(|k| k.letter()).collect()
+    }
+
+    fn n_layer(p: &str) -> usize {
+        parse(p).unwrap().len()
     }
 
     #[test]
@@ -350,42 +273,12 @@ mod tests {
         assert_eq!(expand("3x(sp)"), "spspsp");
         assert_eq!(expand("6x(ts)"), "ts".repeat(6));
         assert_eq!(expand("2x(s5xp)"), "sppppp".repeat(2));
-        assert_eq!(Layout::parse("3xsppp").unwrap().n_layer(), 12);
+        assert_eq!(n_layer("3xsppp"), 12);
     }
 
     #[test]
-    fn blocks_md_examples_have_the_stated_forward_allreduce_counts() {
-        for (p, n) in [
-            ("tttt", 8),
-            ("tstt", 7),
-            ("sppp", 2),
-            ("pppp", 1),
-            ("ssss", 4),
-            ("spps", 3),
-            ("3xsppp", 6),
-            ("12xt", 24),
-            ("12xs", 12),
-            ("6x(ts)", 18),
-            ("4x(tss)", 16),
-            ("4x(spp)", 8),
-            ("2x(s5xp)", 4),
-            ("6x(sp)", 12),
-            ("llll", 8),
-            ("tllp", 7),
-            ("lsll", 7),
-            ("2x(ll)p", 9),
-        ] {
-            assert_eq!(Layout::parse(p).unwrap().forward_allreduces(), n, "{p}");
-        }
-    }
-
-    #[test]
-    fn ladder_letters_expand_count_and_fail_like_the_others() {
+    fn ladder_letters_expand_and_fail_like_the_others() {
         assert_eq!(expand("2x(lt)3xl"), "ltltlll");
-        assert_eq!(
-            Layout::parse("tllpl").unwrap().runs_of(BlockKind::L),
-            vec![(1, 2), (4, 1)]
-        );
         let (pos, msg) = err_at("ll0xl");
         assert_eq!(pos, 2);
         assert!(msg.contains("0x") && msg.contains("t, s, p, l"), "{msg}");
@@ -394,37 +287,8 @@ mod tests {
         assert!(msg.contains("'L'"), "{msg}");
     }
 
-    /// A run of l blocks leaves one all-reduce exposed (its last MLP sum); without l the
-    /// exposed count is the forward count.
-    #[test]
-    fn exposed_allreduces_count_one_per_ladder_run() {
-        for (p, forward, exposed) in [
-            ("tttt", 8, 8),
-            ("llll", 8, 1),
-            ("tttl", 8, 7),
-            ("ltlt", 8, 6),
-            ("tllp", 7, 4),
-            ("sppp", 2, 2),
-        ] {
-            let l = Layout::parse(p).unwrap();
-            assert_eq!(
-                (l.forward_allreduces(), l.exposed_allreduces()),
-                (forward, exposed),
-                "{p}"
-            );
-        }
-    }
-
-    #[test]
-    fn p_runs_are_maximal_including_runs_of_length_one() {
-        let l = Layout::parse("pspp").unwrap();
-        assert_eq!(l.p_runs(), vec![(0, 1), (2, 2)]);
-        let l = Layout::parse("tpst").unwrap();
-        assert_eq!(l.p_runs(), vec![(1, 1)]);
-    }
-
     fn err_at(p: &str) -> (usize, String) {
-        let e = Layout::parse(p).unwrap_err();
+        let e = parse(p).unwrap_err();
         (e.position, e.to_string())
     }
 
@@ -482,16 +346,13 @@ mod tests {
         let (pos, msg) = err_at("30x(30x(30xt))");
         assert_eq!(pos, 0);
         assert!(msg.contains("more than 1000 layers"), "{msg}");
-        assert_eq!(Layout::parse("10x(10x(10xt))").unwrap().n_layer(), 1000);
+        assert_eq!(n_layer("10x(10x(10xt))"), 1000);
         let (_, msg) = err_at("100000x100000x100000xt");
         assert!(msg.contains("more than 1000 layers"), "{msg}");
         let (pos, _) = err_at("2x(500xt)t");
         assert_eq!(pos, 9);
-        assert_eq!(Layout::parse("2x(500xt)").unwrap().n_layer(), MAX_LAYERS);
-        assert_eq!(
-            Layout::parse(&"t".repeat(MAX_LAYERS)).unwrap().n_layer(),
-            MAX_LAYERS
-        );
+        assert_eq!(n_layer("2x(500xt)"), MAX_LAYERS);
+        assert_eq!(n_layer(&"t".repeat(MAX_LAYERS)), MAX_LAYERS);
         let (pos, msg) = err_at(&"s".repeat(MAX_LAYERS + 1));
         assert_eq!(pos, MAX_LAYERS);
         assert!(msg.contains("more than 1000 layers"), "{msg}");

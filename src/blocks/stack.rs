@@ -1,7 +1,7 @@
 //! The block stack a pattern describes: `t` and `s` blocks one by one, each maximal run of
 //! `p` blocks as one [`ParallelRun`], each maximal run of `l` blocks as one [`LadderRun`].
 
-use super::{BlockConfig, BlockKind, Fwd, LadderRun, Layout, ParallelRun, SpdBlock, TpBlock};
+use super::{BlockConfig, BlockKind, BlockLayout, Fwd, LadderRun, ParallelRun, SpdBlock, TpBlock};
 use crate::comm::CountedComm;
 use crate::tp::{trace_mark, MarkAt, ParamBuilder};
 use anyhow::Result;
@@ -32,22 +32,13 @@ fn label(first: usize, len: usize, kind: BlockKind) -> String {
 
 impl BlockStack {
     pub fn build(
-        layout: &Layout,
+        layout: &BlockLayout,
         cfg: &BlockConfig,
         b: &mut ParamBuilder,
         tp: &CountedComm,
     ) -> Result<Self> {
-        let kinds = &layout.kinds;
         let (mut stages, mut labels) = (Vec::new(), Vec::new());
-        let mut i = 0;
-        while i < kinds.len() {
-            let kind = kinds[i];
-            let len = match kind {
-                BlockKind::T | BlockKind::S => 1,
-                BlockKind::P | BlockKind::L => {
-                    kinds[i..].iter().take_while(|k| **k == kind).count()
-                }
-            };
+        for (kind, i, len) in layout.stages() {
             stages.push(match kind {
                 BlockKind::T => Stage::T(TpBlock::build(b, cfg, i, tp)?),
                 BlockKind::S => Stage::S(SpdBlock::build(b, cfg, i, tp)?),
@@ -55,7 +46,6 @@ impl BlockStack {
                 BlockKind::L => Stage::L(LadderRun::build(b, cfg, i, len, tp)?),
             });
             labels.push(label(i, len, kind));
-            i += len;
         }
         Ok(Self {
             stages,

@@ -8,7 +8,7 @@
 //! complete on every rank (tag `Replicated`): `f` after each LayerNorm all-reduces the
 //! input gradient before it reaches the LayerNorm.
 
-use super::{add_bias, BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
+use super::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::comm::{CountedComm, Site};
 use crate::tp::{copy_to_tp, reduce_from_tp, ParamBuilder, ParamKind};
 use anyhow::Result;
@@ -41,26 +41,14 @@ impl TpBlock {
 
     pub fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let p = &self.p;
-        let (l, site) = (p.layer, Site::Layer(p.layer));
+        let site = Site::Layer(p.layer);
         let h = copy_to_tp(&p.ln1.forward(x)?, &self.tp, site)?;
         let attn = reduce_from_tp(&p.attn.forward(&h, fwd)?, &self.tp, site)?;
-        let attn = add_bias(
-            &fwd.drop(&attn, l, DropSite::AttnOut)?,
-            p.b_o.as_ref(),
-            fwd,
-            l,
-            DropSite::AttnOut,
-        )?;
+        let attn = p.joined(&attn, fwd, DropSite::AttnOut)?;
         let a = (x + attn)?;
         let h = copy_to_tp(&p.ln2.forward(&a)?, &self.tp, site)?;
         let mlp = reduce_from_tp(&p.mlp.forward(&h)?, &self.tp, site)?;
-        let mlp = add_bias(
-            &fwd.drop(&mlp, l, DropSite::MlpOut)?,
-            p.b_pr.as_ref(),
-            fwd,
-            l,
-            DropSite::MlpOut,
-        )?;
+        let mlp = p.joined(&mlp, fwd, DropSite::MlpOut)?;
         Ok((a + mlp)?)
     }
 }

@@ -2,7 +2,7 @@
 //! flat. Defaults (per preset) are in `defaults`, checks in `validate`, resolution from
 //! overrides in `overrides`.
 
-use crate::blocks::Layout;
+use crate::blocks::BlockLayout;
 use crate::comm::{CommDtype, LinkModel};
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::error::user;
@@ -203,8 +203,8 @@ impl RunConfig {
         keys_of(Self::default().model)
     }
 
-    pub fn layout(&self) -> Result<Layout> {
-        Layout::parse(&self.model.pattern).map_err(user)
+    pub fn layout(&self) -> Result<BlockLayout> {
+        BlockLayout::parse(&self.model.pattern).map_err(user)
     }
 
     /// The pattern, with `+int8` (`+fp8`, `+bf16`) when its TP all-reduces travel

@@ -140,9 +140,7 @@ impl Batcher<'_> {
                 self.accumulation
             );
         }
-        let key = self.seed.wrapping_mul(0x9E3779B97F4A7C15)
-            ^ step.wrapping_mul(0xD1B54A32D192ED03)
-            ^ (split as u64 + 1);
+        let key = crate::util::seeds::batch_key(self.seed, step, split as u64);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(key);
         let global = self.batch_size * self.accumulation * self.dp;
         let offsets: Vec<usize> = (0..global)

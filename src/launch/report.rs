@@ -4,7 +4,7 @@
 //! collectives).
 
 use crate::analysis::{median, step_ms, StepTiming};
-use crate::blocks::Layout;
+use crate::blocks::BlockLayout;
 use crate::comm::{CommKind, Site, NAMED_LINKS};
 use crate::config::RunConfig;
 use crate::device::{DeviceKind, Kernels};
@@ -25,7 +25,7 @@ fn per_f(x: f64, d: usize) -> f64 {
 }
 
 /// The communication report of rank 0's tally after a run.
-pub fn comm_report(cfg: &RunConfig, layout: &Layout, o: &RankOutcome) -> CommReport {
+pub fn comm_report(cfg: &RunConfig, layout: &BlockLayout, o: &RankOutcome) -> CommReport {
     let t = &o.tally;
     let crate::train::record::Tallied { steps, passes } = o.tallied();
     let layers = layout

@@ -11,7 +11,7 @@
 
 use super::config::ModelConfig;
 use crate::blocks::params::build_norm;
-use crate::blocks::{BlockStack, Fwd, Layout};
+use crate::blocks::{BlockLayout, BlockStack, Fwd};
 use crate::comm::CountedComm;
 use crate::ops::{self, Norm};
 use crate::tp::{Init, ParamBuilder, ParamKind, ParamRegistry, ParamSource, Shard, VocabShard};
@@ -20,7 +20,7 @@ use candle_core::{DType, Device, Tensor};
 
 pub struct Gpt {
     pub cfg: ModelConfig,
-    pub layout: Layout,
+    pub layout: BlockLayout,
     /// The tied embedding/head: all `V` rows, or this rank's rows under `vocab`.
     wte: Tensor,
     /// This rank's vocabulary rows when the table is vocab-parallel.
@@ -36,7 +36,7 @@ impl Gpt {
     /// Builds this rank's model on the CPU.
     pub fn build(
         cfg: &ModelConfig,
-        layout: &Layout,
+        layout: &BlockLayout,
         source: &dyn ParamSource,
         tp: &CountedComm,
     ) -> Result<Self> {
@@ -47,7 +47,7 @@ impl Gpt {
     /// `tp`'s rank.
     pub fn build_on(
         cfg: &ModelConfig,
-        layout: &Layout,
+        layout: &BlockLayout,
         source: &dyn ParamSource,
         tp: &CountedComm,
         device: &Device,

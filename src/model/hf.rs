@@ -14,7 +14,7 @@
 
 use super::config::ModelConfig;
 use crate::blocks::params::layer_prefix;
-use crate::blocks::{BlockKind, Layout};
+use crate::blocks::{BlockKind, BlockLayout};
 use crate::data::tokenizer::GPT2_EOT;
 use crate::ops::{Activation, NormKind};
 use crate::user_bail;
@@ -58,7 +58,7 @@ pub fn name_map(n_layer: usize) -> Vec<(String, String)> {
 pub fn to_hf(
     weights: &HashMap<String, Tensor>,
     cfg: &ModelConfig,
-    layout: &Layout,
+    layout: &BlockLayout,
 ) -> Result<(HashMap<String, Tensor>, serde_json::Value)> {
     if let Some(i) = layout.kinds.iter().position(|k| *k != BlockKind::T) {
         user_bail!(

@@ -1,4 +1,4 @@
-//! GPT-2 built from a pattern of t/s/p blocks, and the Hugging Face format.
+//! GPT-2 built from a pattern of t/s/p/l blocks, and the Hugging Face format.
 
 pub mod config;
 pub mod gpt;

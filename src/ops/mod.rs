@@ -50,7 +50,7 @@ pub enum NormKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
-    /// Exact erf form (nanoGPT, and the predecessor project's PyTorch code).
+    /// Exact erf form (PyTorch's default, which nanoGPT uses).
     Gelu,
     /// GPT-2's tanh approximation.
     GeluTanh,

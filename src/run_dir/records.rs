@@ -355,7 +355,7 @@ pub struct ScanStep {
     pub pattern: String,
     pub forward_allreduces: usize,
     /// Of those, the ones a rank waits for with nothing to overlap
-    /// ([`crate::blocks::Layout::exposed_allreduces`]): the budget recommendations fit.
+    /// ([`crate::blocks::BlockLayout::exposed_allreduces`]): the budget recommendations fit.
     #[serde(default)]
     pub exposed_allreduces: usize,
     pub loss: f64,

@@ -10,9 +10,9 @@
 //! `--to l` is the Ladder Residual paper's recipe in the same shape (convert the top
 //! blocks of a trained model, then fine-tune): an `l` block keeps its all-reduces but
 //! overlaps them, so the budget is the all-reduces a rank waits for
-//! ([`Layout::exposed_allreduces`]), which for s and p equals the forward count.
+//! ([`BlockLayout::exposed_allreduces`]), which for s and p equals the forward count.
 
-use crate::blocks::{BlockKind, Layout};
+use crate::blocks::{BlockKind, BlockLayout};
 use crate::data::Split;
 use crate::launch::job::load_dataset;
 use crate::launch::threads::{configure_threads, on_tp_threads};
@@ -34,7 +34,7 @@ fn loss_of(
 ) -> Result<f64> {
     let mut mcfg = cfg.model_config(data.vocab_size())?;
     mcfg.kernels = cfg.parallel.kernels;
-    let layout = Layout::parse(pattern).map_err(crate::error::user)?;
+    let layout = BlockLayout::parse(pattern).map_err(crate::error::user)?;
     let tokens = data.split(Split::Val);
     let l = on_tp_threads(tp, |comm| {
         let source = StoredParams {
@@ -130,7 +130,7 @@ pub fn scan_run(
 
 /// A pattern's forward all-reduces per pass, and of those the exposed ones.
 fn forward_allreduces(pattern: &str) -> Result<(usize, usize)> {
-    let layout = Layout::parse(pattern).map_err(crate::error::user)?;
+    let layout = BlockLayout::parse(pattern).map_err(crate::error::user)?;
     Ok((layout.forward_allreduces(), layout.exposed_allreduces()))
 }
 

@@ -85,7 +85,7 @@ pub fn generate_each(
 
 /// `s` and `p` blocks compute a different function at another tp; say so on stderr.
 /// (`t` and `l` blocks are the same function at every tp.)
-pub fn warn_if_other_function(layout: &crate::blocks::Layout, trained_tp: usize, tp: usize) {
+pub fn warn_if_other_function(layout: &crate::blocks::BlockLayout, trained_tp: usize, tp: usize) {
     use crate::blocks::BlockKind;
     let tp_dependent = layout
         .kinds

@@ -4,6 +4,8 @@
 //! branches on rank inside the model: every rank of a group issues the same collectives
 //! in the same order.
 
+mod save;
+
 use super::compute_clock::ComputeClock;
 use super::context::RankContext;
 use super::faults::Faults;
@@ -19,12 +21,11 @@ use crate::config::RunConfig;
 use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
 use crate::model::Gpt;
 use crate::ops::profile;
-use crate::run_dir::checkpoint::{self, CheckpointState, CheckpointTensors, ParamInfo};
 use crate::run_dir::{Checkpoint, CommShape, RunHistory};
-use crate::tp::{gather_logical, SeededInit, StoredParams};
+use crate::tp::{SeededInit, StoredParams};
 use anyhow::{bail, Result};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// The history of `ck` if this run can continue it: tallied with the same communication
@@ -279,12 +280,9 @@ impl<'a> Trainer<'a> {
         };
         let mcfg = self.model.cfg.clone();
         let layout = self.model.layout.clone();
-        self.model = Gpt::build_on(&mcfg, &layout, &stored, &self.ctx.tp, &self.ctx.device)
-            .map_err(|e| {
-                crate::error::user(format!(
-                    "init_from: {e:#}: the new pattern needs a parameter the old run does not have (a p block has no o.b/pr.b: start such a pattern from a run with those blocks as t or s)"
-                ))
-            })?;
+        // Every parameter the pattern needs is there: the job checked it before it
+        // started (launch/job.rs), with the message that names the fix.
+        self.model = Gpt::build_on(&mcfg, &layout, &stored, &self.ctx.tp, &self.ctx.device)?;
         let used: std::collections::HashSet<&str> = self
             .model
             .params()
@@ -395,9 +393,8 @@ impl<'a> Trainer<'a> {
     /// The dropout masks' key of a pass: the same on every rank of a TP group (replicas
     /// stay identical), different across data-parallel ranks and passes.
     fn dropout_key(&self, pass: usize) -> u64 {
-        self.cfg.optim.seed
-            ^ (pass as u64).wrapping_mul(0x2545F4914F6CDD1D)
-            ^ ((self.ctx.mesh.dp_rank() as u64) << 48)
+        let dp_rank = self.ctx.mesh.dp_rank() as u64;
+        crate::util::seeds::pass_key(self.cfg.optim.seed, pass as u64, dp_rank)
     }
 
     /// The gradients summed over TP (partial ones) and averaged over DP, and their global
@@ -429,65 +426,6 @@ impl<'a> Trainer<'a> {
         self.opt
             .step(self.model.params(), &self.grads, lr, grad_scale)?;
         self.wait_for_device()
-    }
-
-    /// Saves the state after the steps completed so far. Every rank of the TP group calls
-    /// this (sharded tensors are assembled collectively); the rank given `root` writes.
-    /// Returns the checkpoint directory on the writing rank.
-    pub fn save_checkpoint(&mut self, root: Option<&Path>) -> Result<Option<PathBuf>> {
-        let tp = &self.ctx.tp;
-        self.ctx.tally.set_phase(Phase::Eval);
-        let mut tensors = CheckpointTensors {
-            weights: HashMap::new(),
-            m: HashMap::new(),
-            v: HashMap::new(),
-            params: Vec::new(),
-        };
-        for (i, p) in self.model.params().iter().enumerate() {
-            let logical = |t: &candle_core::Tensor| gather_logical(t, p.kind, &p.full_shape, tp);
-            tensors
-                .weights
-                .insert(p.name.clone(), logical(p.var.as_tensor())?);
-            tensors.m.insert(p.name.clone(), logical(&self.opt.m[i])?);
-            tensors.v.insert(p.name.clone(), logical(&self.opt.v[i])?);
-            tensors.params.push(ParamInfo {
-                name: p.name.clone(),
-                shape: p.full_shape.clone(),
-                kind: p.kind.label().to_string(),
-            });
-        }
-        self.ctx.tally.set_phase(Phase::Train);
-        let dir = match root {
-            None => None,
-            Some(root) => {
-                // Taken after the gathers above: the history includes this checkpoint's.
-                let history = RunHistory {
-                    steps: self.tallied.steps,
-                    passes: self.tallied.passes,
-                    shape: CommShape::of(self.cfg),
-                    tally: self.ctx.tally.snapshot(),
-                };
-                let state = CheckpointState {
-                    step: self.step,
-                    config: self.cfg,
-                    adam_steps: self.opt.t,
-                    best_val_loss: self.best_val,
-                    history: Some(history),
-                    wall_seconds: self
-                        .wall_before
-                        .map(|b| b + self.started.elapsed().as_secs_f64()),
-                    data_sha256: Some(
-                        self.data_sha256
-                            .get_or_init(|| self.batcher.data.fingerprint())
-                            .clone(),
-                    ),
-                    pause_mid_write: self.faults.checkpoint_pause,
-                };
-                Some(checkpoint::write(root, state, tensors)?)
-            }
-        };
-        self.last_checkpoint = Some((self.step, dir.clone()));
-        Ok(dir)
     }
 
     /// Text from the model (every rank takes part; identical on all of them).

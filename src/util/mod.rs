@@ -6,6 +6,7 @@ pub mod fs;
 pub mod hash;
 pub mod host;
 pub mod say;
+pub mod seeds;
 
 pub use cpu_time::thread_cpu_time;
 pub use fs::{fsync_dir, write_atomic};

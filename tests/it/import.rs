@@ -8,7 +8,7 @@ use crate::common::*;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
-use tp_harness::blocks::Layout;
+use tp_harness::blocks::BlockLayout;
 use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
 use tp_harness::run_dir::{latest, read_config, Checkpoint};
@@ -20,7 +20,7 @@ fn logits_of(run: &Path, tp: usize, vocab_parallel: bool, idx: &Tensor) -> Tenso
     let ck = Checkpoint::load(&latest(run).unwrap().unwrap()).unwrap();
     let mut mcfg = cfg.model_config(ck.weights["wte"].dim(0).unwrap()).unwrap();
     mcfg.vocab_parallel = vocab_parallel;
-    let layout = Layout::parse(&cfg.model.pattern).unwrap();
+    let layout = BlockLayout::parse(&cfg.model.pattern).unwrap();
     on_tp_threads(tp, |comm| {
         let source = StoredParams {
             tensors: ck.weights.clone(),

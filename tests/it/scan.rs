@@ -5,7 +5,7 @@
 //! measure anything are one clear error.
 
 use crate::common::{assert_ok, bin, scratch};
-use tp_harness::blocks::Layout;
+use tp_harness::blocks::BlockLayout;
 
 /// A small model trained for 60 steps in `d/out`.
 fn train(d: &std::path::Path, out: &str, pattern: &str) -> std::process::Output {
@@ -73,7 +73,7 @@ fn a_scan_of_a_t_only_checkpoint_ranks_blocks_and_recommends_a_pattern_per_budge
     assert!(budgets.windows(2).all(|w| w[0] > w[1]), "{budgets:?}");
     for s in scan.recommended.iter().chain(&scan.cumulative) {
         assert_eq!(
-            Layout::parse(&s.pattern).unwrap().forward_allreduces(),
+            BlockLayout::parse(&s.pattern).unwrap().forward_allreduces(),
             s.forward_allreduces
         );
         assert!(s.loss.is_finite());

@@ -3,14 +3,14 @@
 //! attributes them to the right layers.
 
 use crate::common::*;
-use tp_harness::blocks::{BlockKind, Fwd, Layout};
+use tp_harness::blocks::{BlockKind, BlockLayout, Fwd};
 use tp_harness::comm::{CommKind, Site};
 use tp_harness::model::Gpt;
 use tp_harness::tp::SeededInit;
 
 /// (forward, backward) TP all-reduce calls of one forward + backward pass, per layer too.
 fn count(pattern: &str, tp: usize) -> (u64, u64, Vec<(u64, u64)>) {
-    let layout = Layout::parse(pattern).unwrap();
+    let layout = BlockLayout::parse(pattern).unwrap();
     let mut cfg = small_config(layout.n_layer(), true);
     cfg.n_embd = 16;
     cfg.block_size = 8;
@@ -63,7 +63,7 @@ fn counted_allreduces_per_pass_equal_the_formula_at_tp2() {
         assert_eq!(f, expected, "{pattern}: forward all-reduces");
         assert_eq!(b, expected, "{pattern}: backward all-reduces");
         assert_eq!(
-            Layout::parse(pattern).unwrap().forward_allreduces() as u64,
+            BlockLayout::parse(pattern).unwrap().forward_allreduces() as u64,
             f
         );
     }
@@ -72,7 +72,7 @@ fn counted_allreduces_per_pass_equal_the_formula_at_tp2() {
 #[test]
 fn allreduces_are_attributed_to_their_layers() {
     let pattern = "tspppspll";
-    let layout = Layout::parse(pattern).unwrap();
+    let layout = BlockLayout::parse(pattern).unwrap();
     let (_, _, per_layer) = count(pattern, 2);
     for (i, (f, b)) in per_layer.iter().enumerate() {
         let expect = match layout.kinds[i] {
@@ -100,7 +100,7 @@ fn tp1_communicates_nothing() {
 /// once.
 #[test]
 fn ladder_forward_allreduces_are_recorded_as_hidden_and_t_ones_are_not() {
-    let layout = Layout::parse("tll").unwrap();
+    let layout = BlockLayout::parse("tll").unwrap();
     let cfg = small_config(layout.n_layer(), true);
     let (idx, tgt) = batch(1, 2, 8, cfg.vocab_size);
     let snaps = run_tp(2, |comm| {

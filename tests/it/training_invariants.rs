@@ -3,7 +3,7 @@
 
 use crate::common::*;
 use std::sync::Arc;
-use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::blocks::{BlockLayout, Fwd};
 use tp_harness::config::{resolve, Origin};
 use tp_harness::data::{CharVocab, Dataset, Meta, Tokenizer};
 use tp_harness::launch::job::{Job, RankOptions};
@@ -76,7 +76,7 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
     )
     .unwrap();
     assert_eq!(out.len(), 2);
-    let layout = Layout::parse("sppp").unwrap();
+    let layout = BlockLayout::parse("sppp").unwrap();
     let mcfg = cfg.model_config(data.vocab_size()).unwrap();
     let probe = Gpt::build(
         &mcfg,
@@ -214,7 +214,7 @@ fn dropout_masks_agree_across_tp_ranks_so_replicas_stay_identical() {
 
 #[test]
 fn dropout_gives_the_same_logical_model_at_tp1_and_tp2() {
-    let layout = Layout::parse("tttt").unwrap();
+    let layout = BlockLayout::parse("tttt").unwrap();
     let cfg = small_config(4, true);
     let (idx, tgt) = batch(9, 2, 16, cfg.vocab_size);
     let fwd = Fwd {
@@ -247,7 +247,7 @@ fn dropout_gives_the_same_logical_model_at_tp1_and_tp2() {
 #[test]
 fn every_parameter_receives_a_nonzero_gradient_on_every_rank() {
     for (pattern, bias) in [("tspp", true), ("pspt", false)] {
-        let layout = Layout::parse(pattern).unwrap();
+        let layout = BlockLayout::parse(pattern).unwrap();
         let cfg = small_config(layout.n_layer(), bias);
         let (idx, tgt) = batch(9, 2, 16, cfg.vocab_size);
         let results = run_tp(2, |comm| {

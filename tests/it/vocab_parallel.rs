@@ -9,7 +9,7 @@ use crate::common::checks::{
     On,
 };
 use crate::common::*;
-use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::blocks::{BlockLayout, Fwd};
 use tp_harness::comm::{CommKind, Site};
 use tp_harness::config::preset;
 use tp_harness::device::Kernels;
@@ -86,7 +86,7 @@ fn every_golden_case_matches_with_the_vocab_parallel_table() {
 /// the layers' counts are untouched, and a replicated table issues none of these.
 #[test]
 fn the_tally_counts_the_embedding_and_head_collectives_at_their_own_sites() {
-    let layout = Layout::parse("tsp").unwrap();
+    let layout = BlockLayout::parse("tsp").unwrap();
     let (b, t) = (2, 8);
     let count = |vocab_parallel: bool| {
         let mut cfg = small_config(3, true);
@@ -148,7 +148,7 @@ impl ParamSource for Zeros {
 #[test]
 fn gpt2_at_tp2_holds_half_the_embedding_fewer_parameters_per_rank() {
     let p = preset("gpt2").unwrap();
-    let layout = Layout::parse(p.pattern).unwrap();
+    let layout = BlockLayout::parse(p.pattern).unwrap();
     let per_rank = |vocab_parallel: bool| {
         let mut cfg = p.model();
         cfg.vocab_parallel = vocab_parallel;
@@ -170,7 +170,7 @@ fn gpt2_at_tp2_holds_half_the_embedding_fewer_parameters_per_rank() {
 #[test]
 fn next_token_logits_of_the_vocab_parallel_model_equal_the_replicated_ones() {
     let mut cfg = small_config(2, true);
-    let layout = Layout::parse("ts").unwrap();
+    let layout = BlockLayout::parse("ts").unwrap();
     let (idx, _) = batch(5, 2, 9, cfg.vocab_size);
     let logits = |cfg: &tp_harness::model::ModelConfig| {
         run_tp(2, |comm| {

@@ -2,7 +2,7 @@
 //! JSON sidecar with the resolved config, the step, the optimiser step count and the best
 //! validation loss. Because weights are logical, a checkpoint loads at any tp and dp.
 //!
-//! Layout: `RUN/checkpoints/step-000500/{model.safetensors, optimizer.m.safetensors,
+//! BlockLayout: `RUN/checkpoints/step-000500/{model.safetensors, optimizer.m.safetensors,
 //! optimizer.v.safetensors, meta.json, SHA256SUMS}` and `RUN/checkpoints/latest` (the
 //! newest directory's name). A checkpoint is written into a temporary directory, every
 //! file fsynced, then renamed into place; `latest` is replaced atomically afterwards. A

@@ -5,7 +5,7 @@ use super::train;
 use crate::common::*;
 use candle_core::{Device, Tensor, Var};
 use std::collections::HashMap;
-use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::blocks::{BlockLayout, Fwd};
 use tp_harness::data::{prepare_text, Dataset, Tokenizer};
 use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
@@ -127,7 +127,7 @@ fn the_hf_export_has_gpt2_names_and_shapes_and_a_dense_model_from_it_gives_our_l
     let x = dense::embed(&vars, &idx);
     let dense_logits = dense_logits(&vars, &mcfg, &x);
     let ck = Checkpoint::load(&latest(&d.join("run")).unwrap().unwrap()).unwrap();
-    let layout = Layout::parse("tttt").unwrap();
+    let layout = BlockLayout::parse("tttt").unwrap();
     let ours = on_tp_threads(2, |comm| {
         let model = Gpt::build(
             &mcfg,

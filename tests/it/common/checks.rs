@@ -84,7 +84,7 @@ fn compare(
 /// A `t`-only (or `s` at tp 1) model equals dense GPT-2: loss, every gradient, input
 /// gradient.
 pub fn check_against_dense(pattern: &str, tp: usize, bias: bool, on: &On) {
-    let mut cfg = small_config(Layout::parse(pattern).unwrap().n_layer(), bias);
+    let mut cfg = small_config(BlockLayout::parse(pattern).unwrap().n_layer(), bias);
     cfg.kernels = on.kernels;
     cfg.dtype = on.dtype;
     cfg.vocab_parallel = on.vocab_parallel;
@@ -107,7 +107,7 @@ pub fn check_against_dense(pattern: &str, tp: usize, bias: bool, on: &On) {
 
 /// `s`/`p` models equal the single-process literal reading of blocks.md.
 pub fn check_against_literal(pattern: &str, tp: usize, bias: bool, on: &On) {
-    let mut cfg = small_config(Layout::parse(pattern).unwrap().n_layer(), bias);
+    let mut cfg = small_config(BlockLayout::parse(pattern).unwrap().n_layer(), bias);
     cfg.kernels = on.kernels;
     cfg.dtype = on.dtype;
     cfg.vocab_parallel = on.vocab_parallel;
@@ -183,7 +183,7 @@ pub fn check_golden_cases(dir: &std::path::Path, ons: &[On]) -> usize {
         let tensors =
             candle_core::safetensors::load(json.with_extension("safetensors"), &Device::Cpu)
                 .unwrap();
-        let layout = Layout::parse(&case.pattern).unwrap();
+        let layout = BlockLayout::parse(&case.pattern).unwrap();
         assert_eq!(
             layout.expanded(),
             case.layout,

@@ -5,7 +5,7 @@
 use super::dense;
 use candle_core::{Tensor, Var};
 use std::collections::HashMap;
-use tp_harness::blocks::{BlockKind, Layout};
+use tp_harness::blocks::{BlockKind, BlockLayout};
 use tp_harness::model::ModelConfig;
 use tp_harness::ops;
 
@@ -195,7 +195,7 @@ pub fn loss_embedded(
     tgt: &Tensor,
 ) -> Tensor {
     let ctx = Ctx { vars, cfg, n };
-    let layout = Layout::parse(pattern).unwrap();
+    let layout = BlockLayout::parse(pattern).unwrap();
     let kinds = &layout.kinds;
     let mut x = x.clone();
     let mut i = 0;

@@ -10,7 +10,7 @@ use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 use std::collections::HashMap;
-use tp_harness::blocks::{Fwd, Layout};
+use tp_harness::blocks::{BlockLayout, Fwd};
 use tp_harness::comm::{CountedComm, Tally, ThreadWorld};
 use tp_harness::model::{Gpt, ModelConfig};
 use tp_harness::ops::{Activation, NormKind};
@@ -129,7 +129,7 @@ pub fn tp_logical_on(
     tgt: &Tensor,
     device: &Device,
 ) -> Logical {
-    let layout = Layout::parse(pattern).unwrap();
+    let layout = BlockLayout::parse(pattern).unwrap();
     let idx = &idx.to_device(device).unwrap();
     let tgt = &tgt.to_device(device).unwrap();
     let per_rank = run_tp(tp, |comm| {
@@ -287,7 +287,7 @@ pub fn logical_vars(
 
 /// Names, logical shapes and inits of a model's parameters, read off a tp-1 build.
 pub fn param_specs(cfg: &ModelConfig, pattern: &str) -> Vec<(String, Vec<usize>, Init)> {
-    let layout = Layout::parse(pattern).unwrap();
+    let layout = BlockLayout::parse(pattern).unwrap();
     let model = Gpt::build(
         cfg,
         &layout,

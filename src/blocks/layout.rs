@@ -1,0 +1,169 @@
+//! A parsed pattern: one block kind per layer, and what the layout implies — its stages
+//! (each maximal run of `p` or `l` blocks is one), the synchronisations a forward pass
+//! makes and those a rank waits for.
+
+use super::pattern::{parse, BlockKind, PatternError};
+
+/// A parsed pattern: the source text and one kind per layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockLayout {
+    pub pattern: String,
+    pub kinds: Vec<BlockKind>,
+}
+
+impl BlockLayout {
+    pub fn parse(pattern: &str) -> Result<Self, PatternError> {
+        let kinds = parse(pattern)?;
+        Ok(Self {
+            pattern: pattern.to_string(),
+            kinds,
+        })
+    }
+    pub fn n_layer(&self) -> usize {
+        self.kinds.len()
+    }
+    /// The expanded layout, one letter per layer.
+    pub fn expanded(&self) -> String {
+        self.kinds.iter().map(|k| k.letter()).collect()
+    }
+    /// Maximal runs of consecutive `p` blocks as (first layer, length).
+    pub fn p_runs(&self) -> Vec<(usize, usize)> {
+        self.runs_of(BlockKind::P)
+    }
+    /// Maximal runs of consecutive `p` or `l` blocks as (first layer, length).
+    pub fn runs_of(&self, kind: BlockKind) -> Vec<(usize, usize)> {
+        let stages = self.stages().into_iter();
+        stages
+            .filter(|s| s.0 == kind)
+            .map(|(_, first, len)| (first, len))
+            .collect()
+    }
+    /// The layout as the block stack builds it: `t` and `s` blocks one by one, each
+    /// maximal run of `p` or `l` blocks as one stage; (kind, first layer, length).
+    pub fn stages(&self) -> Vec<(BlockKind, usize, usize)> {
+        let (kinds, mut out, mut i) = (&self.kinds, Vec::new(), 0);
+        while i < kinds.len() {
+            let kind = kinds[i];
+            let len = match kind {
+                BlockKind::T | BlockKind::S => 1,
+                BlockKind::P | BlockKind::L => {
+                    kinds[i..].iter().take_while(|k| **k == kind).count()
+                }
+            };
+            out.push((kind, i, len));
+            i += len;
+        }
+        out
+    }
+    /// The length of the p runs of a layout of `s` and `p` blocks whose p runs are all
+    /// equally long (0 for all `s`): `12xs` 0, `4x(spp)` 2, `s11xp` 11, `12xp` 12.
+    pub fn uniform_p_run(&self) -> Option<usize> {
+        if self
+            .kinds
+            .iter()
+            .any(|k| !matches!(k, BlockKind::S | BlockKind::P))
+        {
+            return None;
+        }
+        let runs = self.p_runs();
+        let k = runs.first().map_or(0, |r| r.1);
+        runs.iter().all(|r| r.1 == k).then_some(k)
+    }
+
+    /// blocks.md's count: `2 * count(t) + 2 * count(l) + count(s) + number of maximal
+    /// p-runs`.
+    pub fn forward_allreduces(&self) -> usize {
+        let count = |kind| self.kinds.iter().filter(|k| **k == kind).count();
+        2 * count(BlockKind::T)
+            + 2 * count(BlockKind::L)
+            + count(BlockKind::S)
+            + self.p_runs().len()
+    }
+
+    /// Forward all-reduces a rank waits for with nothing to compute meanwhile: `t`'s two,
+    /// `s`'s one, one per p-run, and one per maximal run of `l` blocks (its last MLP sum,
+    /// which no module follows inside the run; every other `l` all-reduce runs while the
+    /// next module computes). Equal to [`BlockLayout::forward_allreduces`] without `l`.
+    pub fn exposed_allreduces(&self) -> usize {
+        let count = |kind| self.kinds.iter().filter(|k| **k == kind).count();
+        2 * count(BlockKind::T)
+            + count(BlockKind::S)
+            + self.p_runs().len()
+            + self.runs_of(BlockKind::L).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_md_examples_have_the_stated_forward_allreduce_counts() {
+        for (p, n) in [
+            ("tttt", 8),
+            ("tstt", 7),
+            ("sppp", 2),
+            ("pppp", 1),
+            ("ssss", 4),
+            ("spps", 3),
+            ("3xsppp", 6),
+            ("12xt", 24),
+            ("12xs", 12),
+            ("6x(ts)", 18),
+            ("4x(tss)", 16),
+            ("4x(spp)", 8),
+            ("2x(s5xp)", 4),
+            ("6x(sp)", 12),
+            ("llll", 8),
+            ("tllp", 7),
+            ("lsll", 7),
+            ("2x(ll)p", 9),
+        ] {
+            assert_eq!(
+                BlockLayout::parse(p).unwrap().forward_allreduces(),
+                n,
+                "{p}"
+            );
+        }
+    }
+
+    /// A run of l blocks leaves one all-reduce exposed (its last MLP sum); without l the
+    /// exposed count is the forward count.
+    #[test]
+    fn exposed_allreduces_count_one_per_ladder_run() {
+        for (p, forward, exposed) in [
+            ("tttt", 8, 8),
+            ("llll", 8, 1),
+            ("tttl", 8, 7),
+            ("ltlt", 8, 6),
+            ("tllp", 7, 4),
+            ("sppp", 2, 2),
+        ] {
+            let l = BlockLayout::parse(p).unwrap();
+            assert_eq!(
+                (l.forward_allreduces(), l.exposed_allreduces()),
+                (forward, exposed),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn ladder_runs_are_maximal_and_stages_are_t_s_blocks_and_runs() {
+        assert_eq!(
+            BlockLayout::parse("tllpl").unwrap().runs_of(BlockKind::L),
+            vec![(1, 2), (4, 1)]
+        );
+        let stages = BlockLayout::parse("tsppll").unwrap().stages();
+        use BlockKind::*;
+        assert_eq!(stages, vec![(T, 0, 1), (S, 1, 1), (P, 2, 2), (L, 4, 2)]);
+    }
+
+    #[test]
+    fn p_runs_are_maximal_including_runs_of_length_one() {
+        let l = BlockLayout::parse("pspp").unwrap();
+        assert_eq!(l.p_runs(), vec![(0, 1), (2, 2)]);
+        let l = BlockLayout::parse("tpst").unwrap();
+        assert_eq!(l.p_runs(), vec![(1, 1)]);
+    }
+}

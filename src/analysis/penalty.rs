@@ -288,7 +288,7 @@ mod tests {
             tp,
             iters: 2000,
             dataset: "shakespeare_char".into(),
-            rest: String::new(),
+            rest: Default::default(),
         }
     }
 
@@ -356,7 +356,8 @@ mod tests {
         );
         // Settings that share a label are told apart by the config lines that differ.
         let lr = |v: &str| Setting {
-            rest: format!("n_head: 4\nlearning_rate: {v}\n"),
+            rest: crate::analysis::setting::keys(&format!("n_head: 4\nlearning_rate: {v}\n"))
+                .unwrap(),
             ..setting(8)
         };
         let (c, d) = (lr("0.001"), lr("0.002"));

@@ -6,6 +6,7 @@
 //! carries the seeds' spread that the pairing takes out).
 
 use super::penalty::{PenaltyRow, PenaltyRun, Setting};
+use super::setting::Axis;
 use super::stats::{by_seed, Replicates};
 use super::table::Table;
 use super::variant::Variant;
@@ -13,8 +14,8 @@ use super::variant::Variant;
 /// One pattern's penalty in two settings that differ along one axis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PenaltyChange {
-    /// `tp`, `length` or `model` ([`Setting::axis_to`]).
-    pub axis: &'static str,
+    /// The TP degree, the length or the model ([`Setting::axis_to`]).
+    pub axis: Axis,
     /// The two settings as the penalty table names them, the smaller first, and what
     /// they are.
     pub from: String,

@@ -5,6 +5,40 @@
 use super::runs::ReplicateKey;
 use crate::config::RunConfig;
 use anyhow::Result;
+use std::collections::BTreeMap;
+
+/// An axis along which a study's settings differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Axis {
+    /// The TP degree.
+    Tp,
+    /// The training length (iterations).
+    Length,
+    /// The model: layers, width, heads.
+    Model,
+}
+
+impl Axis {
+    /// The axis a config key lies on, if any.
+    fn of_key(key: &str) -> Option<Self> {
+        match key {
+            "tp" => Some(Axis::Tp),
+            "max_iters" => Some(Axis::Length),
+            "n_layer" | "n_embd" | "n_head" => Some(Axis::Model),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Axis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Axis::Tp => "tp",
+            Axis::Length => "length",
+            Axis::Model => "model",
+        })
+    }
+}
 
 /// Everything that makes runs comparable but the pattern, the compression and the seed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -16,8 +50,9 @@ pub struct Setting {
     pub iters: usize,
     /// What it trained on (`shakespeare_char`, `names`, `text`).
     pub dataset: String,
-    /// The rest of the config, for equality only.
-    pub(crate) rest: String,
+    /// The rest of the config, key by key (the layout, the compression and the seed
+    /// blank).
+    pub(crate) rest: BTreeMap<String, String>,
 }
 
 impl Setting {
@@ -32,7 +67,7 @@ impl Setting {
             tp: cfg.parallel.tp,
             iters: cfg.optim.max_iters,
             dataset: cfg.model.dataset.clone(),
-            rest: ReplicateKey::without_pattern(&c)?.yaml().to_string(),
+            rest: keys(ReplicateKey::without_pattern(&c)?.yaml())?,
         })
     }
 
@@ -45,26 +80,15 @@ impl Setting {
         format!("{}, tp {}, {} it", self.model(), self.tp, self.iters)
     }
 
-    /// The one axis along which `other` differs from this setting — `tp`, `length`
-    /// (iterations) or `model` (layers, width, heads) — if it differs along exactly one
-    /// and in nothing else, so that a penalty's change from one to the other is the
-    /// axis's effect.
-    pub fn axis_to(&self, other: &Setting) -> Option<&'static str> {
-        let axis = |line: &str| match line.split(':').next().unwrap_or("") {
-            "tp" => Some("tp"),
-            "max_iters" => Some("length"),
-            "n_layer" | "n_embd" | "n_head" => Some("model"),
-            _ => None,
-        };
-        let (mine, theirs): (Vec<&str>, Vec<&str>) =
-            (self.rest.lines().collect(), other.rest.lines().collect());
-        let differing = mine
-            .iter()
-            .filter(|l| !theirs.contains(l))
-            .chain(theirs.iter().filter(|l| !mine.contains(l)));
+    /// The one axis along which `other` differs from this setting, if it differs along
+    /// exactly one and in nothing else, so that a penalty's change from one to the other
+    /// is the axis's effect.
+    pub fn axis_to(&self, other: &Setting) -> Option<Axis> {
+        let keys = self.rest.keys().chain(other.rest.keys());
+        let differing = keys.filter(|k| self.rest.get(*k) != other.rest.get(*k));
         let mut found = None;
-        for line in differing {
-            match (axis(line), found) {
+        for key in differing {
+            match (Axis::of_key(key), found) {
                 (None, _) => return None,
                 (Some(a), Some(f)) if a != f => return None,
                 (a, _) => found = a,
@@ -73,15 +97,24 @@ impl Setting {
         found
     }
 
-    /// The config lines that tell this setting from `others` (all of them settings that
+    /// The config keys that tell this setting from `others` (all of them settings that
     /// share its label), as `key: value; ...`.
     pub(crate) fn differences(&self, others: &[&Setting]) -> String {
-        self.rest
-            .lines()
-            .filter(|l| others.iter().any(|o| !o.rest.lines().any(|m| m == *l)))
+        let differs = |k: &String, v: &String| others.iter().any(|o| o.rest.get(k) != Some(v));
+        let lines = self.rest.iter().filter(|(k, v)| differs(k, v));
+        lines
+            .map(|(k, v)| format!("{k}: {v}"))
             .collect::<Vec<_>>()
             .join("; ")
     }
+}
+
+/// A flat YAML mapping's keys and values, each value as YAML writes it.
+pub(crate) fn keys(yaml: &str) -> Result<BTreeMap<String, String>> {
+    let map: BTreeMap<String, serde_yaml_ng::Value> = serde_yaml_ng::from_str(yaml)?;
+    map.into_iter()
+        .map(|(k, v)| Ok((k, serde_yaml_ng::to_string(&v)?.trim().to_string())))
+        .collect()
 }
 
 #[cfg(test)]
@@ -96,7 +129,7 @@ mod tests {
             tp,
             iters: 2000,
             dataset: "shakespeare_char".into(),
-            rest: String::new(),
+            rest: Default::default(),
         }
     }
 
@@ -104,22 +137,22 @@ mod tests {
     #[test]
     fn a_setting_differs_from_another_along_one_axis_or_none() {
         let of = |lines: &str| Setting {
-            rest: lines.replace(' ', "\n"),
+            rest: keys(&lines.replace(' ', "\n").replace(':', ": ")).unwrap(),
             ..setting(2)
         };
         let base = of("n_layer:4 n_head:4 tp:2 max_iters:2000 seed:0");
         let axis = |other: &str| base.axis_to(&of(other));
         assert_eq!(
             axis("n_layer:4 n_head:4 tp:8 max_iters:2000 seed:0"),
-            Some("tp")
+            Some(Axis::Tp)
         );
         assert_eq!(
             axis("n_layer:4 n_head:4 tp:2 max_iters:6000 seed:0"),
-            Some("length")
+            Some(Axis::Length)
         );
         assert_eq!(
             axis("n_layer:6 n_head:8 tp:2 max_iters:2000 seed:0"),
-            Some("model")
+            Some(Axis::Model)
         );
         assert_eq!(axis("n_layer:6 n_head:4 tp:4 max_iters:2000 seed:0"), None);
         assert_eq!(

@@ -103,7 +103,7 @@ impl BenchResult {
         let path = dir.join(BENCH_FILE);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("{} cannot be read", path.display()))
+        super::versioned::from_json(&text, &path)
     }
 
     /// Prints the result and writes `out/bench.json`.
@@ -113,7 +113,7 @@ impl BenchResult {
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
         crate::util::write_atomic(
             &out.join(BENCH_FILE),
-            serde_json::to_string_pretty(self)?.as_bytes(),
+            super::versioned::to_json(self)?.as_bytes(),
         )?;
         crate::say!("bench.json in {}", out.display());
         Ok(())

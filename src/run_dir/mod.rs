@@ -27,6 +27,7 @@ pub mod out_guard;
 pub mod records;
 pub mod tensorboard;
 pub mod trace_file;
+pub mod versioned;
 
 pub use checkpoint::{
     latest, Checkpoint, CheckpointMeta, CommShape, Moments, RunHistory, CHECKPOINTS,
@@ -135,7 +136,7 @@ impl RunDir {
     }
 
     pub fn write_comm(&self, report: &CommReport) -> Result<()> {
-        self.write(COMM_FILE, serde_json::to_string_pretty(report)?.as_bytes())
+        self.write(COMM_FILE, versioned::to_json(report)?.as_bytes())
     }
 
     pub fn write_sample(&self, text: &str) -> Result<()> {
@@ -144,10 +145,7 @@ impl RunDir {
 
     /// Written last: its presence marks the run finished (sweeps skip it).
     pub fn write_summary(&self, summary: &RunSummary) -> Result<()> {
-        self.write(
-            SUMMARY_FILE,
-            serde_json::to_string_pretty(summary)?.as_bytes(),
-        )
+        self.write(SUMMARY_FILE, versioned::to_json(summary)?.as_bytes())
     }
 
     pub fn log_writer(&self) -> Result<LogWriter> {
@@ -157,7 +155,7 @@ impl RunDir {
     pub fn write_eval(&self, report: &EvalReport) -> Result<()> {
         self.write(
             &eval_file(&report.split),
-            serde_json::to_string_pretty(report)?.as_bytes(),
+            versioned::to_json(report)?.as_bytes(),
         )
     }
 }
@@ -216,7 +214,7 @@ fn remove_stale_temporaries(run_dir: &Path) -> Result<()> {
 pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<PathBuf> {
     DirLock::check_free(dir)?;
     let path = eval_path(dir, &report.split, Some(report.tp))?;
-    write_atomic(&path, serde_json::to_string_pretty(report)?.as_bytes())?;
+    write_atomic(&path, versioned::to_json(report)?.as_bytes())?;
     Ok(path)
 }
 
@@ -233,17 +231,14 @@ pub fn write_eval_to(file: &Path, report: &EvalReport) -> Result<()> {
             file.join("eval.json").display()
         );
     }
-    write_atomic(file, serde_json::to_string_pretty(report)?.as_bytes())
+    write_atomic(file, versioned::to_json(report)?.as_bytes())
 }
 
 /// Writes a scan into a finished run's directory (`scan.json`), refused while another
 /// process owns the run.
 pub fn write_scan_into(dir: &Path, report: &ScanReport) -> Result<()> {
     DirLock::check_free(dir)?;
-    write_atomic(
-        &dir.join(SCAN_FILE),
-        serde_json::to_string_pretty(report)?.as_bytes(),
-    )
+    write_atomic(&dir.join(SCAN_FILE), versioned::to_json(report)?.as_bytes())
 }
 
 /// A run's `scan.json`, if it was scanned.
@@ -396,9 +391,7 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Ok(None);
     };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| user(format!("{} cannot be read: {e}", path.display())))
+    versioned::from_json(&text, path).map(Some)
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ impl Variant {
     /// are compressed.
     pub fn parse(name: &str) -> Result<Self> {
         let (pattern, dtype) = name.split_once('+').unwrap_or((name, "f32"));
-        let known = CommDtype::ALL.into_iter().find(|d| d.label() == dtype);
+        let known = CommDtype::all().find(|d| d.label() == dtype);
         let dtype = known.with_context(|| {
             format!("`{name}`: no comm_dtype `{dtype}` (f32, bf16, fp8 or int8)")
         })?;

@@ -14,8 +14,21 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 /// The type TP activation and activation-gradient all-reduces travel in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// Named once: serde's name is strum's (`int8`), the list is strum's iterator.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum CommDtype {
     /// Exact f32 sums (the plain all-reduce).
     #[default]
@@ -33,20 +46,14 @@ const FP8_MAX: f32 = 448.0;
 const INT8_MAX: f32 = 127.0;
 
 impl CommDtype {
-    pub const ALL: [CommDtype; 4] = [
-        CommDtype::F32,
-        CommDtype::Bf16,
-        CommDtype::Fp8,
-        CommDtype::Int8,
-    ];
+    /// Every dtype, in declaration order.
+    pub fn all() -> impl Iterator<Item = CommDtype> {
+        <CommDtype as strum::IntoEnumIterator>::iter()
+    }
 
+    /// Its name in configs and tables (serde's).
     pub fn label(self) -> &'static str {
-        match self {
-            CommDtype::F32 => "f32",
-            CommDtype::Bf16 => "bf16",
-            CommDtype::Fp8 => "fp8",
-            CommDtype::Int8 => "int8",
-        }
+        self.into()
     }
 
     /// Bytes of one element on the wire.

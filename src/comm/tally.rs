@@ -9,8 +9,23 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// Named once: serde's name is strum's (`tp-forward`), the list is strum's iterator.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum CommKind {
     /// Activation all-reduce in a forward pass (the `g` operator).
     TpForward,
@@ -25,21 +40,13 @@ pub enum CommKind {
 }
 
 impl CommKind {
-    pub const ALL: [CommKind; 5] = [
-        CommKind::TpForward,
-        CommKind::TpBackward,
-        CommKind::TpParamGrad,
-        CommKind::DpGrad,
-        CommKind::Other,
-    ];
+    /// Every kind, in declaration order.
+    pub fn all() -> impl Iterator<Item = CommKind> {
+        <CommKind as strum::IntoEnumIterator>::iter()
+    }
+    /// Its name in comm.json and every table (serde's).
     pub fn label(self) -> &'static str {
-        match self {
-            CommKind::TpForward => "tp-forward",
-            CommKind::TpBackward => "tp-backward",
-            CommKind::TpParamGrad => "tp-param-grad",
-            CommKind::DpGrad => "dp-grad",
-            CommKind::Other => "other",
-        }
+        self.into()
     }
 }
 
@@ -293,6 +300,19 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serde's names and the labels are one list: they cannot drift apart.
+    #[test]
+    fn every_kind_and_dtype_is_labelled_by_its_serde_name() {
+        for k in CommKind::all() {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.label());
+        }
+        assert_eq!(CommKind::all().count(), 5);
+        for d in crate::comm::CommDtype::all() {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.label());
+        }
+        assert_eq!(crate::comm::CommDtype::all().count(), 4);
+    }
 
     #[test]
     fn a_snapshot_reads_back_from_json_exactly_with_every_site() {

@@ -76,7 +76,7 @@ fn per_step(before: &TallySnapshot, after: &TallySnapshot, steps: usize) -> Vec<
     let n = steps as f64;
     let mut out = Vec::new();
     let mut exposed_total = 0.0;
-    for kind in CommKind::ALL {
+    for kind in CommKind::all() {
         let (a, b) = (before.total(kind), after.total(kind));
         if b.calls == 0 {
             continue;

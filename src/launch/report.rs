@@ -71,7 +71,7 @@ pub fn comm_report(cfg: &RunConfig, layout: &BlockLayout, o: &RankOutcome) -> Co
     };
     let mut per_step = BTreeMap::new();
     let mut totals = BTreeMap::new();
-    for kind in CommKind::ALL {
+    for kind in CommKind::all() {
         let s = t.total(kind);
         let step = PerStep {
             calls: per(s.calls, steps),

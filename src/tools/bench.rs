@@ -85,9 +85,8 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         median(measured.iter().map(|s| f(&s.phases) * 1e3).collect())
     };
     let n = o.steps.len().max(1) as f64;
-    let (comm, hidden) = CommKind::ALL
-        .iter()
-        .map(|k| o.tally.total(*k))
+    let (comm, hidden) = CommKind::all()
+        .map(|k| o.tally.total(k))
         .fold((0.0, 0.0), |(c, h), s| {
             (c + s.seconds - s.hidden_seconds, h + s.hidden_seconds)
         });

@@ -117,7 +117,7 @@ fn compressed_all_reduce_equals_the_blocks_md_formula_bit_for_bit_at_n_2_3_4() {
     let width = 6;
     for n in [2, 3, 4] {
         for rows in [7, 3, 1] {
-            for dtype in CommDtype::ALL {
+            for dtype in CommDtype::all() {
                 let xs: Vec<Vec<f32>> = (0..n).map(|r| partials(r, rows, width)).collect();
                 let want = literal_all_reduce(&xs, width, dtype);
                 let got: Vec<Vec<f32>> = std::thread::scope(|s| {

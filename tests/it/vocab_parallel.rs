@@ -120,7 +120,7 @@ fn the_tally_counts_the_embedding_and_head_collectives_at_their_own_sites() {
         }
     }
     for site in [Site::Embedding, Site::Head] {
-        for kind in CommKind::ALL {
+        for kind in CommKind::all() {
             assert_eq!(rep.at(site, kind).calls, 0, "{site:?} {kind:?}");
         }
     }

@@ -191,56 +191,6 @@ impl Comm for MpiComm {
     }
 }
 
-/// Whether this process was started by an MPI launcher.
-pub fn launched_by_mpirun() -> bool {
-    [
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_SIZE",
-        "PMIX_RANK",
-        "MPI_LOCALNRANKS",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some())
-}
-
-/// This process's index among the ranks on its machine, from the launcher's environment
-/// (mpirun's, or Slurm's under `srun`).
-pub fn local_rank() -> Option<usize> {
-    [
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "MPI_LOCALRANKID",
-        "PMI_LOCAL_RANK",
-        "SLURM_LOCALID",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.parse().ok())
-}
-
-/// Ranks of this job on this machine (to share its cores), when the launcher says.
-pub fn local_ranks() -> Option<usize> {
-    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.parse().ok())
-        .or_else(|| {
-            let node = std::env::var("SLURM_NODEID").ok()?.parse().unwrap_or(0);
-            slurm_tasks_on(&std::env::var("SLURM_STEP_TASKS_PER_NODE").ok()?, node)
-        })
-}
-
-/// Slurm's tasks per node (`2(x3),1`: two on each of three nodes, then one) on node
-/// `node` of the step.
-fn slurm_tasks_on(spec: &str, node: usize) -> Option<usize> {
-    let mut per_node = Vec::new();
-    for part in spec.split(',') {
-        let (n, times) = match part.split_once("(x") {
-            Some((n, rest)) => (n, rest.trim_end_matches(')').parse().ok()?),
-            None => (part, 1),
-        };
-        per_node.extend(std::iter::repeat_n(n.trim().parse::<usize>().ok()?, times));
-    }
-    per_node.get(node).copied()
-}
-
 /// The MPI environment of this process; MPI is finalised when it is dropped.
 #[cfg(feature = "cuda")]
 impl MpiComm {
@@ -405,16 +355,7 @@ impl MpiWorld {
 
 #[cfg(test)]
 mod tests {
-    use super::{chunks, slurm_tasks_on};
-
-    #[test]
-    fn slurms_tasks_per_node_are_read_for_each_node() {
-        assert_eq!(slurm_tasks_on("2", 0), Some(2));
-        assert_eq!(slurm_tasks_on("2(x3),1", 2), Some(2));
-        assert_eq!(slurm_tasks_on("2(x3),1", 3), Some(1));
-        assert_eq!(slurm_tasks_on("2(x3),1", 4), None);
-        assert_eq!(slurm_tasks_on("x", 0), None);
-    }
+    use super::chunks;
 
     #[test]
     fn chunks_cover_the_buffer_once_in_order() {

@@ -7,6 +7,7 @@
 
 pub mod console;
 pub mod job;
+pub mod launcher_env;
 pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi;

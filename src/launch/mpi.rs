@@ -7,10 +7,11 @@
 
 use super::console::ConsoleReporter;
 use super::job::{announce, finish, open_outputs, prepare_job, Target};
+use super::launcher_env::{local_rank, local_ranks};
 use super::orchestrate::run_rank;
 use super::report::{comm_report, rank_compute_ms, ranks_compute};
 use super::threads::configure_threads;
-use crate::comm::mpi::{local_rank, local_ranks, MpiComm, MpiGroups, MpiWorld};
+use crate::comm::mpi::{MpiComm, MpiGroups, MpiWorld};
 use crate::comm::Comm;
 use crate::config::RunConfig;
 use crate::device::{gpu_count, DeviceKind};

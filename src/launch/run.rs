@@ -24,7 +24,7 @@ impl Backend {
     /// MPI when started by an MPI launcher, threads otherwise.
     pub fn auto() -> Self {
         #[cfg(feature = "mpi")]
-        if crate::comm::mpi::launched_by_mpirun() {
+        if super::launcher_env::launched_by_mpirun() {
             return Backend::Mpi;
         }
         Backend::Threads

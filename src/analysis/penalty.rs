@@ -280,17 +280,7 @@ mod tests {
         }
     }
 
-    fn setting(tp: usize) -> Setting {
-        Setting {
-            n_layer: 4,
-            n_embd: 128,
-            n_head: 4,
-            tp,
-            iters: 2000,
-            dataset: "shakespeare_char".into(),
-            rest: Default::default(),
-        }
-    }
+    use crate::analysis::setting::tests::setting;
 
     /// Two settings; in each, pppp against tttt by seed (seed 9 has no tttt partner and
     /// is not paired), and tttt+int8 paired with the f32 tttt, not taken as the baseline.

@@ -118,10 +118,12 @@ pub(crate) fn keys(yaml: &str) -> Result<BTreeMap<String, String>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn setting(tp: usize) -> Setting {
+    /// Mini's setting at `tp`, 2000 iterations, the rest of its config blank (the study
+    /// tables' unit tests).
+    pub(crate) fn setting(tp: usize) -> Setting {
         Setting {
             n_layer: 4,
             n_embd: 128,

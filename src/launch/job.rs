@@ -7,10 +7,11 @@ use crate::config::RunConfig;
 use crate::data::{data_root, prepare, prepare_text, Dataset, TEXT};
 use crate::error::user;
 use crate::run_dir::{self, default_run_path, Checkpoint, CommReport, EvalReport, LogLine, RunDir};
-use crate::train::faults::Faults;
+use crate::train::hooks::{self, Hooks, NoHooks};
 use crate::train::record::RankOutcome;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What a rank keeps or skips beyond training.
@@ -30,7 +31,8 @@ pub struct Job {
     pub checkpoint: Option<Checkpoint>,
     /// A new run's initial weights from another run (`init_from`).
     pub init: Option<InitFrom>,
-    pub faults: Faults,
+    /// What the harness's own tests do to the run (nothing for a user's).
+    pub hooks: Arc<dyn Hooks>,
     pub opts: RankOptions,
     /// Whether this job continues an existing run directory (`--resume`), with or without
     /// a checkpoint to start from.
@@ -50,7 +52,7 @@ impl Job {
             data,
             checkpoint: None,
             init: None,
-            faults: Faults::default(),
+            hooks: Arc::new(NoHooks),
             opts,
             resumed: false,
             started: Instant::now(),
@@ -161,7 +163,7 @@ pub enum OnOtherData {
 /// The job `cfg` describes for `target`, checked without writing anything.
 pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
     let started = Instant::now();
-    let faults = Faults::from_env()?;
+    let hooks = hooks::from_env()?;
     let data = checked_dataset(cfg)?;
     let (checkpoint, data_changed) = match target {
         Target::New(_) => (None, None),
@@ -203,7 +205,7 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
         data,
         checkpoint,
         init,
-        faults,
+        hooks,
         opts: RankOptions::default(),
         resumed: matches!(target, Target::Resume(..)),
         started,

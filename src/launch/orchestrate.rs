@@ -29,7 +29,7 @@ pub fn run_rank(
         cfg,
         &job.data,
         ctx,
-        &job.faults,
+        job.hooks.as_ref(),
         job.checkpoint.as_ref(),
         job.started,
     )?;
@@ -43,16 +43,16 @@ pub fn run_rank(
     }
     let prior = trainer.tallied();
     let (log, steps, mut trace) = train_steps(job, ctx, &mut trainer, &mut reporter, run_dir)?;
-    job.faults.pause(ctx.mesh.rank);
+    job.hooks.between_phases(ctx.mesh.rank);
     let final_eval = final_eval(job, ctx, &trainer)?;
-    job.faults.pause(ctx.mesh.rank);
+    job.hooks.between_phases(ctx.mesh.rank);
     let sample = if job.opts.skip_sample || cfg.eval.sample_tokens == 0 {
         String::new()
     } else {
         let ids = trainer.sample(cfg.eval.sample_tokens)?;
         job.data.tokenizer().decode(&ids)
     };
-    job.faults.pause(ctx.mesh.rank);
+    job.hooks.between_phases(ctx.mesh.rank);
     if let Some(r) = reporter {
         r.finished();
     }
@@ -188,7 +188,7 @@ fn train_steps(
             emit(line, reporter)?;
         }
         steps.push(rec);
-        job.faults.pause(ctx.mesh.rank);
+        job.hooks.between_phases(ctx.mesh.rank);
     }
     Ok((log, steps, traced_spans))
 }
@@ -214,7 +214,7 @@ fn final_eval(job: &Job, ctx: &RankContext, trainer: &Trainer) -> Result<Option<
 /// returned when `keep_params` (tests compare ranks).
 fn kept_params(job: &Job, ctx: &RankContext, trainer: &Trainer) -> Result<Vec<(String, Vec<f32>)>> {
     let reg = trainer.model().params();
-    if let Some(dir) = &job.faults.dump_params {
+    if let Some(dir) = job.hooks.dump_params() {
         std::fs::create_dir_all(dir)?;
         let tensors: HashMap<String, candle_core::Tensor> = reg
             .iter()

@@ -3,14 +3,14 @@
 //! and the records a rank keeps. Launching ranks and running a job is `launch`; the
 //! tools built on trained checkpoints are `tools`.
 //!
-//! The leaf types (`record`, `context`, `faults`, `compute_clock`) import nothing else of `train/`.
+//! The leaf types (`record`, `context`, `hooks`, `compute_clock`) import nothing else of `train/`.
 
 pub mod compute_clock;
 pub mod context;
-pub mod faults;
 pub mod full_eval;
 pub mod generate;
 pub mod grads;
+pub mod hooks;
 pub mod memory;
 pub mod optimizer;
 pub mod record;

@@ -8,9 +8,9 @@ mod save;
 
 use super::compute_clock::ComputeClock;
 use super::context::RankContext;
-use super::faults::Faults;
 use super::generate::{generate, SampleOptions};
 use super::grads::GradBuffer;
+use super::hooks::Hooks;
 use super::memory;
 use super::optimizer::{AdamW, AdamWConfig};
 use super::record::{EvalRecord, Phases, StepRecord, Tallied};
@@ -40,7 +40,7 @@ pub fn usable_history<'c>(ck: &'c Checkpoint, cfg: &RunConfig) -> Option<&'c Run
 pub struct Trainer<'a> {
     cfg: &'a RunConfig,
     ctx: &'a RankContext,
-    faults: &'a Faults,
+    hooks: &'a dyn Hooks,
     model: Gpt,
     opt: AdamW,
     grads: GradBuffer,
@@ -79,7 +79,7 @@ impl<'a> Trainer<'a> {
         cfg: &'a RunConfig,
         data: &'a Dataset,
         ctx: &'a RankContext,
-        faults: &'a Faults,
+        hooks: &'a dyn Hooks,
         resume: Option<&Checkpoint>,
         started: Instant,
     ) -> Result<Self> {
@@ -111,7 +111,7 @@ impl<'a> Trainer<'a> {
         let mut trainer = Self {
             cfg,
             ctx,
-            faults,
+            hooks,
             opt,
             grads,
             sched: CosineSchedule {
@@ -312,7 +312,7 @@ impl<'a> Trainer<'a> {
     /// each phase in its own function below.
     pub fn step(&mut self) -> Result<StepRecord> {
         let step = self.step;
-        self.faults.check(self.ctx.mesh.rank, step)?;
+        self.hooks.before_step(self.ctx.mesh.rank, step)?;
         let measure_rss = self.ctx.mesh.rank == 0 && memory::reset_peak();
         profile::take();
         let t_step = Instant::now();
@@ -369,7 +369,7 @@ impl<'a> Trainer<'a> {
             let t0 = Instant::now();
             let forward = trace.span("pass", || format!("forward {micro}"));
             let mut loss = self.model.loss(&x, &y, &fwd)?;
-            if self.faults.nan_now(step) {
+            if self.hooks.poison_loss(step) {
                 loss = (loss * f64::NAN)?;
             }
             let l = loss.to_scalar::<f32>()?;

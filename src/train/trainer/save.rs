@@ -33,7 +33,7 @@ impl Trainer<'_> {
             tensors.params.push(ParamInfo {
                 name: p.name.clone(),
                 shape: p.full_shape.clone(),
-                kind: p.kind.label().to_string(),
+                kind: Some(p.kind),
             });
         }
         self.ctx.tally.set_phase(Phase::Train);
@@ -61,7 +61,7 @@ impl Trainer<'_> {
                             .get_or_init(|| self.batcher.data.fingerprint())
                             .clone(),
                     ),
-                    pause_mid_write: self.faults.checkpoint_pause,
+                    pause_mid_write: self.hooks.checkpoint_pause(),
                 };
                 Some(checkpoint::write(root, state, tensors)?)
             }

@@ -1,5 +1,9 @@
-//! Fault injection for tests, read once from the environment when a job starts (never
-//! per step):
+//! Hooks at the points where a real failure can strike a run: a rank dying at the start
+//! of a step, a NaN loss, a pause between steps and closing phases, a checkpoint held
+//! half-written, each rank's parameters written out at the end. Training calls the
+//! [`Hooks`] trait there, which does nothing by default ([`NoHooks`]); the harness's own
+//! tests install [`Faults`], read once from the environment when a job starts (the only
+//! way to reach ranks that live in other processes under `mpirun`):
 //!
 //! - `TP_INJECT_FAULT=RANK:STEP`: that rank fails at the start of that step (one dying
 //!   rank must end the whole job, with its message, and hang nobody);
@@ -15,9 +19,47 @@
 
 use crate::error::user;
 use anyhow::Result;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+/// What a run lets a test do to it. Every method's default does nothing.
+pub trait Hooks: Send + Sync {
+    /// At the start of `step` on `rank`: an error here is that rank dying there.
+    fn before_step(&self, _rank: usize, _step: usize) -> Result<()> {
+        Ok(())
+    }
+    /// Whether the loss of `step` is to become NaN.
+    fn poison_loss(&self, _step: usize) -> bool {
+        false
+    }
+    /// After every step and before each closing phase, on `rank`.
+    fn between_phases(&self, _rank: usize) {}
+    /// How long a checkpoint is held half-written.
+    fn checkpoint_pause(&self) -> Option<Duration> {
+        None
+    }
+    /// Where each rank writes its own parameters at the end.
+    fn dump_params(&self) -> Option<&Path> {
+        None
+    }
+}
+
+/// A run left alone: what every user's run gets.
+pub struct NoHooks;
+impl Hooks for NoHooks {}
+
+/// The hooks the environment asks for: [`NoHooks`] when it sets none of the variables.
+pub fn from_env() -> Result<Arc<dyn Hooks>> {
+    let faults = Faults::parse(|k| std::env::var(k).ok())?;
+    Ok(if faults == Faults::default() {
+        Arc::new(NoHooks)
+    } else {
+        Arc::new(faults)
+    })
+}
+
+/// The faults the `TP_*` variables ask for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Faults {
     /// (rank, step)
@@ -35,11 +77,7 @@ fn number<T: std::str::FromStr>(var: &str, s: &str) -> Result<T> {
 }
 
 impl Faults {
-    /// From the environment; a malformed value is a user error naming the variable.
-    pub fn from_env() -> Result<Self> {
-        Self::parse(|k| std::env::var(k).ok())
-    }
-
+    /// From a variable lookup; a malformed value is a user error naming the variable.
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let fail_at = match get("TP_INJECT_FAULT") {
             None => None,
@@ -71,16 +109,10 @@ impl Faults {
                 .map(Duration::from_millis),
         })
     }
+}
 
-    /// Waits `TP_STEP_PAUSE_MS` on rank 0, if set.
-    pub fn pause(&self, rank: usize) {
-        if let (Some(d), 0) = (self.step_pause, rank) {
-            std::thread::sleep(d);
-        }
-    }
-
-    /// Fails if `rank` is to fail at `step`.
-    pub fn check(&self, rank: usize, step: usize) -> Result<()> {
+impl Hooks for Faults {
+    fn before_step(&self, rank: usize, step: usize) -> Result<()> {
         match self.fail_at {
             Some((r, s)) if r == rank && s == step => Err(anyhow::anyhow!(
                 "injected fault (TP_INJECT_FAULT={r}:{s}) at step {step}"
@@ -88,9 +120,19 @@ impl Faults {
             _ => Ok(()),
         }
     }
-
-    pub fn nan_now(&self, step: usize) -> bool {
+    fn poison_loss(&self, step: usize) -> bool {
         self.nan_at == Some(step)
+    }
+    fn between_phases(&self, rank: usize) {
+        if let (Some(d), 0) = (self.step_pause, rank) {
+            std::thread::sleep(d);
+        }
+    }
+    fn checkpoint_pause(&self) -> Option<Duration> {
+        self.checkpoint_pause
+    }
+    fn dump_params(&self) -> Option<&Path> {
+        self.dump_params.as_deref()
     }
 }
 
@@ -116,9 +158,10 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(f.fail_at, Some((1, 7)));
-        assert!(f.nan_now(3) && !f.nan_now(4));
+        assert!(f.poison_loss(3) && !f.poison_loss(4));
         assert_eq!(f.checkpoint_pause, Some(Duration::from_millis(250)));
-        assert!(f.check(1, 7).is_err() && f.check(0, 7).is_ok() && f.check(1, 6).is_ok());
+        assert!(f.before_step(1, 7).is_err() && f.before_step(0, 7).is_ok());
+        assert!(f.before_step(1, 6).is_ok());
         let e = Faults::parse(env(&[("TP_INJECT_FAULT", "7")]))
             .unwrap_err()
             .to_string();

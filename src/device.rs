@@ -16,8 +16,11 @@ use candle_core::{DType, Device};
 use serde::{Deserialize, Serialize};
 
 /// Which implementation of the model's ops to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Kernels {
     /// Fused kernels with hand-written backward: all of the model's ops on the CPU; on a
     /// GPU (CUDA build) causal attention, the rest portable.
@@ -51,17 +54,18 @@ impl Kernels {
         }
     }
 
+    /// Its name in configs (serde's).
     pub fn label(self) -> &'static str {
-        match self {
-            Kernels::Fused => "fused",
-            Kernels::Portable => "portable",
-        }
+        self.into()
     }
 }
 
 /// Where the ranks compute: the `device` config key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum DeviceKind {
     #[default]
     Cpu,
@@ -70,11 +74,9 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    /// Its name in configs (serde's).
     pub fn label(self) -> &'static str {
-        match self {
-            DeviceKind::Cpu => "cpu",
-            DeviceKind::Cuda => "cuda",
-        }
+        self.into()
     }
 
     /// Whether this binary can run on the device at all (checked before anything is
@@ -142,8 +144,11 @@ pub fn gpu_count() -> anyhow::Result<usize> {
 
 /// The precision of the forward and backward passes: the `dtype` config key. Master
 /// weights, gradients, AdamW moments and the loss stay f32 either way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ComputeDtype {
     #[default]
     F32,
@@ -159,17 +164,30 @@ impl ComputeDtype {
         }
     }
 
+    /// Its name in configs (serde's).
     pub fn label(self) -> &'static str {
-        match self {
-            ComputeDtype::F32 => "f32",
-            ComputeDtype::Bf16 => "bf16",
-        }
+        self.into()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_enum_labels_are_serdes_names() {
+        let names = |v: serde_json::Value| v.as_str().unwrap().to_string();
+        for k in [Kernels::Fused, Kernels::Portable] {
+            assert_eq!(names(serde_json::to_value(k).unwrap()), k.label());
+        }
+        for d in [DeviceKind::Cpu, DeviceKind::Cuda] {
+            assert_eq!(names(serde_json::to_value(d).unwrap()), d.label());
+        }
+        for d in [ComputeDtype::F32, ComputeDtype::Bf16] {
+            assert_eq!(names(serde_json::to_value(d).unwrap()), d.label());
+        }
+        assert_eq!(ComputeDtype::Bf16.label(), "bf16");
+    }
 
     #[test]
     fn fused_kernels_run_on_the_cpu_and_portable_ones_stay_portable() {

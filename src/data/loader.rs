@@ -14,7 +14,8 @@ use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Split {
     Train,
     Val,
@@ -23,10 +24,7 @@ pub enum Split {
 impl Split {
     /// `train` or `val`.
     pub fn label(self) -> &'static str {
-        match self {
-            Split::Train => "train",
-            Split::Val => "val",
-        }
+        self.into()
     }
 }
 

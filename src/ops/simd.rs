@@ -6,7 +6,8 @@
 
 use std::sync::OnceLock;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum SimdLevel {
     /// x86-64 baseline (SSE2).
     Scalar,
@@ -17,12 +18,9 @@ pub enum SimdLevel {
 }
 
 impl SimdLevel {
+    /// `scalar`, `avx2` or `avx512`, as `TP_SIMD` spells it.
     pub fn label(self) -> &'static str {
-        match self {
-            SimdLevel::Scalar => "scalar",
-            SimdLevel::Avx2 => "avx2",
-            SimdLevel::Avx512 => "avx512",
-        }
+        self.into()
     }
 
     /// f32 lanes of one vector register at this level.

@@ -309,13 +309,15 @@ impl CommReport {
 
 /// How much a block's sync matters (SPD): the loss rise of converting it alone, relative
 /// to the unconverted model's loss: under 1% insensitive, under 5% sensitive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Named once: serde's name is strum's (`extremely sensitive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Tier {
-    #[serde(rename = "insensitive")]
     Insensitive,
-    #[serde(rename = "sensitive")]
     Sensitive,
     #[serde(rename = "extremely sensitive")]
+    #[strum(serialize = "extremely sensitive")]
     ExtremelySensitive,
 }
 
@@ -330,11 +332,7 @@ impl Tier {
     }
 
     pub fn label(self) -> &'static str {
-        match self {
-            Tier::Insensitive => "insensitive",
-            Tier::Sensitive => "sensitive",
-            Tier::ExtremelySensitive => "extremely sensitive",
-        }
+        self.into()
     }
 }
 

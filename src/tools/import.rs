@@ -88,7 +88,7 @@ pub fn import_hf(src: &Path, out: &Path, data: &ImportData) -> Result<Imported> 
         .map(|p| ParamInfo {
             name: p.name.clone(),
             shape: p.full_shape.clone(),
-            kind: p.kind.label().to_string(),
+            kind: Some(p.kind),
         })
         .collect();
     let n_params = built.params().logical_numel();

@@ -259,6 +259,10 @@ mod tests {
         assert_eq!(Tier::of(0.009, 1.0), Tier::Insensitive);
         assert_eq!(Tier::of(0.03, 1.0), Tier::Sensitive);
         assert_eq!(Tier::of(0.06, 1.0), Tier::ExtremelySensitive);
+        for t in [Tier::Insensitive, Tier::Sensitive, Tier::ExtremelySensitive] {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.label());
+        }
+        assert_eq!(Tier::ExtremelySensitive.label(), "extremely sensitive");
         assert_eq!(with_block("tttt", 3, BlockKind::S), "ttts");
         assert_eq!(with_block("tstt", 0, BlockKind::P), "pstt");
     }

@@ -12,7 +12,10 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 use std::collections::{BTreeMap, HashMap};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a parameter lives across the TP group (in a checkpoint's `meta.json` as
+/// `{"sharded": "rows"}`, `"replicated"` or `"replicated-partial-grad"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ParamKind {
     /// Each rank holds a different slice; its gradient is complete for that slice.
     Sharded(Shard),
@@ -20,6 +23,7 @@ pub enum ParamKind {
     Replicated,
     /// Every rank holds the whole tensor but only its own path's share of the gradient:
     /// summed over the TP group once per step.
+    #[serde(rename = "replicated-partial-grad")]
     ReplicatedPartial,
 }
 
@@ -31,14 +35,6 @@ impl ParamKind {
         match self {
             ParamKind::Sharded(spec) => spec.slice(full, tp_rank, tp_size),
             _ => Ok(full.clone()),
-        }
-    }
-
-    pub fn label(&self) -> &'static str {
-        match self {
-            ParamKind::Sharded(_) => "sharded",
-            ParamKind::Replicated => "replicated",
-            ParamKind::ReplicatedPartial => "replicated-partial-grad",
         }
     }
 }

@@ -4,7 +4,8 @@ use anyhow::{bail, Result};
 use candle_core::Tensor;
 
 /// A split of a logical tensor over the `N` ranks of a TP group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Shard {
     /// The last dimension (columns of an (in, out) weight, or a bias) is cut into `groups`
     /// equal parts and each part is split over ranks; rank r's pieces are concatenated.

@@ -107,10 +107,8 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
         let b0: Vec<u32> = v0.iter().map(|x| x.to_bits()).collect();
         let b1: Vec<u32> = v1.iter().map(|x| x.to_bits()).collect();
         assert_eq!(
-            b0,
-            b1,
-            "replicated parameter {name} ({}) differs across ranks",
-            kind.label()
+            b0, b1,
+            "replicated parameter {name} ({kind:?}) differs across ranks"
         );
         assert_ne!(
             v0, &initial,

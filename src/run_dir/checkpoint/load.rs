@@ -185,6 +185,20 @@ fn tensors_of(dir: &Path, file: &str, bytes: &[u8]) -> Result<HashMap<String, Te
     candle_core::safetensors::load_buffer(bytes, &Device::Cpu).map_err(|e| unreadable(&e))
 }
 
+/// A checkpoint's `meta.json` of any format this build reads: formats 1 and 2 kept each
+/// parameter's kind as free text, dropped here (it is informational).
+fn read_meta(bytes: &[u8]) -> serde_json::Result<CheckpointMeta> {
+    let mut value: serde_json::Value = serde_json::from_slice(bytes)?;
+    if value["format"].as_u64().is_some_and(|f| f < 3) {
+        if let Some(params) = value["params"].as_array_mut() {
+            for p in params.iter_mut().filter_map(|p| p.as_object_mut()) {
+                p.remove("kind");
+            }
+        }
+    }
+    serde_json::from_value(value)
+}
+
 impl Checkpoint {
     /// Everything a resume needs: weights, moments and meta, each file verified.
     pub fn load(dir: &Path) -> Result<Self> {
@@ -200,8 +214,7 @@ impl Checkpoint {
     fn load_parts(dir: &Path, with_moments: bool) -> Result<Self> {
         let sums = read_sums(dir)?;
         let meta_bytes = read_verified(dir, META_FILE, sums.as_ref())?;
-        let meta: CheckpointMeta = serde_json::from_slice(&meta_bytes)
-            .map_err(|e| corrupt(dir, format!("{META_FILE}: {e}")))?;
+        let meta = read_meta(&meta_bytes).map_err(|e| corrupt(dir, format!("{META_FILE}: {e}")))?;
         if meta.format > FORMAT || meta.format == 0 {
             return Err(corrupt(
                 dir,
@@ -289,5 +302,53 @@ impl Checkpoint {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tp::{ParamKind, Shard};
+
+    fn meta_json(format: u32, kinds: &[serde_json::Value]) -> Vec<u8> {
+        let params: Vec<_> = kinds
+            .iter()
+            .map(|k| serde_json::json!({"name": "w", "shape": [2, 3], "kind": k}))
+            .collect();
+        let meta = serde_json::json!({
+            "format": format, "step": 5, "config": RunConfig::default(), "adam_steps": 5,
+            "best_val_loss": null, "data_step": 5, "rng": "seed", "params": params,
+        });
+        serde_json::to_vec(&meta).unwrap()
+    }
+
+    #[test]
+    fn parameter_kinds_are_typed_in_format_3_and_dropped_from_older_free_text() {
+        let typed = [
+            serde_json::json!({"sharded": {"columns": {"groups": 3}}}),
+            serde_json::json!({"sharded": "padded_rows"}),
+            serde_json::json!("replicated-partial-grad"),
+        ];
+        let kinds: Vec<_> = read_meta(&meta_json(3, &typed))
+            .unwrap()
+            .params
+            .into_iter()
+            .map(|p| p.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                Some(ParamKind::Sharded(Shard::Columns { groups: 3 })),
+                Some(ParamKind::Sharded(Shard::PaddedRows)),
+                Some(ParamKind::ReplicatedPartial)
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(ParamKind::Sharded(Shard::Rows)).unwrap(),
+            serde_json::json!({"sharded": "rows"})
+        );
+        let old = read_meta(&meta_json(2, &[serde_json::json!("sharded")])).unwrap();
+        assert_eq!(old.params[0].kind, None);
+        assert!(read_meta(&meta_json(3, &[serde_json::json!("sharded")])).is_err());
     }
 }

@@ -3,12 +3,14 @@
 
 use crate::comm::TallySnapshot;
 use crate::config::RunConfig;
+use crate::tp::ParamKind;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const CHECKPOINTS: &str = "checkpoints";
-/// 2: SHA256SUMS and the run history. Format 1 (neither) still loads, unverified.
-pub const FORMAT: u32 = 2;
+/// 2: SHA256SUMS and the run history; 3: each parameter's kind typed. Format 1 (neither
+/// sums nor history) still loads, unverified; formats 1 and 2 without their kinds.
+pub const FORMAT: u32 = 3;
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const M_FILE: &str = "optimizer.m.safetensors";
 pub const V_FILE: &str = "optimizer.v.safetensors";
@@ -18,9 +20,10 @@ pub const SUMS_FILE: &str = "SHA256SUMS";
 pub struct ParamInfo {
     pub name: String,
     pub shape: Vec<usize>,
-    /// sharded / replicated / replicated-partial-grad (informational: the layout of the
-    /// model that wrote it; any tp can load it).
-    pub kind: String,
+    /// How the model that wrote it held the parameter over its TP group (informational:
+    /// any tp can load it). `None` in formats 1 and 2, which kept it as free text.
+    #[serde(default)]
+    pub kind: Option<ParamKind>,
 }
 
 /// What the run had communicated by the checkpoint, as rank 0 tallied it: a resumed run

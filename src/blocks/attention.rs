@@ -66,22 +66,12 @@ impl AttentionShard {
     /// Attention with dropout on the probabilities: the (B, H_r, T, T) probabilities are
     /// materialised so the logical mask can be applied to them.
     fn attend_with_dropout(&self, qkv: &Tensor, fwd: &Fwd) -> Result<Tensor> {
-        let (b, t, _) = qkv.dims3()?;
-        let local = self.n_head * self.head_dim;
-        let heads = |i: usize| -> Result<Tensor> {
-            Ok(qkv
-                .narrow(2, i * local, local)?
-                .reshape((b, t, self.n_head, self.head_dim))?
-                .transpose(1, 2)? // (B, H_r, T, hd)
-                .contiguous()?)
-        };
-        let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
+        let [q, k, v] = ops::split_heads(qkv, self.n_head, self.head_dim)?; // (B, H_r, T, hd)
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let att = (q.matmul(&k.t()?)? * scale)?; // (B, H_r, T, T)
         let att = ops::causal_softmax(self.kernels, &att)?;
         let key = fwd.site_key(self.layer, DropSite::AttnProbs);
         let att = ops::dropout_part(&att, fwd.dropout, key, 1, self.tp_rank, self.tp_size)?;
-        let y = att.matmul(&v)?; // (B, H_r, T, hd)
-        Ok(y.transpose(1, 2)?.reshape((b, t, local))?)
+        Ok(ops::merge_heads(&att.matmul(&v)?)?) // (B, T, C/N)
     }
 }

@@ -201,6 +201,14 @@ pub fn causal_attention(k: Kernels, qkv: &Tensor, heads: usize, head_dim: usize)
 /// Attention from candle's ops (head split, matmuls, masked softmax, merge): the
 /// reference for the fused kernel.
 pub fn causal_attention_composed(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    let [q, k, v] = split_heads(qkv, heads, head_dim)?;
+    let att = (q.matmul(&k.t()?)? * (1.0 / (head_dim as f64).sqrt()))?;
+    merge_heads(&causal_softmax_composed(&att)?.matmul(&v)?)
+}
+
+/// Q, K and V of a packed `qkv (B, T, 3 * heads * head_dim)`, each `(B, heads, T,
+/// head_dim)` and contiguous: the head split of every composed attention path.
+pub fn split_heads(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<[Tensor; 3]> {
     let (b, t, _) = qkv.dims3()?;
     let l = heads * head_dim;
     let part = |i: usize| -> Result<Tensor> {
@@ -209,10 +217,13 @@ pub fn causal_attention_composed(qkv: &Tensor, heads: usize, head_dim: usize) ->
             .transpose(1, 2)?
             .contiguous()
     };
-    let (q, k, v) = (part(0)?, part(1)?, part(2)?);
-    let att = (q.matmul(&k.t()?)? * (1.0 / (head_dim as f64).sqrt()))?;
-    let y = causal_softmax_composed(&att)?.matmul(&v)?;
-    y.transpose(1, 2)?.reshape((b, t, l))
+    Ok([part(0)?, part(1)?, part(2)?])
+}
+
+/// Heads `(B, heads, T, head_dim)` merged back to `(B, T, heads * head_dim)`.
+pub fn merge_heads(y: &Tensor) -> Result<Tensor> {
+    let (b, heads, t, head_dim) = y.dims4()?;
+    y.transpose(1, 2)?.reshape((b, t, heads * head_dim))
 }
 
 /// Causal softmax of attention scores `(.., T, T)`: position i attends to j <= i.

@@ -45,7 +45,7 @@ impl PenaltyRun {
         let Some(final_val) = summary.final_val_loss else {
             return Ok(None);
         };
-        let layout = cfg.layout()?;
+        let layout = cfg.layout();
         Ok(Some(Self {
             setting: Setting::of(&cfg)?,
             variant: Variant::of(&cfg)?,

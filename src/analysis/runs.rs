@@ -19,21 +19,28 @@ pub struct ReplicateKey(String);
 
 impl ReplicateKey {
     pub fn of(cfg: &RunConfig) -> Result<Self> {
-        let mut c = cfg.clone();
-        c.optim.seed = 0;
-        // One layout however it is spelled: `4xt` is `tttt`.
-        if let Ok(layout) = cfg.layout() {
-            c.model.pattern = layout.expanded();
-        }
-        Ok(Self(c.to_yaml()?))
+        Self::keyed(cfg, true)
     }
 
     /// The key of a replicate group with the pattern taken out too: groups that differ
     /// only in pattern are compared with each other (a sweep's baseline).
     pub fn without_pattern(cfg: &RunConfig) -> Result<Self> {
+        Self::keyed(cfg, false)
+    }
+
+    fn keyed(cfg: &RunConfig, with_pattern: bool) -> Result<Self> {
         let mut c = cfg.clone();
-        c.model.pattern.clear();
-        Self::of(&c)
+        c.optim.seed = 0;
+        let serde_yaml_ng::Value::Mapping(mut keys) = serde_yaml_ng::to_value(&c)? else {
+            unreachable!("a config serialises to a mapping")
+        };
+        // One layout however it is spelled: `4xt` is `tttt`.
+        let pattern = match with_pattern {
+            true => cfg.layout().expanded(),
+            false => String::new(),
+        };
+        keys.insert("pattern".into(), pattern.into());
+        Ok(Self(serde_yaml_ng::to_string(&keys)?))
     }
 
     /// The config the key stands for, as YAML (the seed, and the pattern where taken out,
@@ -246,7 +253,7 @@ mod tests {
     fn spellings_of_one_layout_share_a_replicate_key() {
         let cfg = |p: &str, seed| {
             let mut c = crate::config::RunConfig::default();
-            c.model.pattern = p.into();
+            c.model.pattern = crate::blocks::BlockLayout::parse(p).unwrap();
             c.optim.seed = seed;
             c
         };

@@ -19,7 +19,7 @@ pub struct Variant {
 
 impl Variant {
     pub fn of(cfg: &RunConfig) -> Result<Self> {
-        Self::new(&cfg.model.pattern, cfg.parallel.comm_dtype)
+        Self::new(cfg.model.pattern.as_str(), cfg.parallel.comm_dtype)
     }
 
     fn new(pattern: &str, comm_dtype: CommDtype) -> Result<Self> {

@@ -39,7 +39,7 @@ fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
         .map(|t| t.dim(0))
         .transpose()?
         .unwrap_or(0);
-    let (tensors, config) = to_hf(&ck.weights, &cfg.model_config(vocab)?, &cfg.layout()?)?;
+    let (tensors, config) = to_hf(&ck.weights, &cfg.model_config(vocab)?, cfg.layout())?;
     write_hf(&out, &tensors, &config)?;
     Ok(out)
 }

@@ -4,8 +4,10 @@
 
 use super::pattern::{parse, BlockKind, PatternError};
 
-/// A parsed pattern: the source text and one kind per layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed pattern: the source text and one kind per layer. In a config it is the text
+/// as typed, parsed once when the config is read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct BlockLayout {
     pub pattern: String,
     pub kinds: Vec<BlockKind>,
@@ -18,6 +20,10 @@ impl BlockLayout {
             pattern: pattern.to_string(),
             kinds,
         })
+    }
+    /// The pattern as typed (`3xsppp`).
+    pub fn as_str(&self) -> &str {
+        &self.pattern
     }
     pub fn n_layer(&self) -> usize {
         self.kinds.len()
@@ -90,6 +96,26 @@ impl BlockLayout {
             + count(BlockKind::S)
             + self.p_runs().len()
             + self.runs_of(BlockKind::L).len()
+    }
+}
+
+impl TryFrom<String> for BlockLayout {
+    type Error = PatternError;
+    fn try_from(pattern: String) -> Result<Self, PatternError> {
+        Self::parse(&pattern)
+    }
+}
+
+impl From<BlockLayout> for String {
+    fn from(layout: BlockLayout) -> String {
+        layout.pattern
+    }
+}
+
+/// The pattern as typed (`3xsppp`).
+impl std::fmt::Display for BlockLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.pattern)
     }
 }
 

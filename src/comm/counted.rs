@@ -274,7 +274,7 @@ impl CountedComm {
     /// communication track, the window the rank computed through it (`hidden`), and the
     /// rank's wait for it on its compute track.
     fn trace(&self, s: &Issued, waited: Instant, hidden: Duration, exposed: Duration) {
-        use super::trace::{at_us, wall_us, Span, Track};
+        use crate::util::trace::{at_us, wall_us, Span, Track};
         let trace = self.tally.trace();
         let name = format!("{} {}", s.kind.label(), s.site.label());
         let mut args = serde_json::Map::new();

@@ -24,35 +24,12 @@ pub fn ring_terms(calls: f64, bytes: f64, n: usize) -> (f64, f64) {
     (2.0 * (n - 1.0) / n * bytes * 8.0, calls * 2.0 * (n - 1.0))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinkModel {
     /// Bandwidth per direction, Gbit/s (infinite: latency only).
     pub gbit_per_s: f64,
     /// One-way latency per message, microseconds.
     pub latency_us: f64,
-}
-
-/// Reads both the current field and the one comm.json files written before this version
-/// have (`gbytes_per_s`, GB/s).
-impl<'de> Deserialize<'de> for LinkModel {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        struct Stored {
-            gbit_per_s: Option<f64>,
-            gbytes_per_s: Option<f64>,
-            latency_us: f64,
-        }
-        let s = Stored::deserialize(d)?;
-        let gbit_per_s = match (s.gbit_per_s, s.gbytes_per_s) {
-            (Some(g), _) => g,
-            (None, Some(gb)) => gb * 8.0,
-            (None, None) => return Err(serde::de::Error::missing_field("gbit_per_s")),
-        };
-        Ok(Self {
-            gbit_per_s,
-            latency_us: s.latency_us,
-        })
-    }
 }
 
 impl LinkModel {
@@ -129,15 +106,5 @@ mod tests {
         assert!((l.seconds(3, 3_750_000, 2) - 3.0 * s).abs() < 1e-12);
         assert!(LinkModel::from_config(0.0, 0.0).is_none());
         assert_eq!(ring_terms(4.0, 1000.0, 4), (12_000.0, 24.0));
-    }
-
-    #[test]
-    fn links_stored_in_gbytes_per_second_by_older_versions_read_as_gbit() {
-        let old: LinkModel =
-            serde_json::from_str(r#"{"gbytes_per_s": 1.25, "latency_us": 25.0}"#).unwrap();
-        assert_eq!(old, LinkModel::from_config(10.0, 25.0).unwrap());
-        let new = serde_json::to_string(&old).unwrap();
-        assert!(new.contains("\"gbit_per_s\":10.0"), "{new}");
-        assert_eq!(serde_json::from_str::<LinkModel>(&new).unwrap(), old);
     }
 }

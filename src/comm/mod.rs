@@ -10,7 +10,6 @@ pub mod mesh;
 pub mod quantise;
 pub mod tally;
 pub mod threads;
-pub mod trace;
 pub mod turns;
 pub mod worker;
 
@@ -21,7 +20,6 @@ pub use mesh::Mesh;
 pub use quantise::CommDtype;
 pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};
 pub use threads::{ThreadComm, ThreadWorld};
-pub use trace::{Span, Trace, Track};
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "cuda")]

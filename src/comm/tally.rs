@@ -225,7 +225,7 @@ pub struct Tally {
     /// not compute.
     blocked_ns: std::sync::atomic::AtomicU64,
     /// The rank's timeline while a traced step runs (`trace: true`).
-    trace: super::trace::Trace,
+    trace: crate::util::trace::Trace,
 }
 
 impl Default for Tally {
@@ -258,7 +258,7 @@ impl Tally {
         std::time::Duration::from_nanos(self.blocked_ns.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    pub fn trace(&self) -> &super::trace::Trace {
+    pub fn trace(&self) -> &crate::util::trace::Trace {
         &self.trace
     }
 

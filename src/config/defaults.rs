@@ -6,6 +6,7 @@ use super::presets::{preset, Recipe};
 use super::run_config::{
     CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
 };
+use crate::blocks::BlockLayout;
 use crate::comm::CommDtype;
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use anyhow::Result;
@@ -69,7 +70,7 @@ impl RunConfig {
         Ok(Self {
             model: ModelPart {
                 preset: p.name.into(),
-                pattern: p.pattern.into(),
+                pattern: BlockLayout::parse(p.pattern).expect("a preset's pattern parses"),
                 dataset: p.dataset.into(),
                 text_path: None,
                 arch: p.model(),

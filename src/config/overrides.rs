@@ -44,7 +44,7 @@ pub fn read_config_file(path: &Path) -> Result<Vec<(String, Value, Origin)>> {
         .map_err(|e| user(format!("cannot read config {}: {e}", path.display())))?;
     let value: Value = serde_yaml_ng::from_str(&text)
         .map_err(|e| user(format!("config {} is not valid YAML: {e}", path.display())))?;
-    let map = match value {
+    let mut map = match value {
         Value::Mapping(m) => m,
         Value::Null => Mapping::new(),
         _ => user_bail!(
@@ -52,6 +52,7 @@ pub fn read_config_file(path: &Path) -> Result<Vec<(String, Value, Origin)>> {
             path.display()
         ),
     };
+    super::run_config::take_format_version(&mut map, &path.display().to_string())?;
     map.into_iter()
         .map(|(k, v)| match k {
             Value::String(k) => Ok((k, v, Origin::File(path.display().to_string()))),
@@ -74,7 +75,7 @@ pub fn resolve(overrides: &[(String, Value, Origin)]) -> Result<RunConfig> {
     };
     let mut cfg = apply(&RunConfig::for_preset(&preset_name)?, overrides)?;
     if last("n_layer").is_none() {
-        cfg.model.arch.n_layer = cfg.layout()?.n_layer();
+        cfg.model.arch.n_layer = cfg.layout().n_layer();
     }
     cfg.validate()?;
     Ok(cfg)
@@ -216,7 +217,7 @@ mod tests {
     #[test]
     fn resolved_config_round_trips_through_yaml() {
         let c = resolve(&[flag("pattern", "tstt"), flag("dropout", "0.1")]).unwrap();
-        let back: RunConfig = serde_yaml_ng::from_str(&c.to_yaml().unwrap()).unwrap();
+        let back = RunConfig::from_yaml(&c.to_yaml().unwrap(), "config.yaml").unwrap();
         assert_eq!(back, c);
     }
 }

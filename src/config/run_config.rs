@@ -9,7 +9,7 @@ use crate::error::user;
 use crate::model::ModelConfig;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_yaml_ng::Value;
+use serde_yaml_ng::{Mapping, Value};
 
 /// What model on what data: the keys a checkpoint is tied to (they cannot change on
 /// resume). The model's own keys are [`ModelConfig`]'s fields.
@@ -17,8 +17,9 @@ use serde_yaml_ng::Value;
 #[serde(default)]
 pub struct ModelPart {
     pub preset: String,
-    /// The block layout (`sppp`, `3xsppp`): its length is the layer count.
-    pub pattern: String,
+    /// The block layout (`sppp`, `3xsppp`), parsed when the config is read: its length
+    /// is the layer count.
+    pub pattern: BlockLayout,
     pub dataset: String,
     /// For `dataset: text`: a UTF-8 file or a folder of them, tokenized with GPT-2's BPE.
     pub text_path: Option<String>,
@@ -180,6 +181,28 @@ pub struct RunConfig {
     pub checkpoints: CheckpointConfig,
 }
 
+/// The format of a run directory's `config.yaml`, its first key (`format_version`): a
+/// config of a newer format is refused in one line; 1 (no key) is from before it was kept
+/// and reads as it is. A config file given by hand may carry it or not.
+pub const CONFIG_FORMAT: u32 = 2;
+const FORMAT_KEY: &str = "format_version";
+
+/// Takes `format_version` out of a config's mapping, refusing a format newer than this
+/// build reads.
+pub fn take_format_version(map: &mut Mapping, what: &str) -> Result<()> {
+    let Some(v) = map.remove(FORMAT_KEY) else {
+        return Ok(());
+    };
+    let shown = serde_yaml_ng::to_string(&v).unwrap_or_default();
+    match v.as_u64() {
+        Some(f) if f <= u64::from(CONFIG_FORMAT) => Ok(()),
+        _ => crate::user_bail!(
+            "{what} is of config format {}, newer than this build reads (up to {CONFIG_FORMAT}): use the tp-harness that wrote it, or a newer one",
+            shown.trim()
+        ),
+    }
+}
+
 /// The keys of a serialised part, in order.
 fn keys_of(v: impl Serialize) -> Vec<String> {
     match serde_yaml_ng::to_value(v) {
@@ -203,8 +226,8 @@ impl RunConfig {
         keys_of(Self::default().model)
     }
 
-    pub fn layout(&self) -> Result<BlockLayout> {
-        BlockLayout::parse(&self.model.pattern).map_err(user)
+    pub fn layout(&self) -> &BlockLayout {
+        &self.model.pattern
     }
 
     /// The pattern, with `+int8` (`+fp8`, `+bf16`) when its TP all-reduces travel
@@ -212,7 +235,7 @@ impl RunConfig {
     /// what it measured.
     pub fn variant(&self) -> String {
         match self.parallel.comm_dtype {
-            CommDtype::F32 => self.model.pattern.clone(),
+            CommDtype::F32 => self.model.pattern.to_string(),
             q => format!("{}+{}", self.model.pattern, q.label()),
         }
     }
@@ -254,17 +277,25 @@ impl RunConfig {
         Ok(m)
     }
 
+    /// The config as `config.yaml` holds it, its format first.
     pub fn to_yaml(&self) -> Result<String> {
-        Ok(serde_yaml_ng::to_string(self)?)
+        let Value::Mapping(keys) = serde_yaml_ng::to_value(self)? else {
+            unreachable!("a struct serialises to a mapping")
+        };
+        let mut stamped = Mapping::new();
+        stamped.insert(FORMAT_KEY.into(), CONFIG_FORMAT.into());
+        stamped.extend(keys);
+        Ok(serde_yaml_ng::to_string(&stamped)?)
     }
 
     /// Reads a config written by [`Self::to_yaml`] (or by hand): unknown keys are errors
     /// (`flatten` cannot deny them itself), missing keys take the defaults.
     pub fn from_yaml(text: &str, what: &str) -> Result<Self> {
-        let value: Value = serde_yaml_ng::from_str(text)
+        let mut value: Value = serde_yaml_ng::from_str(text)
             .with_context(|| format!("{what} is not valid YAML"))
             .map_err(|e| user(format!("{e:#}")))?;
-        if let Value::Mapping(m) = &value {
+        if let Value::Mapping(m) = &mut value {
+            take_format_version(m, what)?;
             let known = Self::known_keys();
             if let Some(k) = m
                 .keys()
@@ -290,5 +321,26 @@ mod tests {
         assert!(cfg.model.changed_from_preset().is_empty());
         cfg.model.arch.n_embd = 64;
         assert_eq!(cfg.model.changed_from_preset(), ["n_embd 64 (mini: 128)"]);
+    }
+
+    #[test]
+    fn config_yaml_starts_with_its_format_and_a_newer_format_is_one_line() {
+        let cfg = RunConfig::default();
+        let text = cfg.to_yaml().unwrap();
+        assert!(text.starts_with("format_version: 2\n"), "{text}");
+        assert_eq!(RunConfig::from_yaml(&text, "config.yaml").unwrap(), cfg);
+        let unstamped = text.replace("format_version: 2\n", "");
+        assert_eq!(
+            RunConfig::from_yaml(&unstamped, "config.yaml").unwrap(),
+            cfg
+        );
+        let newer = text.replace("format_version: 2", "format_version: 7");
+        let e = RunConfig::from_yaml(&newer, "run/config.yaml").unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("run/config.yaml is of config format 7"),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "{msg}");
     }
 }

@@ -27,7 +27,7 @@ pub const MAX_CLOSING_SAMPLE: usize = 10_000;
 impl RunConfig {
     /// Everything that can be checked before data is loaded or a rank starts.
     pub fn validate(&self) -> Result<()> {
-        let layout = self.layout()?;
+        let layout = self.layout();
         let arch = &self.model.arch;
         if layout.n_layer() != arch.n_layer {
             user_bail!(

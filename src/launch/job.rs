@@ -111,8 +111,8 @@ fn check_init_compatible(cfg: &RunConfig, from: &RunConfig, dir: &Path) -> Resul
     let (mut a, mut b) = (cfg.model.clone(), from.model.clone());
     // The preset only supplies defaults; two GPT-2 BPE corpora share one tokenizer, so
     // a model pretrained on one fine-tunes on another.
+    b.pattern = a.pattern.clone();
     for m in [&mut a, &mut b] {
-        m.pattern.clear();
         m.preset.clear();
         if m.dataset == TEXT {
             m.text_path = None;
@@ -188,7 +188,7 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
             let stored = crate::tp::StoredParams {
                 tensors: ck.weights.clone(),
             };
-            crate::model::Gpt::build(&mcfg, &cfg.layout()?, &stored, &crate::comm::CountedComm::solo())
+            crate::model::Gpt::build(&mcfg, cfg.layout(), &stored, &crate::comm::CountedComm::solo())
                 .map_err(|e| {
                     user(format!(
                         "init_from {}: {e:#}: pattern {} needs it (a p block has no o.b/pr.b: start from a run with those blocks as t or s)",
@@ -296,7 +296,7 @@ pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
     let dir = match target {
         Target::New(out) => RunDir::create(
             &out.clone()
-                .unwrap_or_else(|| default_run_path(&job.cfg.model.pattern)),
+                .unwrap_or_else(|| default_run_path(job.cfg.model.pattern.as_str())),
         )?,
         Target::Resume(path, _) => {
             let step = job.checkpoint.as_ref().map_or(0, |c| c.meta.step);
@@ -320,7 +320,7 @@ pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
 pub fn write_trace(
     cfg: &RunConfig,
     dir: &Path,
-    ranks: &[(usize, String, Vec<crate::comm::Span>)],
+    ranks: &[(usize, String, Vec<crate::util::trace::Span>)],
 ) -> Result<()> {
     let path = crate::run_dir::trace_file::TraceFile::of(cfg, ranks)?.write(dir)?;
     crate::say!(
@@ -366,13 +366,11 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
         // Weights trained in s and p blocks at one tp are another function at another:
         // said here as a resume and tp-eval say it.
         let from = &init.checkpoint.meta.config;
-        if let Ok(layout) = from.layout() {
-            crate::train::generate::warn_if_other_function(
-                &layout,
-                from.parallel.tp,
-                cfg.parallel.tp,
-            );
-        }
+        crate::train::generate::warn_if_other_function(
+            from.layout(),
+            from.parallel.tp,
+            cfg.parallel.tp,
+        );
     }
     if let Some(ck) = &job.checkpoint {
         crate::say!(
@@ -388,13 +386,11 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
                 cfg.optim.max_iters
             );
         }
-        if let Ok(layout) = cfg.layout() {
-            crate::train::generate::warn_if_other_function(
-                &layout,
-                ck.meta.config.parallel.tp,
-                cfg.parallel.tp,
-            );
-        }
+        crate::train::generate::warn_if_other_function(
+            cfg.layout(),
+            ck.meta.config.parallel.tp,
+            cfg.parallel.tp,
+        );
     }
 }
 
@@ -407,7 +403,7 @@ pub fn finish(job: &Job, dir: &RunDir, outcome: &RankOutcome) -> Result<CommRepo
             full.loss
         );
     }
-    let mut report = comm_report(cfg, &cfg.layout()?, outcome);
+    let mut report = comm_report(cfg, cfg.layout(), outcome);
     if report.compute.is_none() {
         // A resumed run with nothing left to train keeps what its steps measured.
         report.compute = run_dir::read_comm(&dir.path)

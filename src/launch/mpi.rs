@@ -208,7 +208,7 @@ pub fn run_mpi(
     }
     let report = match &dir {
         Some(d) => finish(&job, d, &outcome)?,
-        None => comm_report(cfg, &cfg.layout()?, &outcome),
+        None => comm_report(cfg, cfg.layout(), &outcome),
     };
     let path = dir.map(|d| d.path.clone()).unwrap_or_default();
     drop(world_comm);

@@ -4,7 +4,7 @@
 //! backend; only rank 0 has a reporter and a run directory.
 
 use super::job::Job;
-use crate::comm::{Phase, Span};
+use crate::comm::Phase;
 use crate::config::FinalEval;
 use crate::data::Split;
 use crate::run_dir::LogLine;
@@ -12,6 +12,7 @@ use crate::train::context::RankContext;
 use crate::train::full_eval::{split_loss, SplitLoss};
 use crate::train::record::{ParamCounts, RankOutcome, Reporter, StepRecord};
 use crate::train::trainer::Trainer;
+use crate::util::trace::Span;
 use anyhow::Result;
 use std::collections::HashMap;
 use std::path::Path;

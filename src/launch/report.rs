@@ -96,7 +96,7 @@ pub fn comm_report(cfg: &RunConfig, layout: &BlockLayout, o: &RankOutcome) -> Co
         })
         .collect();
     CommReport {
-        pattern: cfg.model.pattern.clone(),
+        pattern: cfg.model.pattern.to_string(),
         layout: layout.expanded(),
         tp: cfg.parallel.tp,
         dp: cfg.parallel.dp,
@@ -152,7 +152,7 @@ pub fn run_summary(
     let timing = step_ms(log).map(|ms| StepTiming::new(ms, report));
     let tokens_per_s = median(log.iter().filter_map(|l| l.tokens_per_s).collect());
     RunSummary {
-        pattern: cfg.model.pattern.clone(),
+        pattern: cfg.model.pattern.to_string(),
         tp: cfg.parallel.tp,
         dp: cfg.parallel.dp,
         n_layer: cfg.model.arch.n_layer,

@@ -1,6 +1,8 @@
 //! `log.jsonl`: one [`LogLine`] per logged step, appended as training goes, read back
-//! through the same type.
+//! through the same type; each line carries its `format_version` (a run resumed by a
+//! newer build appends lines of its format to the older ones).
 
+use super::versioned;
 use crate::error::user;
 use anyhow::Context;
 use anyhow::Result;
@@ -59,8 +61,9 @@ pub fn read_log(dir: &Path) -> Result<Vec<LogLine>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l)
-                .map_err(|e| user(format!("{} line {}: {e}", path.display(), i + 1)))
+            let what = format!("{} line {}", path.display(), i + 1);
+            let value = serde_json::from_str(l).map_err(|e| user(format!("{what}: {e}")))?;
+            versioned::from_value(value, &what)
         })
         .collect()
 }
@@ -102,9 +105,12 @@ pub fn read_log_for_resume(dir: &Path) -> Result<ResumableLog> {
     if pieces.last().is_some_and(|p| p.is_empty()) {
         pieces.pop();
     }
+    // A line that does not read as a LogLine is torn; one of a format newer than this
+    // build's is an error, never a torn tail to drop.
     let parse = |p: &[u8]| -> Option<(String, LogLine)> {
         let text = std::str::from_utf8(p).ok()?.trim_end_matches('\n');
-        let line = serde_json::from_str(text).ok()?;
+        let value = serde_json::from_str(text).ok()?;
+        let line = versioned::from_value(value, "").ok()?;
         Some((text.to_string(), line))
     };
     let blank = |p: &[u8]| p.iter().all(|b| b.is_ascii_whitespace());
@@ -112,6 +118,13 @@ pub fn read_log_for_resume(dir: &Path) -> Result<ResumableLog> {
     for (i, piece) in pieces.iter().enumerate() {
         if blank(piece) {
             continue;
+        }
+        let what = || format!("{} line {}", path.display(), i + 1);
+        let newer = std::str::from_utf8(piece)
+            .ok()
+            .and_then(versioned::newer_format);
+        if let Some(v) = newer {
+            crate::user_bail!("{}", versioned::newer_message(&what(), v));
         }
         match parse(piece) {
             Some(l) => out.lines.push(l),
@@ -154,7 +167,7 @@ impl LogWriter {
     }
 
     pub fn write(&mut self, line: &LogLine) -> Result<()> {
-        let mut text = serde_json::to_vec(line)?;
+        let mut text = versioned::to_json_line(line)?.into_bytes();
         text.push(b'\n');
         self.out
             .write_all(&text)
@@ -213,6 +226,31 @@ mod tests {
         let e = read_log_for_resume(&d).unwrap_err().to_string();
         assert!(e.contains("line 2 is damaged"), "{e}");
         assert!(!e.contains('\n'), "{e}");
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn each_written_line_carries_its_format_and_a_newer_line_stops_a_resume_unchanged() {
+        let d = scratch("format", GOOD.as_bytes());
+        let mut w = LogWriter::append(&d).unwrap();
+        w.write(&LogLine::note(20, "resumed".into())).unwrap();
+        let text = std::fs::read_to_string(d.join(LOG_FILE)).unwrap();
+        let last = text.lines().last().unwrap();
+        assert!(
+            last.starts_with("{\"format_version\":2,\"step\":20"),
+            "{last}"
+        );
+        let lines = read_log(&d).unwrap();
+        assert_eq!(
+            (lines.len(), lines[2].note.as_deref()),
+            (3, Some("resumed"))
+        );
+        let newer = format!("{text}{{\"format_version\":9,\"step\":30}}\n");
+        std::fs::write(d.join(LOG_FILE), &newer).unwrap();
+        let e = read_log_for_resume(&d).unwrap_err().to_string();
+        assert!(e.contains("line 4 is of record format 9"), "{e}");
+        assert_eq!(std::fs::read_to_string(d.join(LOG_FILE)).unwrap(), newer);
+        assert!(read_log(&d).is_err());
         std::fs::remove_dir_all(d).unwrap();
     }
 }

@@ -4,8 +4,8 @@
 //! once, as a ladder's are). Written and read back (`tp-plot --timeline`) through these
 //! types.
 
-use crate::comm::{Span, Track};
 use crate::config::RunConfig;
+use crate::util::trace::{Span, Track};
 use crate::util::write_atomic;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -95,7 +95,7 @@ fn name_event(name: &str, pid: usize, tid: usize, value: String) -> TraceEvent {
 impl TraceFile {
     /// The file of `ranks` (each rank with its spans and host) of a run of `cfg`.
     pub fn of(cfg: &RunConfig, ranks: &[(usize, String, Vec<Span>)]) -> Result<Self> {
-        let layout = cfg.layout()?;
+        let layout = cfg.layout();
         let epoch = ranks
             .iter()
             .flat_map(|(_, _, s)| s.iter().map(|s| s.start_us))
@@ -172,7 +172,7 @@ impl TraceFile {
             events,
             display_time_unit: "ms".into(),
             info: TraceInfo {
-                pattern: cfg.model.pattern.clone(),
+                pattern: cfg.model.pattern.to_string(),
                 layout: layout.expanded(),
                 tp: cfg.parallel.tp,
                 dp: cfg.parallel.dp,

@@ -1,8 +1,10 @@
 //! The format of a run directory's JSON records (`summary.json`, `comm.json`,
-//! `eval.json`, `scan.json`, `bench.json`): each carries `format_version`, stamped by the
-//! one writer here and checked by the one reader. A record of a newer format than this
-//! build knows is refused in one line naming both; an older one reads through its type
-//! (a record without the field is format 1, from before it was kept).
+//! `eval.json`, `scan.json`, `bench.json`, and each line of `log.jsonl`, which a resume by
+//! a newer build may append to): each carries `format_version`, stamped by the one writer
+//! here and checked by the one reader. A record of a newer format than this
+//! build knows is refused in one line naming both; an older one is brought up to this
+//! format here, the one place old formats are read (a record without the field is
+//! format 1, from before it was kept).
 
 use crate::error::user;
 use anyhow::Result;
@@ -29,22 +31,63 @@ pub fn to_json<T: Serialize>(record: &T) -> Result<String> {
     Ok(serde_json::to_string_pretty(&stamped)?)
 }
 
+/// `record` as one line of a JSON-lines file (no newline).
+pub fn to_json_line<T: Serialize>(record: &T) -> Result<String> {
+    let stamped = Stamped {
+        format_version: RECORD_FORMAT,
+        record,
+    };
+    Ok(serde_json::to_string(&stamped)?)
+}
+
 /// The record `text` (read from `path`) holds, of any format up to [`RECORD_FORMAT`].
 pub fn from_json<T: DeserializeOwned>(text: &str, path: &Path) -> Result<T> {
-    let unreadable = |e: serde_json::Error| user(format!("{} cannot be read: {e}", path.display()));
-    let mut value: serde_json::Value = serde_json::from_str(text).map_err(unreadable)?;
+    let what = path.display().to_string();
+    let value =
+        serde_json::from_str(text).map_err(|e| user(format!("{what} cannot be read: {e}")))?;
+    from_value(value, &what)
+}
+
+/// The record a parsed JSON `value` (`what`: its file, or its file and line) holds, of
+/// any format up to [`RECORD_FORMAT`].
+pub fn from_value<T: DeserializeOwned>(mut value: serde_json::Value, what: &str) -> Result<T> {
     let version = match value.as_object_mut() {
         Some(fields) => fields.remove("format_version"),
         None => None,
     };
     let version = version.and_then(|v| v.as_u64()).unwrap_or(1);
     if version > u64::from(RECORD_FORMAT) {
-        return Err(user(format!(
-            "{} is of record format {version}, newer than this build reads (up to {RECORD_FORMAT}): read it with the tp-harness that wrote it, or a newer one",
-            path.display()
-        )));
+        return Err(user(newer_message(what, version)));
     }
-    serde_json::from_value(value).map_err(unreadable)
+    if version < 2 {
+        upgrade_from_1(&mut value);
+    }
+    serde_json::from_value(value).map_err(|e| user(format!("{what} cannot be read: {e}")))
+}
+
+/// The format of the record `text`, if it is newer than this build reads.
+pub fn newer_format(text: &str) -> Option<u64> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let version = value.get("format_version")?.as_u64()?;
+    (version > u64::from(RECORD_FORMAT)).then_some(version)
+}
+
+/// The one line for a record (`what`) of a format newer than this build's.
+pub fn newer_message(what: &str, version: u64) -> String {
+    format!("{what} is of record format {version}, newer than this build reads (up to {RECORD_FORMAT}): read it with the tp-harness that wrote it, or a newer one")
+}
+
+/// Format 1's comm.json may give its emulated link in GB/s (`gbytes_per_s`); format 2
+/// says Gbit/s (`gbit_per_s`), as the config's `link_gbps` does.
+fn upgrade_from_1(value: &mut serde_json::Value) {
+    let link = value
+        .get_mut("emulated_link")
+        .and_then(|l| l.as_object_mut());
+    if let Some(link) = link {
+        if let Some(gbytes) = link.remove("gbytes_per_s").and_then(|g| g.as_f64()) {
+            link.entry("gbit_per_s").or_insert((gbytes * 8.0).into());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -67,6 +110,21 @@ mod tests {
         let text = to_json(&r).unwrap();
         assert!(text.starts_with("{\n  \"format_version\": 2,"), "{text}");
         assert_eq!(from_json::<Record>(&text, Path::new("r.json")).unwrap(), r);
+    }
+
+    #[test]
+    fn a_format_1_link_in_gbytes_per_second_reads_as_gbit() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Comm {
+            emulated_link: Option<crate::comm::LinkModel>,
+        }
+        let old = r#"{"emulated_link": {"gbytes_per_s": 1.25, "latency_us": 25.0}}"#;
+        let comm: Comm = from_json(old, Path::new("comm.json")).unwrap();
+        let want = crate::comm::LinkModel::from_config(10.0, 25.0);
+        assert_eq!(comm.emulated_link, want);
+        let v2 =
+            r#"{"format_version": 2, "emulated_link": {"gbytes_per_s": 1.25, "latency_us": 25.0}}"#;
+        assert!(from_json::<Comm>(v2, Path::new("comm.json")).is_err());
     }
 
     #[test]

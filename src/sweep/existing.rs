@@ -97,7 +97,7 @@ mod tests {
         let a = RunConfig::default();
         let mut b = a.clone();
         b.optim.max_iters = a.optim.max_iters + 100;
-        b.model.pattern = "tttt".into();
+        b.model.pattern = crate::blocks::BlockLayout::parse("tttt").unwrap();
         let d = differing_keys(&a, &b);
         let names: Vec<&str> = d.iter().map(|(k, _, _)| k.as_str()).collect();
         assert_eq!(names, ["pattern", "max_iters"], "{d:?}");

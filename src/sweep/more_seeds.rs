@@ -54,7 +54,8 @@ impl MoreSeeds {
             };
             // Without a baseline run to pair with, more seeds cannot narrow anything.
             let Some(partner) = results.iter().find(|r| {
-                r.point.cfg.model.pattern == baseline && rest(&r.point) == rest(&first.point)
+                r.point.cfg.model.pattern.as_str() == baseline
+                    && rest(&r.point) == rest(&first.point)
             }) else {
                 continue;
             };

@@ -233,7 +233,7 @@ impl Sweep {
             user_bail!("the grid of {} repeats a point", file.display());
         }
         if let Some(b) = &spec.baseline {
-            if !points.iter().any(|p| &p.cfg.model.pattern == b) {
+            if !points.iter().any(|p| p.cfg.model.pattern.as_str() == b) {
                 user_bail!(
                     "baseline `{b}` of {} is not a pattern of the sweep: name one of its patterns",
                     file.display()

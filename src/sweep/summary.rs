@@ -30,7 +30,7 @@ fn row(r: &PointResult) -> Vec<String> {
     let s = r.summary.as_ref();
     vec![
         r.point.name.clone(),
-        r.point.cfg.model.pattern.clone(),
+        r.point.cfg.model.pattern.to_string(),
         r.point.cfg.parallel.tp.to_string(),
         s.map_or(r.point.cfg.parallel.dp, |s| s.dp).to_string(),
         match &r.status {
@@ -125,13 +125,12 @@ pub fn groups(results: &[PointResult], baseline: Option<&str>) -> Vec<GroupRow> 
                 results.iter().filter(|r| key(r) == key(first)).collect();
             let losses = seeded_losses(members.iter().copied());
             let val = Replicates::of(&losses.iter().map(|&(_, l)| l).collect::<Vec<_>>())?;
-            let pattern = first.point.cfg.model.pattern.clone();
+            let pattern = first.point.cfg.model.pattern.to_string();
             let vs_baseline = baseline.filter(|b| *b != pattern).and_then(|b| {
-                let base = seeded_losses(
-                    results
-                        .iter()
-                        .filter(|r| r.point.cfg.model.pattern == b && rest(r) == rest(first)),
-                );
+                let base =
+                    seeded_losses(results.iter().filter(|r| {
+                        r.point.cfg.model.pattern.as_str() == b && rest(r) == rest(first)
+                    }));
                 Replicates::of(&paired_differences(&losses, &base))
             });
             Some(GroupRow {

@@ -107,7 +107,7 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         .collect();
     BenchResult {
         preset: cfg.model.preset.clone(),
-        pattern: cfg.model.pattern.clone(),
+        pattern: cfg.model.pattern.to_string(),
         kernels: cfg.parallel.kernels.label().to_string(),
         device: cfg.parallel.device.label().to_string(),
         dtype: cfg.parallel.dtype.label().to_string(),

@@ -28,15 +28,15 @@ pub fn eval_run(
     let mcfg = cfg.model_config(data.vocab_size())?;
     let tp = tp.unwrap_or(ck.meta.config.parallel.tp);
     mcfg.check(tp).map_err(crate::error::user)?;
-    let layout = cfg.layout()?;
-    warn_if_other_function(&layout, ck.meta.config.parallel.tp, tp);
+    let layout = cfg.layout();
+    warn_if_other_function(layout, ck.meta.config.parallel.tp, tp);
     configure_threads(tp);
     let tokens = data.split(split);
     let losses = on_tp_threads(tp, |comm| {
         let source = StoredParams {
             tensors: ck.weights.clone(),
         };
-        let model = Gpt::build_on(&mcfg, &layout, &source, &comm, &candle_core::Device::Cpu)?;
+        let model = Gpt::build_on(&mcfg, layout, &source, &comm, &candle_core::Device::Cpu)?;
         split_loss(&model, tokens, mcfg.block_size, cfg.optim.batch_size)
     })?;
     let l = losses[0];

@@ -45,11 +45,11 @@ pub struct Imported {
 /// model's own shape, a `t` block per layer.
 fn run_config(model: crate::model::ModelConfig, data: &ImportData) -> Result<RunConfig> {
     let mut cfg = RunConfig::for_preset("gpt2")?;
-    cfg.model.pattern = if model.n_layer == 1 {
-        "t".into()
-    } else {
-        format!("{}xt", model.n_layer)
+    let pattern = match model.n_layer {
+        1 => "t".to_string(),
+        n => format!("{n}xt"),
     };
+    cfg.model.pattern = crate::blocks::BlockLayout::parse(&pattern).map_err(crate::error::user)?;
     cfg.model.dataset = data.dataset.clone().unwrap_or_else(|| TEXT.into());
     cfg.model.text_path = data.text_path.clone();
     cfg.model.arch = model;
@@ -71,12 +71,12 @@ fn run_config(model: crate::model::ModelConfig, data: &ImportData) -> Result<Run
 pub fn import_hf(src: &Path, out: &Path, data: &ImportData) -> Result<Imported> {
     let (model, weights) = from_hf(src)?;
     let cfg = run_config(model, data)?;
-    let layout = cfg.layout()?;
+    let layout = cfg.layout();
     // Built once at tp 1: every parameter the model needs is there with its shape, and
     // the checkpoint lists them as a trained run's does.
     let built = Gpt::build(
         &cfg.model.arch,
-        &layout,
+        layout,
         &StoredParams {
             tensors: weights.clone(),
         },

@@ -49,8 +49,8 @@ pub fn sample_run(
     let mcfg = cfg.model_config(tok.vocab_size())?;
     let tp = tp.unwrap_or(ck.meta.config.parallel.tp);
     mcfg.check(tp).map_err(crate::error::user)?;
-    let layout = cfg.layout()?;
-    warn_if_other_function(&layout, ck.meta.config.parallel.tp, tp);
+    let layout = cfg.layout();
+    warn_if_other_function(layout, ck.meta.config.parallel.tp, tp);
     let prompt_ids = match prompt {
         Some(p) if !p.is_empty() => tok.encode(p).map_err(crate::error::user)?,
         _ => tok.start_tokens(),
@@ -65,7 +65,7 @@ pub fn sample_run(
             tensors: ck.weights.clone(),
         };
         let first = comm.rank() == 0;
-        let model = Gpt::build_on(&mcfg, &layout, &source, &comm, &device)?;
+        let model = Gpt::build_on(&mcfg, layout, &source, &comm, &device)?;
         generate_each(&model, &prompt_ids, opts, &mut |id| {
             if first {
                 let piece = stream.lock().map(|mut s| s.push(id)).ok().flatten();

@@ -83,7 +83,7 @@ pub fn scan_run(
         .check(tp)
         .map_err(crate::error::user)?;
     configure_threads(tp);
-    let base_pattern = cfg.layout()?.expanded();
+    let base_pattern = cfg.layout().expanded();
     // The t blocks, from the last down.
     let candidates: Vec<usize> = base_pattern
         .char_indices()

@@ -94,7 +94,7 @@ pub struct RankOutcome {
     /// `None` where a rank could not measure it or ran no steps.
     pub ranks_compute: Option<RankCompute>,
     /// This rank's timeline of the traced steps (`trace: true`).
-    pub trace: Vec<crate::comm::Span>,
+    pub trace: Vec<crate::util::trace::Span>,
 }
 
 impl RankOutcome {

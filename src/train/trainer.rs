@@ -83,20 +83,20 @@ impl<'a> Trainer<'a> {
         resume: Option<&Checkpoint>,
         started: Instant,
     ) -> Result<Self> {
-        let layout = cfg.layout()?;
+        let layout = cfg.layout();
         let mcfg = cfg.model_config(data.vocab_size())?;
         let model = match resume {
             Some(ck) => {
                 let stored = StoredParams {
                     tensors: ck.weights.clone(),
                 };
-                Gpt::build_on(&mcfg, &layout, &stored, &ctx.tp, &ctx.device)?
+                Gpt::build_on(&mcfg, layout, &stored, &ctx.tp, &ctx.device)?
             }
             None => {
                 let seeded = SeededInit {
                     seed: cfg.optim.seed,
                 };
-                Gpt::build_on(&mcfg, &layout, &seeded, &ctx.tp, &ctx.device)?
+                Gpt::build_on(&mcfg, layout, &seeded, &ctx.tp, &ctx.device)?
             }
         };
         let o = &cfg.optim;

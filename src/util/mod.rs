@@ -7,6 +7,7 @@ pub mod hash;
 pub mod host;
 pub mod say;
 pub mod seeds;
+pub mod trace;
 
 pub use cpu_time::thread_cpu_time;
 pub use fs::{fsync_dir, write_atomic};

@@ -8,7 +8,6 @@ use crate::common::*;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
-use tp_harness::blocks::BlockLayout;
 use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
 use tp_harness::run_dir::{latest, read_config, Checkpoint};
@@ -20,7 +19,7 @@ fn logits_of(run: &Path, tp: usize, vocab_parallel: bool, idx: &Tensor) -> Tenso
     let ck = Checkpoint::load(&latest(run).unwrap().unwrap()).unwrap();
     let mut mcfg = cfg.model_config(ck.weights["wte"].dim(0).unwrap()).unwrap();
     mcfg.vocab_parallel = vocab_parallel;
-    let layout = BlockLayout::parse(&cfg.model.pattern).unwrap();
+    let layout = cfg.layout().clone();
     on_tp_threads(tp, |comm| {
         let source = StoredParams {
             tensors: ck.weights.clone(),
@@ -73,7 +72,7 @@ fn a_run_exported_to_hf_and_imported_back_gives_its_logits_at_tp_1_2_and_4() {
     );
     assert_ok(&o);
     let cfg = read_config(&d.join("imported")).unwrap();
-    assert_eq!(cfg.model.pattern, "4xt");
+    assert_eq!(cfg.model.pattern.as_str(), "4xt");
     assert!(cfg.model.arch.bias);
     let (idx, _) = batch(17, 3, 40, 65);
     let original = logits_of(&d.join("run"), 1, false, &idx);
@@ -98,7 +97,7 @@ fn a_run_exported_to_hf_and_imported_back_gives_its_logits_at_tp_1_2_and_4() {
     ]);
     let tuned = read_config(&d.join("tuned")).unwrap();
     assert_eq!(tuned.model.arch, cfg.model.arch);
-    assert_eq!(tuned.model.pattern, "tstt");
+    assert_eq!(tuned.model.pattern.as_str(), "tstt");
 }
 
 /// Random weights in the published GPT-2 124M's file layout.

@@ -10,7 +10,7 @@ use crate::common::*;
 use candle_core::Tensor;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tp_harness::blocks::{BlockLayout, Fwd};
+use tp_harness::blocks::Fwd;
 use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
 use tp_harness::run_dir::{latest, read_config as read_run_config, Checkpoint};
@@ -96,7 +96,7 @@ fn train_100_checkpoint_resume_to_200_equals_an_uninterrupted_200_step_run_bitwi
 fn loss_at_tp(ck: &Checkpoint, run: &Path, tp: usize, idx: &Tensor, tgt: &Tensor) -> f32 {
     let cfg = read_run_config(run).unwrap();
     let mcfg = cfg.model_config(ck.weights["wte"].dim(0).unwrap()).unwrap();
-    let layout = BlockLayout::parse(&cfg.model.pattern).unwrap();
+    let layout = cfg.layout().clone();
     on_tp_threads(tp, |comm| {
         let model = Gpt::build(
             &mcfg,

@@ -1,8 +1,9 @@
 //! A rank's timeline of a few chosen steps (`trace: true`): what it computed and when it
 //! waited, and each collective from its start to its result with the window in which it
 //! ran while the rank computed. Off, it costs one atomic load where a span would begin.
-//! The recorder lives in the rank's [`super::Tally`], which every counted collective and
-//! every block of the rank already reaches.
+//! A recorder of spans on two tracks, knowing nothing of what it records: it lives in the
+//! rank's tally (`comm::Tally`), which every counted collective and every block of the
+//! rank already reaches.
 
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};

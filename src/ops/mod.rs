@@ -12,6 +12,8 @@ pub mod cuda;
 pub mod fastmath;
 #[cfg(target_arch = "x86_64")]
 pub mod fastmath_avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod fastmath_avx512;
 pub mod fused;
 pub mod gemm;
 pub mod peak;

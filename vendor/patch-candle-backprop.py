@@ -1,7 +1,13 @@
 """Rewrites candle-core's backprop.rs so that a gradient's first contribution is stored
-as it is instead of being added to a zero-filled tensor (GradStore::accumulate)."""
-import re, sys
-src = open(sys.argv[1]).read()
+as it is instead of being added to a zero-filled tensor (GradStore::accumulate), and an
+index_select's gradient rows are added in place into a gradient no other tensor shares
+(GradStore::index_add_in_place, with Tensor::is_sole_owner added to tensor.rs).
+
+    patch-candle-backprop.py PRISTINE/src OUT/src   (reads and writes backprop.rs, tensor.rs)
+"""
+import os, re, sys
+src_dir, out_dir = sys.argv[1], sys.argv[2]
+src = open(os.path.join(src_dir, "backprop.rs")).read()
 lines = src.split("\n")
 out = []
 pending = {}  # var -> (arg, index in out of the let line)
@@ -67,5 +73,82 @@ accumulate = '''
 anchor = "    fn or_insert(&mut self, tensor: &Tensor) -> Result<&mut Tensor> {"
 assert anchor in text
 text = text.replace(anchor, accumulate.lstrip("\n") + "\n" + anchor)
-open(sys.argv[2], "w").write(text)
+
+# An index_select's backward (an embedding lookup's) added its rows with the out-of-place
+# index_add: a copy of the whole gradient (GPT-2's tied 50304 x 768 embedding and head:
+# 154 MB) to add a few rows into it.
+select_old = """                    Op::IndexSelect(arg, indexes, dim) => {
+                        let sum_grad = grads.or_insert(arg)?;
+                        // index_select accepts strided ids but index_add requires contiguous ones.
+                        let indexes = indexes.contiguous()?;
+                        *sum_grad = sum_grad.index_add(&indexes, &grad, *dim)?;
+                    }"""
+select_new = """                    Op::IndexSelect(arg, indexes, dim) => {
+                        // index_select accepts strided ids but index_add requires contiguous ones.
+                        let indexes = indexes.contiguous()?;
+                        if !grads.index_add_in_place(arg, &indexes, &grad, *dim)? {
+                            let sum_grad = grads.or_insert(arg)?;
+                            *sum_grad = sum_grad.index_add(&indexes, &grad, *dim)?;
+                        }
+                    }"""
+assert select_old in text
+text = text.replace(select_old, select_new)
+in_place = '''
+    /// Adds the rows of `src` into rows `ids` of the gradient of `tensor` in place, as
+    /// `index_add` on dimension 0 would, where that gradient exists and is a contiguous f32
+    /// CPU matrix that no other tensor shares; returns whether it did. The same adds in
+    /// the same order as the out-of-place `index_add`: the same bits, without its copy.
+    fn index_add_in_place(&mut self, tensor: &Tensor, ids: &Tensor, src: &Tensor, dim: usize) -> Result<bool> {
+        use crate::{CpuStorage, DType, Storage};
+        let Some(acc) = self.0.get(&tensor.id()) else {
+            return Ok(false);
+        };
+        let fits = dim == 0
+            && acc.rank() == 2
+            && acc.dtype() == DType::F32
+            && src.dtype() == DType::F32
+            && ids.dtype() == DType::U32
+            && acc.device().is_cpu()
+            && acc.layout().is_contiguous()
+            && acc.layout().start_offset() == 0
+            && acc.is_sole_owner();
+        if !fits {
+            return Ok(false);
+        }
+        let (rows, width) = acc.dims2()?;
+        let ids = ids.flatten_all()?.to_vec1::<u32>()?;
+        let src = src.flatten_all()?.to_vec1::<f32>()?;
+        if src.len() != ids.len() * width {
+            return Ok(false);
+        }
+        let mut storage = acc.storage_mut();
+        let Storage::Cpu(CpuStorage::F32(data)) = &mut *storage else {
+            return Ok(false);
+        };
+        for (row, &id) in src.chunks_exact(width).zip(&ids) {
+            let id = id as usize;
+            if id >= rows {
+                Err(Error::InvalidIndex { op: "index-add", index: id, size: rows }.bt())?
+            }
+            for (d, &s) in data[id * width..(id + 1) * width].iter_mut().zip(row) {
+                *d += s
+            }
+        }
+        Ok(true)
+    }
+'''
+text = text.replace(anchor, in_place.lstrip("\n") + "\n" + anchor)
+open(os.path.join(out_dir, "backprop.rs"), "w").write(text)
 print(f"{text.count('grads.accumulate(')} accumulations rewritten", file=sys.stderr)
+
+tensor = open(os.path.join(src_dir, "tensor.rs")).read()
+anchor = "    /// Acquire write lock on storage and returns guard."
+assert anchor in tensor
+sole = """    /// Whether this handle is the only one on its storage (no clone of it, no view of
+    /// it): an in-place write through it changes no other tensor.
+    pub(crate) fn is_sole_owner(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.storage) == 1
+    }
+
+"""
+open(os.path.join(out_dir, "tensor.rs"), "w").write(tensor.replace(anchor, sole + anchor))

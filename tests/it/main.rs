@@ -31,5 +31,6 @@ mod tensorboard;
 mod time_model;
 mod trace;
 mod training_invariants;
+mod vendored_backprop;
 mod vocab_parallel;
 mod workflow;

@@ -423,10 +423,12 @@ impl Tensor {
                         grads.accumulate(src, src_grad.clone())?;
                     }
                     Op::IndexSelect(arg, indexes, dim) => {
-                        let sum_grad = grads.or_insert(arg)?;
                         // index_select accepts strided ids but index_add requires contiguous ones.
                         let indexes = indexes.contiguous()?;
-                        *sum_grad = sum_grad.index_add(&indexes, &grad, *dim)?;
+                        if !grads.index_add_in_place(arg, &indexes, &grad, *dim)? {
+                            let sum_grad = grads.or_insert(arg)?;
+                            *sum_grad = sum_grad.index_add(&indexes, &grad, *dim)?;
+                        }
                     }
                     Op::Matmul(lhs, rhs) => {
                         // Skipping checks, the op went ok, we can skip
@@ -716,6 +718,49 @@ impl GradStore {
             }
         }
         Ok(())
+    }
+
+    /// Adds the rows of `src` into rows `ids` of the gradient of `tensor` in place, as
+    /// `index_add` on dimension 0 would, where that gradient exists and is a contiguous f32
+    /// CPU matrix that no other tensor shares; returns whether it did. The same adds in
+    /// the same order as the out-of-place `index_add`: the same bits, without its copy.
+    fn index_add_in_place(&mut self, tensor: &Tensor, ids: &Tensor, src: &Tensor, dim: usize) -> Result<bool> {
+        use crate::{CpuStorage, DType, Storage};
+        let Some(acc) = self.0.get(&tensor.id()) else {
+            return Ok(false);
+        };
+        let fits = dim == 0
+            && acc.rank() == 2
+            && acc.dtype() == DType::F32
+            && src.dtype() == DType::F32
+            && ids.dtype() == DType::U32
+            && acc.device().is_cpu()
+            && acc.layout().is_contiguous()
+            && acc.layout().start_offset() == 0
+            && acc.is_sole_owner();
+        if !fits {
+            return Ok(false);
+        }
+        let (rows, width) = acc.dims2()?;
+        let ids = ids.flatten_all()?.to_vec1::<u32>()?;
+        let src = src.flatten_all()?.to_vec1::<f32>()?;
+        if src.len() != ids.len() * width {
+            return Ok(false);
+        }
+        let mut storage = acc.storage_mut();
+        let Storage::Cpu(CpuStorage::F32(data)) = &mut *storage else {
+            return Ok(false);
+        };
+        for (row, &id) in src.chunks_exact(width).zip(&ids) {
+            let id = id as usize;
+            if id >= rows {
+                Err(Error::InvalidIndex { op: "index-add", index: id, size: rows }.bt())?
+            }
+            for (d, &s) in data[id * width..(id + 1) * width].iter_mut().zip(row) {
+                *d += s
+            }
+        }
+        Ok(true)
     }
 
     fn or_insert(&mut self, tensor: &Tensor) -> Result<&mut Tensor> {

@@ -2763,6 +2763,12 @@ impl Tensor {
         self.storage.read_recursive()
     }
 
+    /// Whether this handle is the only one on its storage (no clone of it, no view of
+    /// it): an in-place write through it changes no other tensor.
+    pub(crate) fn is_sole_owner(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.storage) == 1
+    }
+
     /// Acquire write lock on storage and returns guard.
     pub(crate) fn storage_mut(&self) -> StorageMutRef<'_> {
         self.storage.write()

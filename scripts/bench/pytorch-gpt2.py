@@ -112,6 +112,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=65)
     ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--block-size", type=int, help="sequence length (default: the preset's)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -130,6 +131,7 @@ def main():
         torch.backends.cudnn.allow_tf32 = a.tf32
     n_layer, n_head, c, block, batch = PRESETS[a.preset]
     batch = a.batch_size or batch
+    block = a.block_size or block
     Block.sdpa = a.sdpa
     # As our presets: GPT-2 124M has biases and tanh GELU, the small ones neither.
     gpt2 = a.preset == "gpt2"

@@ -344,6 +344,17 @@ impl ReduceSum<'_> {
                     }
                     return Ok(dst);
                 };
+                let reduce_over_first_dims =
+                    self.reduce_dims.iter().enumerate().all(|(i, &v)| v == i);
+                if reduce_over_first_dims && !dst.is_empty() {
+                    let kept = dst.len();
+                    for row in src.chunks_exact(kept) {
+                        for (d, &s) in dst.iter_mut().zip(row) {
+                            *d += s;
+                        }
+                    }
+                    return Ok(dst);
+                }
                 for (unstr_index, &src) in src.iter().enumerate() {
                     let mut dst_index = unstr_index;
                     // Set the reduce_dims indexes to 0.

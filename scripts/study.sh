@@ -151,7 +151,7 @@ if all_there study_depth; then
     --out "$OUT/depth" > /dev/null
   target=$(awk -F, '$1 == 12 && $4 == 2 && $6 == "12xt" { print $10 }' "$OUT/depth/penalty.csv")
   # shellcheck disable=SC2046
-  "$BIN/tp-plot" $(runs study_depth) --out "$OUT/depth/time" --x time --link 1:50 --link 0.1:50 \
+  "$BIN/tp-plot" $(runs study_depth | grep -v "pattern=6x_sp_$") --out "$OUT/depth/time" --x time --link 1:50 --link 0.1:50 \
     ${target:+--target "$target"} > /dev/null
   machine_note > "$OUT/depth/MACHINE.md"
 fi

@@ -2,7 +2,7 @@
 //! format (opens in Perfetto and chrome://tracing): a process per rank, its thread 0 the
 //! compute track, threads 1.. its collectives (a lane each for collectives in flight at
 //! once, as a ladder's are). Written and read back (`tp-plot --timeline`) through these
-//! types.
+//! types, with its `format_version` as every run-directory record.
 
 use crate::config::RunConfig;
 use crate::util::trace::{Span, Track};
@@ -188,7 +188,8 @@ impl TraceFile {
 
     pub fn write(&self, run: &Path) -> Result<PathBuf> {
         let path = run.join(TRACE_FILE);
-        write_atomic(&path, serde_json::to_string(self)?.as_bytes())?;
+        // Compact, with its format like every record (Perfetto ignores the extra key).
+        write_atomic(&path, super::versioned::to_json_line(self)?.as_bytes())?;
         Ok(path)
     }
 
@@ -201,7 +202,6 @@ impl TraceFile {
                 run.display()
             ))
         })?;
-        serde_json::from_str(&text)
-            .map_err(|e| crate::error::user(format!("{} cannot be read: {e}", path.display())))
+        super::versioned::from_json(&text, &path)
     }
 }

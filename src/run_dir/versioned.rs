@@ -1,5 +1,5 @@
 //! The format of a run directory's JSON records (`summary.json`, `comm.json`,
-//! `eval.json`, `scan.json`, `bench.json`, and each line of `log.jsonl`, which a resume by
+//! `eval.json`, `scan.json`, `bench.json`, `trace.json`, and each line of `log.jsonl`, which a resume by
 //! a newer build may append to): each carries `format_version`, stamped by the one writer
 //! here and checked by the one reader. A record of a newer format than this
 //! build knows is refused in one line naming both; an older one is brought up to this
@@ -31,7 +31,7 @@ pub fn to_json<T: Serialize>(record: &T) -> Result<String> {
     Ok(serde_json::to_string_pretty(&stamped)?)
 }
 
-/// `record` as one line of a JSON-lines file (no newline).
+/// `record` as compact JSON: one line of a JSON-lines file (no newline), or a large file.
 pub fn to_json_line<T: Serialize>(record: &T) -> Result<String> {
     let stamped = Stamped {
         format_version: RECORD_FORMAT,

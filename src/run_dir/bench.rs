@@ -172,7 +172,7 @@ impl BenchResult {
 
     pub fn line(&self) -> String {
         format!(
-            "{} {} tp {} dp {} on {} {} ({} thread(s)/rank, {} kernels{}): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it{}",
+            "{} {} tp {} dp {} on {} {} ({} thread(s)/rank, {} kernels{}): {:.1} ms/step, {:.0} tokens/s | forward {:.1} ms, backward {:.1} ms, grad sync + norm {:.1} ms, optimizer {:.1} ms; communication {:.1} ms of it{}",
             self.preset,
             self.pattern,
             self.tp,

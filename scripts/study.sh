@@ -29,7 +29,9 @@
 #   configs/sweeps/study_length.yaml      mini, tp 2, 6000 iterations, 4 patterns x 4 seeds
 #   configs/sweeps/study_size.yaml        6 x 256, tp 2, 4 patterns x 3 seeds
 # Issue 35's (plots/study/depth/ and plots/study/names/; study_power_tp2 is its 4-layer
-# reference): 140 runs, about 17 hours on 2 cores (AMD EPYC Zen 3, 2026-11-25):
+# reference, re-trained with its records kept): 140 runs and the 48 of study_power_tp2,
+# 6.5 hours of training steps on 2-core AMD EPYC VMs (family 25 model 1 and family 26
+# model 2; wall time about twice that with evaluations), 2026-11-25:
 #   configs/sweeps/study_depth.yaml       12 x 128, tp 2, 8 layouts x 8 seeds
 #   configs/sweeps/study_depth_tp4.yaml   12 x 128, tp 4, 4 layouts x 4 seeds
 #   configs/sweeps/study_names.yaml       mini on the names corpus, 6 patterns x 8 seeds

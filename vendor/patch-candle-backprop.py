@@ -3,7 +3,8 @@ as it is instead of being added to a zero-filled tensor (GradStore::accumulate),
 index_select's gradient rows are added in place into a gradient no other tensor shares
 (GradStore::index_add_in_place, with Tensor::is_sole_owner added to tensor.rs), and
 the CPU sum over leading dimensions (a bias's or a broadcast's gradient) runs row after
-row instead of dividing out every element's index (cpu_backend/mod.rs).
+row instead of dividing out every element's index (cpu_backend/mod.rs), and
+Tensor::backward_with calls back as each variable's gradient becomes final.
 
     patch-candle-backprop.py PRISTINE/src OUT/src
         (reads and writes backprop.rs, tensor.rs, cpu_backend/mod.rs)
@@ -141,6 +142,39 @@ in_place = '''
     }
 '''
 text = text.replace(anchor, in_place.lstrip("\n") + "\n" + anchor)
+# 4. A callback where each variable's gradient is final: the sorted nodes put a variable
+# after every op that reads it, so reaching it in the loop means its gradient is complete
+# (data-parallel buckets start their sums there while the rest of backprop runs).
+backward_old = """    pub fn backward(&self) -> Result<GradStore> {
+        let sorted_nodes = self.sorted_nodes();
+        let mut grads = GradStore::new();
+        grads.insert(self, self.ones_like()?.contiguous()?);
+        for node in sorted_nodes.iter() {
+            if node.is_variable() {
+                continue;
+            }"""
+backward_new = """    pub fn backward(&self) -> Result<GradStore> {
+        self.backward_with(|_, _| Ok(()))
+    }
+
+    /// [`Tensor::backward`], calling `on_final(variable, grads)` as soon as a variable's
+    /// gradient is complete (every op that reads the variable has been differentiated),
+    /// while the rest of the backward pass is still to run. The callback may take the
+    /// gradient out of `grads`.
+    pub fn backward_with(
+        &self,
+        mut on_final: impl FnMut(&Tensor, &mut GradStore) -> Result<()>,
+    ) -> Result<GradStore> {
+        let sorted_nodes = self.sorted_nodes();
+        let mut grads = GradStore::new();
+        grads.insert(self, self.ones_like()?.contiguous()?);
+        for node in sorted_nodes.iter() {
+            if node.is_variable() {
+                on_final(node, &mut grads)?;
+                continue;
+            }"""
+assert backward_old in text
+text = text.replace(backward_old, backward_new)
 open(os.path.join(out_dir, "backprop.rs"), "w").write(text)
 print(f"{text.count('grads.accumulate(')} accumulations rewritten", file=sys.stderr)
 

@@ -87,6 +87,8 @@ impl RunConfig {
                 tf32: false,
                 vocab_parallel: false,
                 comm_dtype: CommDtype::F32,
+                overlap_grad_reduce: true,
+                ddp_bucket_mb: 25.0,
             },
             eval: EvalConfig {
                 eval_interval: 250,

@@ -114,6 +114,20 @@ pub struct ParallelConfig {
     /// What the TP activation and activation-gradient all-reduces travel in: `f32`
     /// (exact), or compressed `bf16`, `fp8`, `int8` (blocks.md's two-step all-reduce).
     pub comm_dtype: CommDtype,
+    /// Start the gradient sums (data-parallel means, TP sums of partial gradients) bucket
+    /// by bucket during backprop, as PyTorch's DDP and Megatron's `overlap_grad_reduce`
+    /// do, instead of in one bucket after it. The same sums, the same bits.
+    pub overlap_grad_reduce: bool,
+    /// The size of those buckets in MiB (PyTorch's `bucket_cap_mb`, default 25): smaller
+    /// buckets start sooner and hide more on small models, at one collective each.
+    pub ddp_bucket_mb: f64,
+}
+
+impl ParallelConfig {
+    /// A gradient bucket's size in bytes.
+    pub fn grad_bucket_bytes(&self) -> usize {
+        (self.ddp_bucket_mb * 1024.0 * 1024.0) as usize
+    }
 }
 
 /// Evaluation, logging and the closing sample.

@@ -76,6 +76,12 @@ impl RunConfig {
         }
         finite_at_least("link_gbps", self.parallel.link_gbps, 0.0)?;
         finite_at_least("link_latency_us", self.parallel.link_latency_us, 0.0)?;
+        if !(self.parallel.ddp_bucket_mb > 0.0 && self.parallel.ddp_bucket_mb.is_finite()) {
+            user_bail!(
+                "ddp_bucket_mb must be a positive number of MiB (25 as PyTorch's DDP), got {}",
+                self.parallel.ddp_bucket_mb
+            );
+        }
         if !(self.eval.sample_temperature > 0.0 && self.eval.sample_temperature.is_finite()) {
             user_bail!(
                 "sample_temperature must be a positive number, got {}",

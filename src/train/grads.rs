@@ -10,7 +10,8 @@ use crate::ops::simd::simd_kernel;
 use crate::tp::{ParamKind, ParamRegistry};
 use anyhow::Result;
 use candle_core::backprop::GradStore;
-use candle_core::{CpuStorage, DType, Storage, Tensor};
+use candle_core::{CpuStorage, DType, Storage, Tensor, TensorId};
+use std::collections::HashMap;
 
 pub struct GradBuffer {
     /// The gradient of each parameter, registry order, the parameter's (local) shape;
@@ -19,6 +20,8 @@ pub struct GradBuffer {
     /// A zero of each parameter's shape, made once.
     zeros: Vec<Tensor>,
     kinds: Vec<ParamKind>,
+    /// Each parameter's index, by its variable's id (what backprop names it by).
+    index: HashMap<TensorId, usize>,
 }
 
 simd_kernel! {
@@ -89,6 +92,11 @@ impl GradBuffer {
                 .map(|p| p.var.zeros_like())
                 .collect::<candle_core::Result<_>>()?,
             kinds: reg.iter().map(|p| p.kind).collect(),
+            index: reg
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.var.as_tensor().id(), i))
+                .collect(),
         })
     }
 
@@ -109,27 +117,76 @@ impl GradBuffer {
     /// Adds `scale * grad` of every parameter from a backward pass. A parameter that the
     /// loss does not reach keeps its gradient.
     pub fn accumulate(&mut self, reg: &ParamRegistry, grads: &GradStore, scale: f32) -> Result<()> {
-        for (p, acc) in reg.iter().zip(&mut self.grads) {
-            let Some(g) = grads.get(p.var.as_tensor()) else {
-                continue;
-            };
-            let g = if scale == 1.0 {
-                g.clone()
-            } else {
-                times(g, scale)?
-            };
-            *acc = Some(match acc.take() {
-                None => g,
-                Some(a) => (a + g)?,
-            });
+        for (i, p) in reg.iter().enumerate() {
+            if let Some(g) = grads.get(p.var.as_tensor()) {
+                self.add(i, g, scale)?;
+            }
         }
         Ok(())
+    }
+
+    /// Adds `scale * g` to the gradient of parameter `i`.
+    pub fn add(&mut self, i: usize, g: &Tensor, scale: f32) -> Result<()> {
+        let g = if scale == 1.0 {
+            g.clone()
+        } else {
+            times(g, scale)?
+        };
+        let acc = &mut self.grads[i];
+        *acc = Some(match acc.take() {
+            None => g,
+            Some(a) => (a + g)?,
+        });
+        Ok(())
+    }
+
+    /// The index of the parameter whose variable `t` is, if it is one of them.
+    pub fn index_of(&self, t: &Tensor) -> Option<usize> {
+        self.index.get(&t.id()).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.grads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.grads.is_empty()
+    }
+
+    pub fn kind(&self, i: usize) -> ParamKind {
+        self.kinds[i]
+    }
+
+    /// The bytes of parameter `i`'s gradient (f32).
+    pub fn bytes(&self, i: usize) -> usize {
+        self.zeros[i].elem_count() * 4
     }
 
     fn indices(&self, pick: impl Fn(ParamKind) -> bool) -> Vec<usize> {
         (0..self.grads.len())
             .filter(|&i| pick(self.kinds[i]))
             .collect()
+    }
+
+    /// The gradients `ids` flattened into one bucket, in that order.
+    pub fn flatten(&self, ids: &[usize]) -> Result<Tensor> {
+        let flat: Vec<Tensor> = ids
+            .iter()
+            .map(|&i| self.get(i).flatten_all())
+            .collect::<candle_core::Result<_>>()?;
+        Ok(Tensor::cat(&flat, 0)?)
+    }
+
+    /// Takes the gradients `ids` back from `bucket` ([`Self::flatten`]'s layout).
+    pub fn unflatten(&mut self, ids: &[usize], bucket: &Tensor) -> Result<()> {
+        let mut at = 0;
+        for &i in ids {
+            let shape = self.zeros[i].shape();
+            let n = shape.elem_count();
+            self.grads[i] = Some(bucket.narrow(0, at, n)?.reshape(shape)?);
+            at += n;
+        }
+        Ok(())
     }
 
     /// One collective over the gradients `ids`, flattened into one bucket.
@@ -141,19 +198,8 @@ impl GradBuffer {
         if ids.is_empty() {
             return Ok(());
         }
-        let flat: Vec<Tensor> = ids
-            .iter()
-            .map(|&i| self.get(i).flatten_all())
-            .collect::<candle_core::Result<_>>()?;
-        let bucket = reduce(&Tensor::cat(&flat, 0)?)?;
-        let mut at = 0;
-        for &i in ids {
-            let shape = self.zeros[i].shape();
-            let n = shape.elem_count();
-            self.grads[i] = Some(bucket.narrow(0, at, n)?.reshape(shape)?);
-            at += n;
-        }
-        Ok(())
+        let bucket = reduce(&self.flatten(ids)?)?;
+        self.unflatten(ids, &bucket)
     }
 
     /// Sums the gradients of `ReplicatedPartial` parameters over the TP group in one

@@ -9,6 +9,7 @@ pub mod compute_clock;
 pub mod context;
 pub mod full_eval;
 pub mod generate;
+pub mod grad_buckets;
 pub mod grads;
 pub mod hooks;
 pub mod memory;

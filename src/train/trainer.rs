@@ -9,6 +9,7 @@ mod save;
 use super::compute_clock::ComputeClock;
 use super::context::RankContext;
 use super::generate::{generate, SampleOptions};
+use super::grad_buckets::{backward_into, OverlappedSync};
 use super::grads::GradBuffer;
 use super::hooks::Hooks;
 use super::memory;
@@ -44,6 +45,8 @@ pub struct Trainer<'a> {
     model: Gpt,
     opt: AdamW,
     grads: GradBuffer,
+    /// The gradient sums the last backward pass started, bucket by bucket.
+    overlapped: Option<OverlappedSync>,
     sched: CosineSchedule,
     batcher: Batcher<'a>,
     /// Optimiser steps completed: the next step to run.
@@ -114,6 +117,7 @@ impl<'a> Trainer<'a> {
             hooks,
             opt,
             grads,
+            overlapped: None,
             sched: CosineSchedule {
                 learning_rate: o.learning_rate,
                 min_lr: o.min_lr,
@@ -378,10 +382,15 @@ impl<'a> Trainer<'a> {
             loss_sum += l;
             let t1 = Instant::now();
             let backward = trace.span("pass", || format!("backward {micro}"));
-            let g = loss.backward()?;
-            self.grads
-                .accumulate(self.model.params(), &g, 1.0 / accum as f32)?;
-            drop(g);
+            // The last pass finishes the gradients: their sums start as they do.
+            let p = &self.cfg.parallel;
+            let (tp, dp) = (&self.ctx.tp, &self.ctx.dp);
+            self.overlapped = (micro + 1 == accum
+                && p.overlap_grad_reduce
+                && OverlappedSync::needed(&self.grads, tp, dp))
+            .then(|| OverlappedSync::new(&self.grads, p.grad_bucket_bytes(), tp, dp));
+            let scale = 1.0 / accum as f32;
+            backward_into(&loss, &mut self.grads, scale, self.overlapped.as_mut())?;
             self.wait_for_device()?;
             drop(backward);
             phases.forward += (t1 - t0).as_secs_f64();
@@ -403,8 +412,13 @@ impl<'a> Trainer<'a> {
         let tally = self.ctx.tally.clone();
         let trace = tally.trace();
         let sync = trace.span("sync", || "gradient sync".into());
-        self.grads.sync_tp_partial(&self.ctx.tp)?;
-        self.grads.average_dp(&self.ctx.dp)?;
+        match self.overlapped.take() {
+            Some(started) => started.finish(&mut self.grads)?,
+            None => {
+                self.grads.sync_tp_partial(&self.ctx.tp)?;
+                self.grads.average_dp(&self.ctx.dp)?;
+            }
+        }
         let norm = self.grads.global_norm(&self.ctx.tp)?;
         drop(sync);
         self.guard(norm, "the gradient norm")?;

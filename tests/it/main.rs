@@ -19,6 +19,7 @@ mod ladder_equals_blocks_md;
 mod layering;
 mod mpi;
 mod nothing_lost;
+mod overlapped_grads;
 mod plot;
 mod s_and_p_equal_blocks_md;
 mod scan;

@@ -45,15 +45,22 @@ pub struct CommShape {
     pub dp: usize,
     pub vocab_parallel: bool,
     pub gradient_accumulation_steps: usize,
+    /// The gradient buckets' size in bytes where backprop starts their sums (none: one
+    /// bucket after backprop, as before overlapped sums, or nothing to sum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_bucket_bytes: Option<u64>,
 }
 
 impl CommShape {
     pub fn of(cfg: &RunConfig) -> Self {
+        let p = &cfg.parallel;
         Self {
-            tp: cfg.parallel.tp,
-            dp: cfg.parallel.dp,
-            vocab_parallel: cfg.parallel.vocab_parallel,
+            tp: p.tp,
+            dp: p.dp,
+            vocab_parallel: p.vocab_parallel,
             gradient_accumulation_steps: cfg.optim.gradient_accumulation_steps,
+            grad_bucket_bytes: (p.overlap_grad_reduce && p.tp * p.dp > 1)
+                .then(|| p.grad_bucket_bytes() as u64),
         }
     }
 }
@@ -62,8 +69,15 @@ impl std::fmt::Display for CommShape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "tp {} x dp {}, vocab_parallel {}, gradient_accumulation_steps {}",
-            self.tp, self.dp, self.vocab_parallel, self.gradient_accumulation_steps
+            "tp {} x dp {}, vocab_parallel {}, gradient_accumulation_steps {}, {}",
+            self.tp,
+            self.dp,
+            self.vocab_parallel,
+            self.gradient_accumulation_steps,
+            match self.grad_bucket_bytes {
+                Some(b) => format!("gradient sums started in buckets of {b} bytes"),
+                None => "gradient sums in one bucket after backprop".into(),
+            }
         )
     }
 }

@@ -281,3 +281,21 @@ fn a_checkpoint_written_under_mpirun_resumes_in_threads_exactly() {
     };
     assert!(w("split") == w("whole"), "final weights differ");
 }
+
+/// Gradient sums started bucket by bucket during backprop, with MPI processes, train as
+/// one bucket after backprop with ranks as threads, to the bit (losses, weights, moments).
+#[test]
+fn mpirun_overlapped_gradient_sums_equal_one_bucket_in_threads_bit_for_bit() {
+    use crate::overlapped_grads::{overlap_args, trained};
+    let d = scratch("overlap-mpi");
+    for pattern in ["tttt", "sppp", "llll"] {
+        let (m, t) = (format!("{pattern}-mpi"), format!("{pattern}-threads"));
+        let on = overlap_args(pattern, "overlap_grad_reduce=true", &m);
+        ok(&mpirun(&d, 4, &on, &[]));
+        let off = overlap_args(pattern, "overlap_grad_reduce=false", &t);
+        ok(&threads(&d, &off));
+        let (a, b) = (trained(&d.join(&m)), trained(&d.join(&t)));
+        assert_eq!(a.0, b.0, "{pattern}: the logs differ");
+        assert!(a.1 == b.1, "{pattern}: the final weights or moments differ");
+    }
+}

@@ -163,11 +163,23 @@ impl Tensor {
     }
 
     pub fn backward(&self) -> Result<GradStore> {
+        self.backward_with(|_, _| Ok(()))
+    }
+
+    /// [`Tensor::backward`], calling `on_final(variable, grads)` as soon as a variable's
+    /// gradient is complete (every op that reads the variable has been differentiated),
+    /// while the rest of the backward pass is still to run. The callback may take the
+    /// gradient out of `grads`.
+    pub fn backward_with(
+        &self,
+        mut on_final: impl FnMut(&Tensor, &mut GradStore) -> Result<()>,
+    ) -> Result<GradStore> {
         let sorted_nodes = self.sorted_nodes();
         let mut grads = GradStore::new();
         grads.insert(self, self.ones_like()?.contiguous()?);
         for node in sorted_nodes.iter() {
             if node.is_variable() {
+                on_final(node, &mut grads)?;
                 continue;
             }
             let grad = grads

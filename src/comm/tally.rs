@@ -95,8 +95,9 @@ pub struct Stat {
     /// Seconds the emulated link model charges for these calls (0 without emulation).
     pub modelled_seconds: f64,
     /// Of `seconds`, the part the rank computed through: from each started collective's
-    /// start to its wait, less the time blocked in other collectives meanwhile (0 for
-    /// blocking calls, and in records written before collectives could be started).
+    /// start to its wait (or to the emulated link's end of it), less the time blocked in
+    /// other collectives meanwhile, each moment counted for one collective of a group
+    /// only (buckets in flight together hide the same work once); 0 for blocking calls.
     #[serde(default)]
     pub hidden_seconds: f64,
     /// Members of the group the calls ran over (the largest, if several).

@@ -4,7 +4,8 @@ index_select's gradient rows are added in place into a gradient no other tensor 
 (GradStore::index_add_in_place, with Tensor::is_sole_owner added to tensor.rs), and
 the CPU sum over leading dimensions (a bias's or a broadcast's gradient) runs row after
 row instead of dividing out every element's index (cpu_backend/mod.rs), and
-Tensor::backward_with calls back as each variable's gradient becomes final.
+Tensor::backward_with calls back as each variable's gradient becomes final
+(Tensor::backward_from: the same from a given output gradient).
 
     patch-candle-backprop.py PRISTINE/src OUT/src
         (reads and writes backprop.rs, tensor.rs, cpu_backend/mod.rs)
@@ -163,11 +164,25 @@ backward_new = """    pub fn backward(&self) -> Result<GradStore> {
     /// gradient out of `grads`.
     pub fn backward_with(
         &self,
+        on_final: impl FnMut(&Tensor, &mut GradStore) -> Result<()>,
+    ) -> Result<GradStore> {
+        self.backward_from(&self.ones_like()?, on_final)
+    }
+
+    /// [`Tensor::backward_with`] from `grad`, the gradient of some loss with respect to
+    /// this tensor (of its shape), instead of this tensor taken as the loss: the backward
+    /// of a part of a graph, driven by hand.
+    pub fn backward_from(
+        &self,
+        grad: &Tensor,
         mut on_final: impl FnMut(&Tensor, &mut GradStore) -> Result<()>,
     ) -> Result<GradStore> {
+        if grad.shape() != self.shape() {
+            crate::bail!("backward_from: a gradient of {:?} for a tensor of {:?}", grad.shape(), self.shape())
+        }
         let sorted_nodes = self.sorted_nodes();
         let mut grads = GradStore::new();
-        grads.insert(self, self.ones_like()?.contiguous()?);
+        grads.insert(self, grad.contiguous()?);
         for node in sorted_nodes.iter() {
             if node.is_variable() {
                 on_final(node, &mut grads)?;

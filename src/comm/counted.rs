@@ -8,7 +8,7 @@
 
 use super::collectives::{Comm, Started};
 use super::compressed;
-use super::link::LinkModel;
+use super::link::{EmulatedLink, LinkModel};
 use super::quantise::CommDtype;
 use super::tally::{Call, CommKind, Phase, Site, Tally};
 use super::turns::inside_collective;
@@ -30,15 +30,6 @@ pub enum Reduce {
     /// A TP activation or activation-gradient sum (f's backward, g's forward): the sum,
     /// sent compressed as the group's `comm_dtype` says (exact at f32).
     Activation,
-}
-
-/// An emulated link a rank's group shares: it carries one collective after another (a
-/// real link does not carry two at full rate), each for its modelled time.
-#[derive(Clone)]
-struct EmulatedLink {
-    model: LinkModel,
-    /// When the link is done with what it has carried so far.
-    free_at: Arc<Mutex<Instant>>,
 }
 
 /// A communicator plus the tally it reports to. Blocks, gradient sync and evaluation all
@@ -77,10 +68,7 @@ impl CountedComm {
 
     /// Holds every collective to at least `link`'s modelled time (emulated interconnect).
     pub fn with_link(mut self, link: Option<LinkModel>) -> Self {
-        self.link = link.map(|model| EmulatedLink {
-            model,
-            free_at: Arc::new(Mutex::new(Instant::now())),
-        });
+        self.link = link.map(EmulatedLink::new);
         self
     }
 
@@ -346,19 +334,6 @@ impl CountedComm {
             end,
             Default::default(),
         ));
-    }
-}
-
-impl EmulatedLink {
-    /// Books a collective of `bytes` over `n` ranks issued at `t0`: it goes on the link
-    /// when the link is free, for its modelled time. Returns when it is done there, and
-    /// that modelled time in seconds.
-    fn book(&self, t0: Instant, bytes: u64, n: usize) -> (Instant, f64) {
-        let modelled = self.model.allreduce_seconds(bytes, n);
-        let mut free_at = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
-        let due = (*free_at).max(t0) + Duration::from_secs_f64(modelled);
-        *free_at = due;
-        (due, modelled)
     }
 }
 

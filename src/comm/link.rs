@@ -13,6 +13,8 @@
 //! project a run's communication time onto named links from its tally.
 
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The two terms of `calls` ring all-reduces moving `bytes` in total over `n` ranks:
 /// (bits each rank sends, message latencies in sequence). Zero for a group of one.
@@ -92,6 +94,35 @@ pub const NAMED_LINKS: [NamedLink; 6] = [
     link("1gbe", "1 GbE, 1 Gbit/s", 1.0, 50.0),
     link("100mbit", "Fast Ethernet, 100 Mbit/s", 0.1, 50.0),
 ];
+
+/// An emulated link a rank's group shares: it carries one collective after another (a
+/// real link does not carry two at full rate), each for its modelled time.
+#[derive(Clone)]
+pub(crate) struct EmulatedLink {
+    model: LinkModel,
+    /// When the link is done with what it has carried so far.
+    free_at: Arc<Mutex<Instant>>,
+}
+
+impl EmulatedLink {
+    pub(crate) fn new(model: LinkModel) -> Self {
+        Self {
+            model,
+            free_at: Arc::new(Mutex::new(Instant::now())),
+        }
+    }
+
+    /// Books a collective of `bytes` over `n` ranks issued at `t0`: it goes on the link
+    /// when the link is free, for its modelled time. Returns when it is done there, and
+    /// that modelled time in seconds.
+    pub(crate) fn book(&self, t0: Instant, bytes: u64, n: usize) -> (Instant, f64) {
+        let modelled = self.model.allreduce_seconds(bytes, n);
+        let mut free_at = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
+        let due = (*free_at).max(t0) + Duration::from_secs_f64(modelled);
+        *free_at = due;
+        (due, modelled)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,7 @@ pub mod fastmath_avx2;
 pub mod fastmath_avx512;
 pub mod fused;
 pub mod gemm;
+pub mod hand_backward;
 pub mod peak;
 pub mod profile;
 pub mod simd;

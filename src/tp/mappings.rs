@@ -1,9 +1,10 @@
 //! The conjugate operators of Megatron-LM, as candle autograd ops.
 //!
 //! - `copy_to_tp` (f): forward copy, backward all-reduce.
-//! - `reduce_from_tp` (g): forward all-reduce, backward copy. `start_reduce_from_tp` is
-//!   g started, its sum waited for later (the ladder block's overlap); `reduce_from_tp`
-//!   is that start waited for at once.
+//! - `reduce_from_tp` (g): forward all-reduce, backward copy.
+//!
+//! The ladder block (`blocks/l.rs`) starts both collectives and waits for them a module
+//! later, forward and backward; it drives its own backward and calls the group directly.
 //!
 //! They stay visible at the call site (the blocks) instead of hiding inside the linears:
 //! in `s` and `p` the MLP input is rank-local, where a built-in `f` would be wrong.
@@ -13,7 +14,7 @@
 //! `comm_dtype` says (straight-through: the backward of a quantised g is the identity,
 //! as of an exact one).
 
-use crate::comm::{CommKind, CountedComm, Reduce, Site, Started};
+use crate::comm::{CommKind, CountedComm, Reduce, Site};
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Storage, Tensor};
 
@@ -35,7 +36,7 @@ where
 }
 
 /// A collective's error inside candle's autograd.
-fn candle(e: anyhow::Error) -> candle_core::Error {
+pub fn into_candle(e: anyhow::Error) -> candle_core::Error {
     candle_core::Error::Msg(format!("{e:#}"))
 }
 
@@ -83,7 +84,7 @@ impl CustomOp1 for CopyToTp {
         let sum = self
             .group
             .all_reduce(&grad, Reduce::Activation, self.site, CommKind::TpBackward);
-        sum.map(Some).map_err(candle)
+        sum.map(Some).map_err(into_candle)
     }
 }
 
@@ -98,31 +99,10 @@ pub fn copy_to_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor>
 
 /// g: forward all-reduce over the TP group, backward identity.
 pub fn reduce_from_tp(x: &Tensor, group: &CountedComm, site: Site) -> Result<Tensor> {
-    g(x, group, site, false)?.wait().map_err(candle)
-}
-
-/// g started: the all-reduce of `x` runs while the caller computes; waiting gives what
-/// [`reduce_from_tp`] gives, bit for bit.
-pub fn start_reduce_from_tp(
-    x: &Tensor,
-    group: &CountedComm,
-    site: Site,
-) -> Result<Started<Tensor>> {
-    g(x, group, site, true)
-}
-
-/// g, started in the `background` or blocking: waiting gives the group's sum of `x` as
-/// the value, with the identity gradient to `x`.
-fn g(x: &Tensor, group: &CountedComm, site: Site, background: bool) -> Result<Started<Tensor>> {
     let x = x.contiguous()?;
     let kind = CommKind::TpForward;
-    let started = group.issue(&x.detach(), Reduce::Activation, site, kind, background);
-    let started = started.map_err(candle)?;
-    let group = group.clone();
-    Ok(Started::later(move || {
-        let sum = started.wait()?;
-        Ok(apply(&x, &group, TakeSum(sum))?)
-    }))
+    let sum = group.all_reduce(&x.detach(), Reduce::Activation, site, kind);
+    apply(&x, group, TakeSum(sum.map_err(into_candle)?))
 }
 
 /// An op whose forward is a sum computed already and whose backward is the identity:
@@ -247,44 +227,33 @@ mod tests {
         Site::Layer(0)
     }
 
-    /// g's value is the group's sum in rank order and its gradient the identity; g
-    /// started and waited for later gives the same bits.
+    /// g's value is the group's sum in rank order and its gradient the identity.
     #[test]
-    fn g_sums_forward_passes_the_gradient_back_and_started_g_equals_it() {
+    fn g_sums_forward_and_passes_the_gradient_back() {
         let value = |rank: usize, i: usize| ((rank * 12 + i) as f32 * 0.91).cos() * 3.0;
         let out = on_two_ranks(|g| {
             let vals: Vec<f32> = (0..12).map(|i| value(g.rank(), i)).collect();
-            let run = |started: bool| {
-                let x = Var::from_vec(vals.clone(), (3, 4), &Device::Cpu).unwrap();
-                let y = if started {
-                    let s = start_reduce_from_tp(x.as_tensor(), &g, site()).unwrap();
-                    s.wait().unwrap()
-                } else {
-                    reduce_from_tp(x.as_tensor(), &g, site()).unwrap()
-                };
-                let w = Tensor::arange(0f32, 12.0, &Device::Cpu)
-                    .unwrap()
-                    .reshape((3, 4))
-                    .unwrap();
-                let grads = (y.clone() * w)
-                    .unwrap()
-                    .sum_all()
-                    .unwrap()
-                    .backward()
-                    .unwrap();
-                let gx = grads.get(x.as_tensor()).unwrap().flatten_all().unwrap();
-                (
-                    y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-                    gx.to_vec1::<f32>().unwrap(),
-                )
-            };
-            (run(false), run(true))
+            let x = Var::from_vec(vals, (3, 4), &Device::Cpu).unwrap();
+            let y = reduce_from_tp(x.as_tensor(), &g, site()).unwrap();
+            let w = Tensor::arange(0f32, 12.0, &Device::Cpu)
+                .unwrap()
+                .reshape((3, 4))
+                .unwrap();
+            let grads = (y.clone() * w)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let gx = grads.get(x.as_tensor()).unwrap().flatten_all().unwrap();
+            (
+                y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                gx.to_vec1::<f32>().unwrap(),
+            )
         });
         let sum: Vec<f32> = (0..12).map(|i| value(0, i) + value(1, i)).collect();
-        for ((y, gx), (y_started, gx_started)) in out {
+        for (y, gx) in out {
             assert_eq!(y, sum);
-            assert_eq!(y_started, y);
-            assert_eq!(gx_started, gx);
             assert_eq!(gx, (0..12).map(|i| i as f32).collect::<Vec<_>>());
         }
     }

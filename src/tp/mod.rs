@@ -10,7 +10,7 @@ pub mod vocab;
 
 pub use layers::{ColumnParallelLinear, RowParallelLinear};
 pub use mappings::{
-    copy_to_tp, reduce_from_tp, share_grad_over_tp, start_reduce_from_tp, trace_mark, MarkAt,
+    copy_to_tp, into_candle, reduce_from_tp, share_grad_over_tp, trace_mark, MarkAt,
 };
 pub use params::{
     gather_logical, Init, Param, ParamBuilder, ParamKind, ParamRegistry, ParamSource, Scope,

@@ -95,11 +95,11 @@ fn tp1_communicates_nothing() {
     assert_eq!((f, b), (0, 0));
 }
 
-/// An `l` block's forward all-reduces are started before the next module and waited for
-/// after it, so the tally records part of their time as hidden; `t`'s are waited for at
-/// once.
+/// An `l` block's all-reduces are started before the next module and waited for after
+/// it, forward and backward, so the tally records part of their time as hidden; `t`'s
+/// are waited for at once.
 #[test]
-fn ladder_forward_allreduces_are_recorded_as_hidden_and_t_ones_are_not() {
+fn ladder_allreduces_are_recorded_as_hidden_both_ways_and_t_ones_are_not() {
     let layout = BlockLayout::parse("tll").unwrap();
     let cfg = small_config(layout.n_layer(), true);
     let (idx, tgt) = batch(1, 2, 8, cfg.vocab_size);
@@ -117,7 +117,12 @@ fn ladder_forward_allreduces_are_recorded_as_hidden_and_t_ones_are_not() {
             assert!(fwd(i).hidden_seconds > 0.0, "l at {i}: {:?}", fwd(i));
             assert!(fwd(i).hidden_seconds <= fwd(i).seconds);
         }
-        let bwd = snap.at(Site::Layer(1), CommKind::TpBackward);
-        assert_eq!(bwd.hidden_seconds, 0.0, "backward all-reduces still block");
+        let bwd = |i| snap.at(Site::Layer(i), CommKind::TpBackward);
+        assert_eq!(bwd(0).hidden_seconds, 0.0, "t: {:?}", bwd(0));
+        for i in [1, 2] {
+            assert_eq!(bwd(i).calls, 2);
+            assert!(bwd(i).hidden_seconds > 0.0, "l at {i}: {:?}", bwd(i));
+            assert!(bwd(i).hidden_seconds <= bwd(i).seconds);
+        }
     }
 }

@@ -172,11 +172,25 @@ impl Tensor {
     /// gradient out of `grads`.
     pub fn backward_with(
         &self,
+        on_final: impl FnMut(&Tensor, &mut GradStore) -> Result<()>,
+    ) -> Result<GradStore> {
+        self.backward_from(&self.ones_like()?, on_final)
+    }
+
+    /// [`Tensor::backward_with`] from `grad`, the gradient of some loss with respect to
+    /// this tensor (of its shape), instead of this tensor taken as the loss: the backward
+    /// of a part of a graph, driven by hand.
+    pub fn backward_from(
+        &self,
+        grad: &Tensor,
         mut on_final: impl FnMut(&Tensor, &mut GradStore) -> Result<()>,
     ) -> Result<GradStore> {
+        if grad.shape() != self.shape() {
+            crate::bail!("backward_from: a gradient of {:?} for a tensor of {:?}", grad.shape(), self.shape())
+        }
         let sorted_nodes = self.sorted_nodes();
         let mut grads = GradStore::new();
-        grads.insert(self, self.ones_like()?.contiguous()?);
+        grads.insert(self, grad.contiguous()?);
         for node in sorted_nodes.iter() {
             if node.is_variable() {
                 on_final(node, &mut grads)?;

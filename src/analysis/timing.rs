@@ -180,7 +180,7 @@ impl StepTiming {
 
     /// Seconds of the step's collectives on `link` that the step waits for: each kind's
     /// ring time, less the compute windows its started all-reduces ran through (the
-    /// ladder's overlap). Summed per kind, which is exact while every call's link time is
+    /// ladder's, forward and backward; the gradient buckets' behind backprop). Summed per kind, which is exact while every call's link time is
     /// at least its window and optimistic where a window outlasts its call.
     pub fn comm_seconds_on(&self, link: &LinkModel) -> f64 {
         self.comm

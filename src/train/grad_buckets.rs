@@ -2,7 +2,9 @@
 //! Megatron's `overlap_grad_reduce` do them. Backprop finishes the gradients in about the
 //! reverse order of their use; each gradient joins the open bucket the moment it is final
 //! ([`candle_core::Tensor::backward_with`] says when), and a bucket that reaches
-//! `ddp_bucket_mb` is sealed and its sums started while backprop goes on: first the TP sum
+//! `ddp_bucket_mb` (the first one at 1 MiB, as PyTorch's `_DEFAULT_FIRST_BUCKET_BYTES`:
+//! the last layers' gradients start moving early) is sealed and its sums started while
+//! backprop goes on: first the TP sum
 //! of its partial gradients (replicated parameters of `s`/`p` blocks), waited for when the
 //! next bucket is sealed, then the data-parallel mean of the whole bucket. Everything is
 //! waited for before the gradient norm.
@@ -30,9 +32,14 @@ struct Bucket {
     dp_mean: Option<Started<Tensor>>,
 }
 
+/// PyTorch DDP's first bucket: small, so the gradients backprop finishes first (the last
+/// layers') start their sums while most of backprop is still to run.
+const FIRST_BUCKET_BYTES: usize = 1024 * 1024;
+
 /// One step's buckets: filled as backprop finishes gradients, finished before the norm.
 pub struct OverlappedSync {
     cap_bytes: usize,
+    sealed: usize,
     tp: CountedComm,
     dp: CountedComm,
     /// Final gradients no bucket holds yet, in the order they became final.
@@ -53,6 +60,7 @@ impl OverlappedSync {
     pub fn new(grads: &GradBuffer, cap_bytes: usize, tp: &CountedComm, dp: &CountedComm) -> Self {
         Self {
             cap_bytes,
+            sealed: 0,
             tp: tp.clone(),
             dp: dp.clone(),
             open: Vec::new(),
@@ -63,14 +71,18 @@ impl OverlappedSync {
     }
 
     /// Parameter `i`'s gradient is final: it joins the open bucket, which is sealed and
-    /// started once it holds `ddp_bucket_mb`.
+    /// started once it holds `ddp_bucket_mb` (the first bucket 1 MiB).
     pub fn on_final(&mut self, i: usize, grads: &mut GradBuffer) -> Result<()> {
         if std::mem::replace(&mut self.in_bucket[i], true) {
             return Ok(());
         }
         self.open.push(i);
         self.open_bytes += grads.bytes(i);
-        if self.open_bytes >= self.cap_bytes {
+        let cap = match self.sealed {
+            0 => self.cap_bytes.min(FIRST_BUCKET_BYTES),
+            _ => self.cap_bytes,
+        };
+        if self.open_bytes >= cap {
             self.seal(grads)?;
         }
         Ok(())
@@ -83,6 +95,7 @@ impl OverlappedSync {
         self.start_means(grads)?;
         let ids = std::mem::take(&mut self.open);
         self.open_bytes = 0;
+        self.sealed += 1;
         let partial: Vec<usize> = ids
             .iter()
             .copied()

@@ -101,3 +101,43 @@ fn overlapped_gradient_sums_train_bit_for_bit_as_one_bucket_after_backprop_at_tp
         assert_eq!(con["bytes"], coff["bytes"], "{pattern}");
     }
 }
+
+/// PyTorch DDP's bucket sizes: the first bucket 1 MiB (the last layers' gradients start
+/// early), the rest `ddp_bucket_mb` (25 MiB): mini's 3.2 MB of gradients at tp 1 x dp 2
+/// go in two buckets, at 1 MiB in four.
+#[test]
+fn the_first_gradient_bucket_is_one_mib_as_pytorch_ddps() {
+    let d = scratch("first-bucket");
+    for (mb, buckets) in [("25", 2.0), ("1", 4.0)] {
+        let out = format!("mb{mb}");
+        let bucket = format!("ddp_bucket_mb={mb}");
+        assert_ok(&tp_train(
+            &d,
+            &[
+                "--pattern",
+                "tttt",
+                "--tp",
+                "1",
+                "--dp",
+                "2",
+                "--set",
+                "max_iters=1",
+                "--set",
+                "eval_interval=0",
+                "--set",
+                "sample_tokens=0",
+                "--set",
+                "final_eval=sampled",
+                "--set",
+                "eval_iters=1",
+                "--set",
+                &bucket,
+                "--out",
+                &out,
+            ],
+        ));
+        let c = dp_grad(&d.join(&out));
+        assert_eq!(c["calls"], buckets, "ddp_bucket_mb={mb}: {c}");
+        assert_eq!(c["bytes"], 3_216_384.0, "ddp_bucket_mb={mb}: {c}");
+    }
+}

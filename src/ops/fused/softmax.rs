@@ -10,14 +10,51 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 struct CausalSoftmax;
 
 /// Row `i` of scores becomes the softmax of `row[..=i] * scale` (scale > 0), zeros after:
-/// by hand at AVX2 ([`causal_softmax_row_avx2`]), auto-vectorised otherwise.
+/// by hand at AVX2 and AVX-512 ([`causal_softmax_row_avx2`], [`causal_softmax_row_avx512`]),
+/// auto-vectorised otherwise.
 pub(super) fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
     #[cfg(target_arch = "x86_64")]
-    if crate::ops::simd::level() == crate::ops::simd::SimdLevel::Avx2 {
+    match crate::ops::simd::level() {
         // SAFETY: the level is AVX2 only where the CPU has AVX2 and FMA.
-        return unsafe { causal_softmax_row_avx2(row, i, scale) };
+        crate::ops::simd::SimdLevel::Avx2 => {
+            return unsafe { causal_softmax_row_avx2(row, i, scale) }
+        }
+        // SAFETY: the level is AVX-512 only where the CPU has AVX-512 F (and more).
+        crate::ops::simd::SimdLevel::Avx512 => {
+            return unsafe { causal_softmax_row_avx512(row, i, scale) }
+        }
+        crate::ops::simd::SimdLevel::Scalar => {}
     }
     causal_softmax_row_auto(row, i, scale)
+}
+
+/// [`causal_softmax_row`] with `fastmath_avx512`'s exponential, sixteen lanes at a time,
+/// the last 1-15 live values under a mask (the auto-vectorised exponential cannot use
+/// FMAs: see `fastmath_avx512`; on a 2-core Intel Xeon the softmax was 5% of mini's step).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn causal_softmax_row_avx512(row: &mut [f32], i: usize, scale: f32) {
+    use crate::ops::fastmath_avx512::exp16;
+    use std::arch::x86_64::*;
+    let (live, masked) = row.split_at_mut(i + 1);
+    let max = fastmath::max(live) * scale;
+    let (vscale, vmax) = (_mm512_set1_ps(scale), _mm512_set1_ps(max));
+    let mut acc = _mm512_setzero_ps();
+    for chunk in live.chunks_mut(16) {
+        let keep: __mmask16 = if chunk.len() == 16 {
+            u16::MAX
+        } else {
+            (1u16 << chunk.len()) - 1
+        };
+        let p = chunk.as_mut_ptr();
+        let x = _mm512_maskz_loadu_ps(keep, p);
+        let e = _mm512_maskz_mov_ps(keep, exp16(_mm512_fmsub_ps(x, vscale, vmax)));
+        _mm512_mask_storeu_ps(p, keep, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    let inv = 1.0 / _mm512_reduce_add_ps(acc);
+    live.iter_mut().for_each(|v| *v *= inv);
+    masked.iter_mut().for_each(|v| *v = 0.0);
 }
 
 /// [`causal_softmax_row`] with `fastmath_avx2`'s exponential, eight lanes at a time (the
@@ -122,4 +159,57 @@ impl CustomOp1 for CausalSoftmax {
 
 pub fn causal_softmax(scores: &Tensor) -> Result<Tensor> {
     scores.contiguous()?.apply_op1(CausalSoftmax)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row length from 1 to 70 (whole vectors and every tail), at every SIMD level
+    /// this CPU has: the softmax of `row[..=i] * scale` to within float rounding of an
+    /// f64 reference, zeros after `i`.
+    #[test]
+    fn causal_softmax_rows_match_an_f64_softmax_at_every_simd_level() {
+        let t = 70;
+        let scale = 0.3;
+        let scores: Vec<f32> = (0..t)
+            .map(|j| ((j * 37 % 23) as f32 - 11.0) * 0.7)
+            .collect();
+        let check = |row: &[f32], i: usize, level: &str| {
+            let max = scores[..=i].iter().fold(f64::MIN, |m, &v| m.max(v as f64)) * scale;
+            let e: Vec<f64> = scores[..=i]
+                .iter()
+                .map(|&v| (v as f64 * scale - max).exp())
+                .collect();
+            let total: f64 = e.iter().sum();
+            for j in 0..t {
+                let want = if j <= i { e[j] / total } else { 0.0 };
+                let got = row[j] as f64;
+                assert!(
+                    (got - want).abs() <= 2e-6 * want.max(1e-3),
+                    "{level}: row {i} column {j}: {got} vs {want}"
+                );
+            }
+        };
+        for i in 0..t {
+            let mut row = scores.clone();
+            causal_softmax_row_auto(&mut row, i, scale as f32);
+            check(&row, i, "auto");
+            #[cfg(target_arch = "x86_64")]
+            {
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    let mut row = scores.clone();
+                    // SAFETY: AVX2 and FMA were detected.
+                    unsafe { causal_softmax_row_avx2(&mut row, i, scale as f32) };
+                    check(&row, i, "avx2");
+                }
+                if is_x86_feature_detected!("avx512f") {
+                    let mut row = scores.clone();
+                    // SAFETY: AVX-512 F was detected.
+                    unsafe { causal_softmax_row_avx512(&mut row, i, scale as f32) };
+                    check(&row, i, "avx512");
+                }
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! own ([`Carry`]), visited after the part's, so that a caller of `backward` (and
 //! `backward_with`'s hook) sees it as any other.
 
+use super::copy::contiguous_copy;
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, TensorId};
 use std::collections::HashMap;
@@ -54,22 +55,6 @@ pub fn join_hand_backward(
     )
 }
 
-/// A copy of `storage` as `layout` reads it.
-fn copied<S>(storage: &S, layout: &Layout) -> Result<(S, Shape)>
-where
-    S: BackendStorage,
-    S::Device: BackendDevice<Storage = S>,
-{
-    // SAFETY: every element of `dst` is written by the strided copy below.
-    let mut dst = unsafe {
-        storage
-            .device()
-            .alloc_uninit(layout.shape(), storage.dtype())?
-    };
-    storage.copy_strided_src(&mut dst, 0, layout)?;
-    Ok((dst, layout.shape().clone()))
-}
-
 /// The part's output as a node over its input and its parameters' carrier.
 struct Join {
     y: Tensor,
@@ -90,7 +75,7 @@ impl CustomOp2 for Join {
     ) -> Result<(CpuStorage, Shape)> {
         let (y, at) = self.y.storage_and_layout();
         match &*y {
-            candle_core::Storage::Cpu(y) => copied(y, at),
+            candle_core::Storage::Cpu(y) => contiguous_copy(y, at),
             _ => candle_core::bail!("hand-backward: the part's output is not on the CPU"),
         }
     }
@@ -104,7 +89,7 @@ impl CustomOp2 for Join {
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (y, at) = self.y.storage_and_layout();
         match &*y {
-            candle_core::Storage::Cuda(y) => copied(y, at),
+            candle_core::Storage::Cuda(y) => contiguous_copy(y, at),
             _ => candle_core::bail!("hand-backward: the part's output is not on the GPU"),
         }
     }

@@ -15,25 +15,8 @@
 //! as of an exact one).
 
 use crate::comm::{CommKind, CountedComm, Reduce, Site};
-use candle_core::backend::{BackendDevice, BackendStorage};
+use crate::ops::copy::contiguous_copy;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Storage, Tensor};
-
-/// A fresh contiguous copy of a strided input, on whatever backend holds it: the forward
-/// of the ops whose only work is in their backward.
-fn identity<S>(storage: &S, layout: &Layout) -> Result<(S, Shape)>
-where
-    S: BackendStorage,
-    S::Device: BackendDevice<Storage = S>,
-{
-    // SAFETY: every element of `dst` is written by the strided copy below.
-    let mut dst = unsafe {
-        storage
-            .device()
-            .alloc_uninit(layout.shape(), storage.dtype())?
-    };
-    storage.copy_strided_src(&mut dst, 0, layout)?;
-    Ok((dst, layout.shape().clone()))
-}
 
 /// A collective's error inside candle's autograd.
 pub fn into_candle(e: anyhow::Error) -> candle_core::Error {
@@ -56,7 +39,7 @@ fn apply(
 macro_rules! identity_forward {
     () => {
         fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-            identity(storage, layout)
+            contiguous_copy(storage, layout)
         }
         #[cfg(feature = "cuda")]
         fn cuda_fwd(
@@ -64,7 +47,7 @@ macro_rules! identity_forward {
             storage: &candle_core::CudaStorage,
             layout: &Layout,
         ) -> Result<(candle_core::CudaStorage, Shape)> {
-            identity(storage, layout)
+            contiguous_copy(storage, layout)
         }
     };
 }
@@ -116,7 +99,7 @@ impl CustomOp1 for TakeSum {
     fn cpu_fwd(&self, _storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let (sum, at) = self.0.storage_and_layout();
         match &*sum {
-            Storage::Cpu(sum) if at.shape() == layout.shape() => identity(sum, at),
+            Storage::Cpu(sum) if at.shape() == layout.shape() => contiguous_copy(sum, at),
             _ => candle_core::bail!(
                 "take-sum: the sum is not of {:?} on the CPU",
                 layout.shape()
@@ -131,7 +114,7 @@ impl CustomOp1 for TakeSum {
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (sum, at) = self.0.storage_and_layout();
         match &*sum {
-            Storage::Cuda(sum) if at.shape() == layout.shape() => identity(sum, at),
+            Storage::Cuda(sum) if at.shape() == layout.shape() => contiguous_copy(sum, at),
             _ => candle_core::bail!(
                 "take-sum: the sum is not of {:?} on the GPU",
                 layout.shape()

@@ -1,0 +1,256 @@
+//! `dst (+)= a @ b` on strided views of f32 slices ([`view`]) with the `gemm` crate
+//! (candle's own CPU matmul): at the SIMD level in force ([`level`]), shared between
+//! threads by rows or by columns ([`split`]).
+
+mod level;
+mod split;
+mod view;
+
+use rayon::prelude::*;
+use split::Split;
+use view::Out;
+pub use view::{Mat, MatMut};
+
+/// `dst = a @ b`, or `dst += a @ b` when `accumulate`, on `threads` threads of the current
+/// rayon pool (1: the calling thread only).
+pub fn matmul(dst: MatMut, a: Mat, b: Mat, accumulate: bool, threads: usize) {
+    // Different strides of one buffer must not make two output elements alias.
+    assert!(dst.rows <= 1 || dst.cols <= 1 || (dst.rs != 0 && dst.cs != 0 && dst.rs != dst.cs));
+    let out = Out {
+        ptr: dst.data.as_mut_ptr(),
+        rows: dst.rows,
+        cols: dst.cols,
+        rs: dst.rs,
+        cs: dst.cs,
+    };
+    // SAFETY: `dst` was bounds-checked when it was made and is borrowed mutably, so it
+    // overlaps neither input; its elements do not alias (asserted above).
+    unsafe { matmul_out(out, a, b, accumulate, threads) }
+}
+
+/// `a @ b` as a new row-major `(a.rows, b.cols)` buffer. Unlike `matmul` onto a zeroed
+/// vector it never writes the output twice: zero-filling the outputs of a step's
+/// matmuls was ~4% of a mini step.
+pub fn matmul_new(a: Mat, b: Mat, threads: usize) -> Vec<f32> {
+    let (rows, cols) = (a.rows, b.cols);
+    let mut v: Vec<f32> = Vec::with_capacity(rows * cols);
+    let out = Out {
+        ptr: v.spare_capacity_mut().as_mut_ptr().cast::<f32>(),
+        rows,
+        cols,
+        rs: cols,
+        cs: 1,
+    };
+    // SAFETY: the capacity holds exactly `rows * cols` elements, row-major, owned here;
+    // without `accumulate` every element is written and none is read first (gemm's
+    // contract for `read_dst = false`, and the `k = 0` branch's zero fill).
+    unsafe {
+        matmul_out(out, a, b, false, threads);
+        v.set_len(rows * cols);
+    }
+    v
+}
+
+/// # Safety
+/// `dst` describes writable memory valid for every element of its shape, disjoint from
+/// `a` and `b`, with no two elements at one address; when `accumulate` it is initialised.
+unsafe fn matmul_out(dst: Out, a: Mat, b: Mat, accumulate: bool, threads: usize) {
+    assert_eq!(a.cols, b.rows, "inner dimensions differ");
+    assert_eq!(
+        (dst.rows, dst.cols),
+        (a.rows, b.cols),
+        "output shape differs"
+    );
+    if dst.rows == 0 || dst.cols == 0 {
+        return;
+    }
+    if a.cols == 0 {
+        if !accumulate {
+            for i in 0..dst.rows {
+                for j in 0..dst.cols {
+                    dst.ptr.add(i * dst.rs + j * dst.cs).write(0.0);
+                }
+            }
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::level() == super::simd::SimdLevel::Avx2
+        && dst.cs == 1
+        && dst.rs >= dst.cols
+        && dst.rows * dst.cols * a.cols <= super::small_gemm_avx2::MAX_WORK
+    {
+        // SAFETY: AVX2 + FMA is the level in force; the views are valid as above.
+        return super::small_gemm_avx2::matmul(
+            (dst.rows, dst.cols, a.cols),
+            dst.ptr,
+            dst.rs,
+            accumulate,
+            (a.data.as_ptr(), a.rs, a.cs),
+            (b.data.as_ptr(), b.rs, b.cs),
+        );
+    }
+    let split = split::split_for(&dst, b, threads);
+    if matches!(split, Split::Rows | Split::Columns) {
+        let blocks = split::blocks(&split, dst, a, b, threads);
+        return blocks.into_par_iter().for_each(|(block, a, b)| {
+            // SAFETY: the blocks are disjoint parts of `dst`, each written by one thread.
+            unsafe { matmul_out(block, a, b, accumulate, 1) }
+        });
+    }
+    let gemm_threads = if split == Split::Gemms { threads } else { 1 };
+    // SAFETY: the input views were bounds-checked when they were made, shapes agree
+    // (asserted above), the caller vouches for `dst`, and gemm reads exactly the
+    // elements the views describe; strides are non-negative (usize).
+    level::gemm_at_level(
+        gemm_threads,
+        super::simd::level(),
+        dst.rows,
+        dst.cols,
+        a.cols,
+        dst.ptr,
+        dst.cs as isize,
+        dst.rs as isize,
+        accumulate,
+        a.data.as_ptr(),
+        a.cs as isize,
+        a.rs as isize,
+        b.data.as_ptr(),
+        b.cs as isize,
+        b.rs as isize,
+    )
+}
+
+thread_local! {
+    static THREADS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Threads the fused kernels use from this thread: candle's count (RAYON_NUM_THREADS,
+/// else all cores) unless [`with_threads`] says otherwise.
+pub fn threads() -> usize {
+    THREADS
+        .get()
+        .unwrap_or_else(candle_core::utils::get_num_threads)
+}
+
+/// Runs `f` with the fused kernels called from this thread using `n` threads.
+pub fn with_threads<R>(n: usize, f: impl FnOnce() -> R) -> R {
+    let before = THREADS.replace(Some(n));
+    let r = f();
+    THREADS.set(before);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn strided_matmul_matches_a_naive_one_for_plain_transposed_and_accumulated_views() {
+        let (m, k, n) = (5, 7, 3);
+        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.3).sin()).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.7).cos()).collect();
+        let want = naive(&a, &b, m, k, n);
+        let mut c = vec![0f32; m * n];
+        matmul(
+            MatMut::rows(&mut c, m, n),
+            Mat::rows(&a, m, k),
+            Mat::rows(&b, k, n),
+            false,
+            1,
+        );
+        assert!(c.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-5));
+        // (b^T)^T from a transposed copy of b, accumulated onto the previous result.
+        let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+        matmul(
+            MatMut::rows(&mut c, m, n),
+            Mat::rows(&a, m, k),
+            Mat::rows(&bt, n, k).t(),
+            true,
+            2,
+        );
+        assert!(c.iter().zip(&want).all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
+    }
+
+    /// Each way of sharing a product between threads (rows; columns for a transposed
+    /// `b`; gemm's own threading for a wide transposed `b`) is taken on these shapes and
+    /// gives the single-threaded product's bits exactly: every element's sum runs over
+    /// the inner dimension in the same blocks, so a run's numbers do not depend on the
+    /// thread count.
+    #[test]
+    fn every_split_over_threads_gives_the_single_threaded_bits() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let cases = [
+            // (m, k, n, b transposed, the split taken on 2 threads)
+            (96, 40, 72, false, Split::Rows),
+            (96, 600, 72, true, Split::Columns),
+            (20, 9, 8200, true, Split::Gemms),
+            (8, 40, 72, true, Split::None),
+        ];
+        for (m, k, n, transposed, want_split) in cases {
+            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let bm = if transposed {
+                Mat::rows(&b, n, k).t()
+            } else {
+                Mat::rows(&b, k, n)
+            };
+            let mut probe = vec![0f32; m * n];
+            let out = Out {
+                ptr: probe.as_mut_ptr(),
+                rows: m,
+                cols: n,
+                rs: n,
+                cs: 1,
+            };
+            assert_eq!(split::split_for(&out, bm, 2), want_split, "{m}x{k}x{n}");
+            for accumulate in [false, true] {
+                let start: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32).collect();
+                let mut one = start.clone();
+                matmul(
+                    MatMut::rows(&mut one, m, n),
+                    Mat::rows(&a, m, k),
+                    bm,
+                    accumulate,
+                    1,
+                );
+                let mut two = start.clone();
+                pool.install(|| {
+                    matmul(
+                        MatMut::rows(&mut two, m, n),
+                        Mat::rows(&a, m, k),
+                        bm,
+                        accumulate,
+                        2,
+                    )
+                });
+                let naive_b: Vec<f32> = (0..k * n)
+                    .map(|i| bm.data[(i / n) * bm.rs + (i % n) * bm.cs])
+                    .collect();
+                let want = naive(&a, &naive_b, m, k, n);
+                for i in 0..m * n {
+                    assert_eq!(
+                        one[i].to_bits(),
+                        two[i].to_bits(),
+                        "{want_split:?} {m}x{k}x{n} at {i}"
+                    );
+                    let expect = want[i] + if accumulate { start[i] } else { 0.0 };
+                    assert!((one[i] - expect).abs() <= 1e-4 * (1.0 + expect.abs()));
+                }
+            }
+        }
+    }
+}

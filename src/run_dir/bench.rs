@@ -147,11 +147,12 @@ impl BenchResult {
             100.0 * self.gflops_per_core / self.matmul_ceiling_gflops_per_core
         );
         t += &format!(
-            "  {} at {}: FMA peak {:.1} GFLOP/s/core measured; the matmul ceiling is {:.0}% of it, the whole step {:.0}%\n",
+            "  {} at {}: FMA peak {:.1} GFLOP/s/core measured; the matmul ceiling is {:.0}% of it, the step's matmuls {:.0}%, the whole step {:.0}%\n",
             self.cpu_model,
             self.simd_level,
             self.fma_peak_gflops_per_core,
             100.0 * self.matmul_ceiling_gflops_per_core / self.fma_peak_gflops_per_core,
+            100.0 * self.matmul_gflops_per_core / self.fma_peak_gflops_per_core,
             100.0 * self.gflops_per_core / self.fma_peak_gflops_per_core
         );
         t += &format!(

@@ -7,7 +7,8 @@
 //! how it changes along the study's axes (`penalty_change`), and where and how long its
 //! settings trained (`penalty_provenance`); a run's typed identity in a study (`variant`:
 //! its layout and compression; `setting`: the rest of its configuration), and the one
-//! table type every report renders to markdown and CSV (`table`).
+//! table type every report renders to markdown and CSV (`table`); tuned studies, each
+//! layout at its own best learning rate (`tuning`).
 //! `plot` only draws these; `sweep` and the launcher's closing summary compute through
 //! them.
 
@@ -21,6 +22,7 @@ pub mod setting;
 pub mod stats;
 pub mod table;
 pub mod timing;
+pub mod tuning;
 pub mod variant;
 
 pub use runs::{merge_replicates, ReplicateKey, RunCurves};

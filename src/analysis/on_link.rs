@@ -1,10 +1,15 @@
 //! The table behind `tp-plot --x time`: per run (or replicate group), its modelled step
-//! time on a link and the minutes its val curve takes to reach a target loss.
+//! time on a link, the minutes its val curves take to reach a target loss (the mean over
+//! its seeds with a 95% interval), and how many times sooner than the baseline's it gets
+//! there (paired by seed, with its interval). Every group's compute is measured on one
+//! machine ([`crate::analysis::runs::ComputeCpu`]), which the table names.
 
 use super::calibration::step_reaching;
 use super::runs::RunCurves;
+use super::stats::{by_seed, Replicates};
 use super::table::Table;
 use super::timing::Link;
+use super::variant::Variant;
 use std::fmt::Write;
 
 /// The target a comparison uses when none is given: the worst final val loss among the
@@ -15,6 +20,34 @@ pub fn default_target(runs: &[RunCurves]) -> Option<f64> {
         .filter(|r| r.finished)
         .filter_map(|r| r.final_val)
         .reduce(f64::max)
+}
+
+/// The machine whose compute the groups' modelled times use, in words.
+fn compute_machine(runs: &[RunCurves]) -> String {
+    let mut all: Vec<&str> = runs
+        .iter()
+        .filter(|r| r.timing.is_some())
+        .filter_map(|r| r.timing_machine.as_deref())
+        .collect();
+    all.sort();
+    all.dedup();
+    match all.as_slice() {
+        [] => "not recorded by these runs (made before summary.json kept its machine)".into(),
+        [one] => format!(
+            "{one} (each group's median run measured there; `tp-plot --cpu TEXT` picks another)"
+        ),
+        many => many.join("; "),
+    }
+}
+
+/// The worst final val loss of a group's seeds (the loss each of them reaches at the
+/// end of its curve), if any finished.
+pub fn worst_final(r: &RunCurves) -> Option<f64> {
+    r.seed_vals
+        .iter()
+        .filter_map(|(_, v)| v.last().map(|p| p.1))
+        .reduce(f64::max)
+        .filter(|_| r.finished)
 }
 
 /// The distinct machines `runs` were made on, in words.
@@ -33,36 +66,99 @@ fn machines(runs: &[RunCurves]) -> String {
         .join("; ")
 }
 
+/// Minutes each seed's val curve takes to reach `target` on `link`: (seed, minutes), or
+/// `None` for a seed whose curve never gets there; empty without a timing.
+fn seed_minutes(r: &RunCurves, link: &Link, target: f64) -> Vec<(u64, Option<f64>)> {
+    let Some(ms) = r
+        .timing
+        .as_ref()
+        .map(|t| 1e3 * t.step_seconds_on(&link.model))
+    else {
+        return Vec::new();
+    };
+    r.seed_vals
+        .iter()
+        .map(|(seed, val)| (*seed, step_reaching(val, target).map(|s| s * ms / 60e3)))
+        .collect()
+}
+
+/// `12.3 (11.9 .. 12.7)` for a mean with its interval; the value alone for one seed.
+fn with_interval(r: &Replicates, digits: usize) -> String {
+    match r.ci95.is_finite() {
+        true => format!(
+            "{:.digits$} ({:.digits$} .. {:.digits$})",
+            r.mean,
+            r.mean - r.ci95,
+            r.mean + r.ci95
+        ),
+        false => format!("{:.digits$}", r.mean),
+    }
+}
+
+/// The group the others are timed against: the one whose layout is `baseline`, else
+/// the only all-t one.
+pub fn baseline_of<'a>(runs: &'a [RunCurves], baseline: Option<&Variant>) -> Option<&'a RunCurves> {
+    let variant = |r: &RunCurves| Variant::parse(&r.pattern).ok();
+    let matching: Vec<&RunCurves> = runs
+        .iter()
+        .filter(|r| match (variant(r), baseline) {
+            (Some(v), Some(b)) => &v == b,
+            (Some(v), None) => v.all_t(),
+            (None, _) => false,
+        })
+        .collect();
+    match matching.as_slice() {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
 /// Markdown: label, forward all-reduces per step, final val loss (± its 95% interval
-/// over replicates), modelled ms per step on `link`, minutes to `target` ("-" where the
-/// curve never reaches it, or a run has no timing to model).
-pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String {
+/// over replicates), compute, modelled ms per step on `link`, minutes to `target` (mean
+/// over seeds with its interval; "-" where a curve never reaches it, or a run has no
+/// timing to model) and, against `baseline`, times sooner (paired by seed).
+pub fn on_link_markdown(
+    runs: &[RunCurves],
+    link: &Link,
+    target: f64,
+    baseline: Option<&RunCurves>,
+) -> String {
     let mut s = format!(
         "Modelled on {} ({} Gbit/s, {} us a message): each run's compute plus its collectives' ring time.\n\n\
          - link calibration: {}\n\
-         - compute: each run's slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\
-         - compute measured on: {}\n\n\
-         Minutes to {target:.3}: where a run's val curve first reaches it, interpolated linearly between its evaluations (a finished run's curve ends at its whole-split final loss).\n\n",
+         - compute: each group's median run by its slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\
+         - compute measured on: {}\n\
+         - runs made on: {}\n\n\
+         Minutes to {target:.3}: where each seed's val curve first reaches it, interpolated linearly between its evaluations (a finished run's curve ends at its whole-split final loss), times the group's modelled step; the mean over seeds with its 95% interval (Student's t). Times sooner: the baseline's minutes over the group's, paired by seed (the seeds where both reach the target), their geometric mean with its 95% interval.\n\n",
         link.label,
         link.model.gbit_per_s,
         link.model.latency_us,
         link.calibration,
+        compute_machine(runs),
         machines(runs)
     );
+    let sooner_than = baseline.map_or("x sooner (no baseline)".to_string(), |b| {
+        format!("x sooner than {}", b.pattern)
+    });
     let mut t = Table::new([
         "run".to_string(),
         "fwd all-reduces / step".into(),
         "final val loss (± 95% interval)".into(),
         "compute ms (imbalance)".into(),
         "ms/step".into(),
-        format!("minutes to {target:.3}"),
+        format!("minutes to {target:.3} (95% interval)"),
+        sooner_than,
     ]);
+    let base_minutes = baseline.map(|b| seed_minutes(b, link, target));
+    let mut untimed = Vec::new();
     for r in runs {
         let ms = r
             .timing
             .as_ref()
             .map(|t| 1e3 * t.step_seconds_on(&link.model));
-        let minutes = ms.and_then(|ms| Some(step_reaching(&r.val, target)? * ms / 60e3));
+        if ms.is_none() {
+            untimed.push(r.label.clone());
+        }
         let show =
             |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
         let final_val = match (r.final_val, r.final_ci95) {
@@ -76,6 +172,37 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
                 None => format!("{ms:.1} (wall)"),
             }
         });
+        let mine = seed_minutes(r, link, target);
+        let reached: Vec<f64> = mine.iter().filter_map(|m| m.1).collect();
+        let minutes = match (Replicates::of(&reached), reached.len() == mine.len()) {
+            (Some(m), true) => with_interval(&m, 2),
+            (Some(_), false) => format!("- ({} of {} seeds reach it)", reached.len(), mine.len()),
+            (None, _) => "-".into(),
+        };
+        let sooner = match (&base_minutes, baseline.is_some_and(|b| std::ptr::eq(b, r))) {
+            (_, true) => "1".to_string(),
+            (Some(base), false) => {
+                let reached = |v: &[(u64, Option<f64>)]| -> Vec<(u64, f64)> {
+                    v.iter().filter_map(|(s, m)| Some((*s, (*m)?))).collect()
+                };
+                let logs: Vec<f64> = by_seed(&reached(base), &reached(&mine))
+                    .into_iter()
+                    .map(|(_, b, m)| (b / m).ln())
+                    .collect();
+                match Replicates::of(&logs) {
+                    Some(l) if l.ci95.is_finite() => format!(
+                        "{:.2} ({:.2} .. {:.2}; {} pairs)",
+                        l.mean.exp(),
+                        (l.mean - l.ci95).exp(),
+                        (l.mean + l.ci95).exp(),
+                        l.n
+                    ),
+                    Some(l) => format!("{:.2} (1 pair)", l.mean.exp()),
+                    None => "-".into(),
+                }
+            }
+            (None, false) => "-".into(),
+        };
         t.row([
             format!(
                 "{}{}",
@@ -86,10 +213,18 @@ pub fn on_link_markdown(runs: &[RunCurves], link: &Link, target: f64) -> String 
             final_val,
             compute,
             show(ms, 1),
-            show(minutes, 2),
+            minutes,
+            sooner,
         ]);
     }
     s.push_str(&t.markdown());
+    if !untimed.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nNo timing for {}: no run of theirs measured its compute on the machine named above (a comparison never mixes machines' compute).",
+            untimed.join(", ")
+        );
+    }
     // A column of dashes says nothing by itself: one line that no run got there, and how
     // close the best came.
     let reached = runs.iter().any(|r| step_reaching(&r.val, target).is_some());

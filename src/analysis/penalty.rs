@@ -3,10 +3,15 @@
 //! degree, length, data), and in each setting every pattern's final val loss set against
 //! the baseline pattern's (Megatron's all-`t` layout unless told otherwise), paired by
 //! seed. One row per (setting, pattern): mean ± sd, n, the paired difference with its 95%
-//! interval and the smallest difference the pairs could detect.
+//! interval and the smallest difference the pairs could detect; its p-value adjusted by
+//! Holm's method over the layouts compared with that baseline in that setting (one
+//! family of comparisons), and, against a declared margin, whether the layout is
+//! non-inferior (its one-sided bound, Bonferroni-corrected over the family, below the
+//! margin). A tuned setting ([`crate::analysis::tuning`]) compares each layout at its own
+//! best values.
 
 pub use super::setting::Setting;
-use super::stats::{paired_differences, Replicates};
+use super::stats::{holm, paired_differences, Replicates};
 use super::table::Table;
 use super::variant::Variant;
 use crate::run_dir::{read_config, read_summary};
@@ -36,8 +41,9 @@ pub struct PenaltyRun {
 }
 
 impl PenaltyRun {
-    /// The run in `dir`, if it finished (has a final val loss).
-    pub fn load(dir: &Path) -> Result<Option<Self>> {
+    /// The run in `dir`, if it finished (has a final val loss); `tuned`: the keys its
+    /// study chose per layout (none for an untuned one), left out of its setting.
+    pub fn load(dir: &Path, tuned: &[String]) -> Result<Option<Self>> {
         let cfg = read_config(dir)?;
         let Some(summary) = read_summary(dir)? else {
             return Ok(None);
@@ -47,7 +53,7 @@ impl PenaltyRun {
         };
         let layout = cfg.layout();
         Ok(Some(Self {
-            setting: Setting::of(&cfg)?,
+            setting: Setting::tuned(&cfg, tuned)?,
             variant: Variant::of(&cfg)?,
             seed: cfg.optim.seed,
             final_val: final_val as f64,
@@ -80,7 +86,21 @@ pub struct PenaltyRow {
     /// were made on (distinct; `None`: not recorded).
     pub train_seconds: f64,
     pub machines: Vec<Option<String>>,
+    /// How many of its runs each machine made (`None`: not recorded), machines sorted.
+    pub runs_by_machine: Vec<(Option<String>, usize)>,
+    /// The paired difference's p-value adjusted by Holm's method over the setting's
+    /// layouts compared with the same baseline; `None` where there is no difference.
+    pub p_holm: Option<f64>,
+    /// Against the margin the table was asked for: the difference's one-sided upper
+    /// bound, Bonferroni-corrected over the same family (at 1 - 0.05/m).
+    pub upper_bound: Option<f64>,
+    /// In a tuned setting: the value chosen for this layout and what was tried
+    /// ([`crate::analysis::tuning::row_note`]).
+    pub tuned: Option<String>,
 }
+
+/// The level every test and interval of the tables is at.
+pub const ALPHA: f64 = 0.05;
 
 /// Every (setting, pattern) of `runs`, settings in order, patterns by descending exposed
 /// syncs.
@@ -121,9 +141,20 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&Variant>) -> Vec<Pena
                 diff,
                 train_seconds: members.iter().filter_map(|r| r.train_seconds).sum(),
                 machines: distinct(members.iter().map(|r| r.machine.clone())),
+                runs_by_machine: distinct(members.iter().map(|r| r.machine.clone()))
+                    .into_iter()
+                    .map(|m| {
+                        let n = members.iter().filter(|r| r.machine == m).count();
+                        (m, n)
+                    })
+                    .collect(),
+                p_holm: None,
+                upper_bound: None,
+                tuned: None,
             })
         })
         .collect();
+    correct_for_multiplicity(&mut rows);
     let settings: Vec<&Setting> = groups.keys().map(|(s, _)| *s).collect();
     for r in &mut rows {
         let twins: Vec<&Setting> = settings
@@ -149,6 +180,37 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&Variant>) -> Vec<Pena
     rows
 }
 
+/// Holm's adjusted p-values and the Bonferroni-corrected one-sided bounds, per family:
+/// the rows of one setting compared with one baseline.
+fn correct_for_multiplicity(rows: &mut [PenaltyRow]) {
+    let mut families: Vec<(Setting, Variant)> = Vec::new();
+    for r in rows.iter() {
+        if let (Some(b), Some(_)) = (&r.baseline, &r.diff) {
+            if !families.contains(&(r.setting.clone(), b.clone())) {
+                families.push((r.setting.clone(), b.clone()));
+            }
+        }
+    }
+    for (setting, base) in families {
+        let members: Vec<usize> = (0..rows.len())
+            .filter(|&i| {
+                rows[i].setting == setting
+                    && rows[i].baseline.as_ref() == Some(&base)
+                    && rows[i].diff.is_some()
+            })
+            .collect();
+        let p: Vec<f64> = members
+            .iter()
+            .map(|&i| rows[i].diff.map_or(1.0, |d| d.p_value()))
+            .collect();
+        let m = members.len() as f64;
+        for (&i, adjusted) in members.iter().zip(holm(&p)) {
+            rows[i].p_holm = Some(adjusted);
+            rows[i].upper_bound = rows[i].diff.map(|d| d.upper_bound(ALPHA / m));
+        }
+    }
+}
+
 pub(crate) fn distinct<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
     let mut v: Vec<T> = items.into_iter().collect();
     v.sort();
@@ -156,7 +218,16 @@ pub(crate) fn distinct<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
     v
 }
 
-fn cells(r: &PenaltyRow) -> [String; 10] {
+/// Which optional columns a table has.
+#[derive(Clone, Copy)]
+struct Columns {
+    /// The non-inferiority margin, if one was declared.
+    margin: Option<f64>,
+    /// Some setting is tuned: the tuned value's column.
+    tuned: bool,
+}
+
+fn cells(r: &PenaltyRow, cols: Columns) -> Vec<String> {
     let f = |v: f64| {
         if v.is_finite() {
             format!("{v:.4}")
@@ -165,9 +236,11 @@ fn cells(r: &PenaltyRow) -> [String; 10] {
         }
     };
     let d = r.diff.as_ref();
-    [
-        r.setting_label.clone(),
-        r.variant.to_string(),
+    let mut cells = vec![r.setting_label.clone(), r.variant.to_string()];
+    if cols.tuned {
+        cells.push(r.tuned.clone().unwrap_or_else(|| "-".into()));
+    }
+    cells.extend([
         format!("{} ({})", r.syncs, r.exposed_syncs),
         r.val.n.to_string(),
         format!("{} ± {}", f(r.val.mean), f(r.val.std)),
@@ -182,31 +255,65 @@ fn cells(r: &PenaltyRow) -> [String; 10] {
         }),
         d.map_or("-".into(), |d| d.n.to_string()),
         d.map_or("-".into(), |d| f(d.detectable())),
-        d.map_or("-".into(), |d| {
-            if d.excludes_zero() { "yes" } else { "no" }.into()
-        }),
-    ]
+        r.p_holm.map_or("-".into(), |p| format!("{p:.3}")),
+        r.p_holm
+            .map_or("-".into(), |p| if p < ALPHA { "yes" } else { "no" }.into()),
+    ]);
+    if let Some(m) = cols.margin {
+        cells.push(r.upper_bound.map_or("-".into(), |u| format!("{u:+.4}")));
+        cells.push(
+            r.upper_bound
+                .map_or("-".into(), |u| if u < m { "yes" } else { "no" }.into()),
+        );
+    }
+    cells
 }
 
-const HEADER: [&str; 10] = [
-    "setting",
-    "pattern",
-    "fwd all-reduces / pass (exposed)",
-    "n",
-    "final val loss, mean ± sd",
-    "paired with",
-    "difference (95% interval)",
-    "pairs",
-    "detectable (80% power)",
-    "significant",
-];
+fn header(cols: Columns) -> Vec<String> {
+    let mut h: Vec<String> = vec!["setting".into(), "pattern".into()];
+    if cols.tuned {
+        h.push("tuned value".into());
+    }
+    h.extend(
+        [
+            "fwd all-reduces / pass (exposed)",
+            "n",
+            "final val loss, mean ± sd",
+            "paired with",
+            "difference (95% interval)",
+            "pairs",
+            "detectable (80% power)",
+            "p (Holm)",
+            "significant (Holm)",
+        ]
+        .map(String::from),
+    );
+    if let Some(m) = cols.margin {
+        h.push("one-sided bound (corrected)".into());
+        h.push(format!("non-inferior at +{m}"));
+    }
+    h
+}
 
-/// The summary table, with how to read it.
-pub fn markdown(rows: &[PenaltyRow]) -> String {
-    let mut t = Table::new(HEADER);
-    rows.iter().for_each(|r| t.row(cells(r)));
+/// The summary table, with how to read it; `margin`: a non-inferiority margin to judge
+/// each difference against.
+pub fn markdown(rows: &[PenaltyRow], margin: Option<f64>) -> String {
+    let cols = Columns {
+        margin,
+        tuned: rows.iter().any(|r| r.tuned.is_some()),
+    };
+    let mut t = Table::new(header(cols));
+    rows.iter().for_each(|r| t.row(cells(r, cols)));
+    let tuned = if cols.tuned {
+        " In a tuned setting (its label says which keys) each layout ran at its own best value, chosen on selection seeds apart from the seeds compared here: `tuned value` gives it, how many values were tried and their range, and whether it lies at an edge of them (the true best may lie beyond)."
+    } else {
+        ""
+    };
+    let margin_text = margin.map_or(String::new(), |m| format!(
+        " Non-inferiority against a margin of +{m}: the difference's one-sided upper bound at 1 - 0.05/m (m: the layouts compared with that baseline in that setting, Bonferroni) is below the margin, i.e. the layout is at most {m} worse, with the family's error rate at 5%."
+    ));
     format!(
-        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and whether the interval excludes zero. All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n{}",
+        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations, data; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t, not corrected for the number of layouts), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and its p-value adjusted by Holm's method over the layouts compared with that baseline in that setting: `significant (Holm)` keeps the chance of any false finding in the setting at 5%.{margin_text}{tuned} All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n{}",
         t.markdown()
     )
 }
@@ -232,6 +339,10 @@ pub fn csv(rows: &[PenaltyRow]) -> String {
         "detectable",
         "significant",
         "dataset",
+        "p_holm",
+        "significant_holm",
+        "upper_bound_corrected",
+        "tuned",
     ]);
     for r in rows {
         let d = r.diff.as_ref();
@@ -257,6 +368,12 @@ pub fn csv(rows: &[PenaltyRow]) -> String {
             d.map_or("", |d| if d.excludes_zero() { "yes" } else { "no" })
                 .to_string(),
             s.dataset.clone(),
+            num(r.p_holm),
+            r.p_holm
+                .map_or("", |p| if p < ALPHA { "yes" } else { "no" })
+                .to_string(),
+            num(r.upper_bound.filter(|u| u.is_finite())),
+            r.tuned.clone().unwrap_or_default(),
         ]);
     }
     t.csv()
@@ -330,9 +447,9 @@ mod tests {
             .map(|r| r.variant.to_string())
             .collect();
         assert_eq!(order, ["tttt", "tttt+int8", "llll", "pppp"]);
-        let md = markdown(&rows);
+        let md = markdown(&rows, None);
         assert!(
-            md.contains("| 4x128/4h, tp 2, 2000 it | pppp | 1 (1) | 3 |"),
+            md.contains("| 4x128/4h, tp 2, 2000 it, shakespeare_char | pppp | 1 (1) | 3 |"),
             "{md}"
         );
         assert!(md.contains("+0.0250 (-0.0385 .. +0.0885)"), "{md}");
@@ -359,8 +476,8 @@ mod tests {
         assert_eq!(
             labels,
             [
-                "4x128/4h, tp 8, 2000 it [learning_rate: 0.001]",
-                "4x128/4h, tp 8, 2000 it [learning_rate: 0.002]"
+                "4x128/4h, tp 8, 2000 it, shakespeare_char [learning_rate: 0.001]",
+                "4x128/4h, tp 8, 2000 it, shakespeare_char [learning_rate: 0.002]"
             ]
         );
         // An explicit baseline replaces the all-t one.

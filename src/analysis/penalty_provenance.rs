@@ -1,6 +1,9 @@
 //! Where a study's settings were trained and for how long: per setting of the penalty
 //! table, its runs, their hours of training and the machines they ran on (the context a
-//! reader of its times needs, and what re-running it would take).
+//! reader of its times needs, and what re-running it would take); per layout, how many
+//! of its runs each machine made; and the pairs whose two runs computed with kernels of
+//! different SIMD levels (AVX2 and AVX-512 round differently, so such a pair's
+//! difference carries that too).
 
 use super::penalty::{distinct, PenaltyRow};
 use super::table::Table;
@@ -31,10 +34,58 @@ pub fn markdown(rows: &[PenaltyRow]) -> String {
             made_on.join("; "),
         ]);
     }
+    let mut per_run = Table::new(["setting", "pattern", "runs per machine"]);
+    for r in rows {
+        let made: Vec<String> = r
+            .runs_by_machine
+            .iter()
+            .map(|(m, n)| format!("{n} on {}", m.as_deref().unwrap_or("not recorded")))
+            .collect();
+        per_run.row([
+            r.setting_label.clone(),
+            r.variant.to_string(),
+            made.join("; "),
+        ]);
+    }
+    let mut crossed = String::new();
+    for r in rows {
+        let Some(b) = &r.baseline else { continue };
+        let base = rows
+            .iter()
+            .find(|x| x.setting == r.setting && &x.variant == b);
+        let levels = distinct(
+            r.machines
+                .iter()
+                .chain(base.map_or(&[][..], |x| &x.machines[..]))
+                .flatten()
+                .filter_map(|m| simd_level(m)),
+        );
+        if levels.len() > 1 {
+            crossed += &format!(
+                "- {}, {} against {}: runs computed with {} kernels\n",
+                r.setting_label,
+                r.variant,
+                b,
+                levels.join(" and ")
+            );
+        }
+    }
+    let crossed = match crossed.is_empty() {
+        true => "\nEvery pair's two runs computed at one SIMD level.\n".to_string(),
+        false => format!("\nPairs measured across SIMD levels (the kernels round differently, a difference of about 1e-4 in a final loss; the seeds' spread is larger):\n\n{crossed}"),
+    };
     format!(
-        "\nWhere and how long (training: each run's steps x its median step time, evaluations left out):\n\n{}",
-        t.markdown()
+        "\nWhere and how long (training: each run's steps x its median step time, evaluations left out):\n\n{}\nEach layout's runs by the machine that made them:\n\n{}{crossed}",
+        t.markdown(),
+        per_run.markdown()
     )
+}
+
+/// The SIMD level of a machine as summaries name it (`..., fused avx2 kernels`).
+fn simd_level(machine: &str) -> Option<String> {
+    let kernels = machine.rsplit(", ").next()?;
+    let level = kernels.strip_prefix("fused ")?.strip_suffix(" kernels")?;
+    Some(level.to_string())
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! collectives per step and step timing ([`RunCurves`]), and replicates — runs whose
 //! configs differ only in the seed ([`ReplicateKey`]) — merged into one mean curve with a
 //! band of one standard deviation and the 95% interval of the final loss
-//! ([`merge_replicates`]).
+//! ([`merge_replicates`]), its compute the median of its runs measured on one CPU
+//! ([`ComputeCpu`]): never whichever run sorts first, and never a mix of CPUs in one
+//! comparison.
 
 use super::stats::Replicates;
 use super::timing::StepTiming;
@@ -19,16 +21,22 @@ pub struct ReplicateKey(String);
 
 impl ReplicateKey {
     pub fn of(cfg: &RunConfig) -> Result<Self> {
-        Self::keyed(cfg, true)
+        Self::keyed(cfg, true, &[])
     }
 
     /// The key of a replicate group with the pattern taken out too: groups that differ
     /// only in pattern are compared with each other (a sweep's baseline).
     pub fn without_pattern(cfg: &RunConfig) -> Result<Self> {
-        Self::keyed(cfg, false)
+        Self::keyed(cfg, false, &[])
     }
 
-    fn keyed(cfg: &RunConfig, with_pattern: bool) -> Result<Self> {
+    /// The same with the `tuned` keys taken out too: in a tuned sweep each layout runs at
+    /// its own best of them, and layouts are compared best against best.
+    pub fn without_pattern_or(cfg: &RunConfig, tuned: &[String]) -> Result<Self> {
+        Self::keyed(cfg, false, tuned)
+    }
+
+    fn keyed(cfg: &RunConfig, with_pattern: bool, blank: &[String]) -> Result<Self> {
         let mut c = cfg.clone();
         c.optim.seed = 0;
         let serde_yaml_ng::Value::Mapping(mut keys) = serde_yaml_ng::to_value(&c)? else {
@@ -40,6 +48,9 @@ impl ReplicateKey {
             false => String::new(),
         };
         keys.insert("pattern".into(), pattern.into());
+        for k in blank {
+            keys.remove(k.as_str());
+        }
         Ok(Self(serde_yaml_ng::to_string(&keys)?))
     }
 
@@ -88,6 +99,24 @@ pub struct RunCurves {
     /// The machines the runs merged here were made on (summary.json's `machine`,
     /// distinct, sorted); `None` stands for a run that did not record it.
     pub machines: Vec<Option<String>>,
+    /// The seed (of a single run; merged replicates keep their first's).
+    pub seed: u64,
+    /// Each replicate's val curve by seed (one for a single run): what intervals over
+    /// seeds (minutes to a target) are made of.
+    pub seed_vals: Vec<(u64, Vec<(f64, f64)>)>,
+    /// The machine whose measured compute `timing` holds (`None`: not recorded).
+    pub timing_machine: Option<String>,
+}
+
+/// Which CPU's measured compute a comparison's modelled times use, one for every group.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ComputeCpu {
+    /// The machine that measured the most of the runs compared (ties: the one measuring
+    /// more groups, then by name).
+    #[default]
+    MostRuns,
+    /// The machine whose description contains this text (`--cpu "family 26"`).
+    Matching(String),
 }
 
 impl RunCurves {
@@ -108,7 +137,8 @@ impl RunCurves {
         let timing = StepTiming::load(dir)?;
         let summary = read_summary(dir)?;
         let finished = summary.is_some();
-        let machines = vec![summary.as_ref().and_then(|s| s.machine.clone())];
+        let machine = summary.as_ref().and_then(|s| s.machine.clone());
+        let machines = vec![machine.clone()];
         if let Some(whole) = summary.as_ref().and_then(whole_split_final) {
             end_curve_at(&mut val, whole);
         }
@@ -117,6 +147,9 @@ impl RunCurves {
             .or_else(|| val.last().map(|p| p.1));
         let group_key = ReplicateKey::of(&cfg)?;
         Ok(Self {
+            seed: cfg.optim.seed,
+            seed_vals: vec![(cfg.optim.seed, val.clone())],
+            timing_machine: machine,
             final_val,
             finished,
             group_key,
@@ -175,20 +208,88 @@ fn mean_band(curves: &[&Curve]) -> (Curve, Band) {
     (mean, band)
 }
 
+/// The machine `cpu` picks among `runs` (those with a measured compute), if any
+/// recorded one; a `Matching` text that names none, or several, is a user error.
+pub fn compute_machine(runs: &[RunCurves], cpu: &ComputeCpu) -> Result<Option<String>> {
+    let measured = |r: &&RunCurves| r.timing.as_ref().is_some_and(|t| t.compute.is_some());
+    let mut machines: Vec<String> = runs
+        .iter()
+        .filter(measured)
+        .filter_map(|r| r.timing_machine.clone())
+        .collect();
+    machines.sort();
+    machines.dedup();
+    match cpu {
+        ComputeCpu::MostRuns => {
+            let count = |m: &String| {
+                let runs_on = runs
+                    .iter()
+                    .filter(measured)
+                    .filter(|r| r.timing_machine.as_ref() == Some(m));
+                let n = runs_on.clone().count();
+                let mut groups: Vec<&ReplicateKey> = runs_on.map(|r| &r.group_key).collect();
+                groups.sort();
+                groups.dedup();
+                (n, groups.len())
+            };
+            // Most runs, then most groups; among equals the first by name.
+            Ok(machines.iter().rev().max_by_key(|m| count(m)).cloned())
+        }
+        ComputeCpu::Matching(text) => {
+            let found: Vec<&String> = machines
+                .iter()
+                .filter(|m| m.contains(text.as_str()))
+                .collect();
+            match found.as_slice() {
+                [one] => Ok(Some((*one).clone())),
+                [] => Err(crate::error::user(format!(
+                    "--cpu `{text}` names none of the machines the runs were measured on: {}",
+                    if machines.is_empty() {
+                        "none recorded".to_string()
+                    } else {
+                        machines.join("; ")
+                    }
+                ))),
+                many => Err(crate::error::user(format!(
+                    "--cpu `{text}` names several machines ({}): give more of one",
+                    many.iter()
+                        .map(|m| m.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ))),
+            }
+        }
+    }
+}
+
 /// Merges runs whose configs differ only in the seed into one curve each (mean, a band
 /// of one standard deviation, the final loss's 95% interval), keeping first-seen order.
+/// Each group's timing is its median run's (by measured compute) among its runs on the
+/// machine that measured the most runs ([`ComputeCpu::MostRuns`]).
 pub fn merge_replicates(runs: Vec<RunCurves>) -> Vec<RunCurves> {
+    merge_replicates_on(runs, &ComputeCpu::MostRuns).expect("MostRuns picks without error")
+}
+
+/// [`merge_replicates`] with the compute of the machine `cpu` picks: a group with no
+/// run measured there has no timing (tables say so), never another machine's.
+pub fn merge_replicates_on(runs: Vec<RunCurves>, cpu: &ComputeCpu) -> Result<Vec<RunCurves>> {
+    let machine = compute_machine(&runs, cpu)?;
     let mut keys: Vec<ReplicateKey> = Vec::new();
     for r in &runs {
         if !keys.contains(&r.group_key) {
             keys.push(r.group_key.clone());
         }
     }
-    keys.into_iter()
+    Ok(keys
+        .into_iter()
         .map(|k| {
             let members: Vec<&RunCurves> = runs.iter().filter(|r| r.group_key == k).collect();
+            let timing = median_timing(&members, machine.as_deref());
             if members.len() == 1 {
-                return members[0].clone();
+                let mut one = members[0].clone();
+                one.timing = timing;
+                one.timing_machine = machine.clone().or(one.timing_machine);
+                return one;
             }
             let (train, train_band) =
                 mean_band(&members.iter().map(|r| &r.train).collect::<Vec<_>>());
@@ -211,26 +312,34 @@ pub fn merge_replicates(runs: Vec<RunCurves>) -> Vec<RunCurves> {
                     m
                 },
                 final_ci95: fin.map(|f| f.ci95).filter(|c| c.is_finite()),
-                // The replicates' mean step time with the collectives (the same for every
-                // seed) and measured compute of the first one that has them.
-                timing: members
-                    .iter()
-                    .filter_map(|r| r.timing.as_ref())
-                    .find(|t| t.compute.is_some())
-                    .or(members[0].timing.as_ref())
-                    .cloned()
-                    .map(|mut t| {
-                        let ms: Vec<f64> = members
-                            .iter()
-                            .filter_map(|r| r.timing.as_ref().map(|t| t.step_ms))
-                            .collect();
-                        t.step_ms = ms.iter().sum::<f64>() / ms.len() as f64;
-                        t
-                    }),
+                seed_vals: members.iter().flat_map(|r| r.seed_vals.clone()).collect(),
+                timing,
+                timing_machine: machine.clone(),
                 ..members[0].clone()
             }
         })
-        .collect()
+        .collect())
+}
+
+/// The timing of a group: its median run by measured compute (the upper one of an even
+/// count) among those measured on `machine`; where no machine is recorded at all (runs
+/// older than the record), among every run that measured compute, else the first timed.
+fn median_timing(members: &[&RunCurves], machine: Option<&str>) -> Option<StepTiming> {
+    let measured = |r: &&&RunCurves| r.timing.as_ref().is_some_and(|t| t.compute.is_some());
+    let mut on: Vec<&StepTiming> = members
+        .iter()
+        .filter(measured)
+        .filter(|r| machine.is_none() || r.timing_machine.as_deref() == machine)
+        .filter_map(|r| r.timing.as_ref())
+        .collect();
+    if on.is_empty() {
+        return match machine {
+            Some(_) => None,
+            None => members.iter().find_map(|r| r.timing.clone()),
+        };
+    }
+    on.sort_by(|a, b| a.compute_seconds().total_cmp(&b.compute_seconds()));
+    Some(on[on.len() / 2].clone())
 }
 
 #[cfg(test)]

@@ -50,16 +50,29 @@ pub struct Setting {
     pub iters: usize,
     /// What it trained on (`shakespeare_char`, `names`, `text`).
     pub dataset: String,
-    /// The rest of the config, key by key (the layout, the compression and the seed
-    /// blank).
+    /// The config keys each layout of the setting ran at its own best value of
+    /// ([`crate::analysis::tuning`]); empty where every layout ran at the same values.
+    pub tuned: Vec<String>,
+    /// The rest of the config, key by key (the layout, the compression, the seed and the
+    /// tuned keys blank).
     pub(crate) rest: BTreeMap<String, String>,
 }
 
 impl Setting {
     pub fn of(cfg: &RunConfig) -> Result<Self> {
+        Self::tuned(cfg, &[])
+    }
+
+    /// The setting of a run whose `tuned` keys were chosen for its layout: layouts at
+    /// different values of them are compared, best against best.
+    pub fn tuned(cfg: &RunConfig, tuned: &[String]) -> Result<Self> {
         // Replicate groups that differ only in pattern, and compression not either.
         let mut c = cfg.clone();
         c.parallel.comm_dtype = Default::default();
+        let mut rest = keys(ReplicateKey::without_pattern(&c)?.yaml())?;
+        for k in tuned {
+            rest.remove(k);
+        }
         Ok(Self {
             n_layer: cfg.model.arch.n_layer,
             n_embd: cfg.model.arch.n_embd,
@@ -67,7 +80,8 @@ impl Setting {
             tp: cfg.parallel.tp,
             iters: cfg.optim.max_iters,
             dataset: cfg.model.dataset.clone(),
-            rest: keys(ReplicateKey::without_pattern(&c)?.yaml())?,
+            tuned: tuned.to_vec(),
+            rest,
         })
     }
 
@@ -76,14 +90,29 @@ impl Setting {
         format!("{}x{}/{}h", self.n_layer, self.n_embd, self.n_head)
     }
 
+    /// `12x128/4h, tp 2, 2000 it, shakespeare_char`, and `, learning_rate tuned` where
+    /// each layout ran at its own best.
     pub fn label(&self) -> String {
-        format!("{}, tp {}, {} it", self.model(), self.tp, self.iters)
+        let tuned = match self.tuned.is_empty() {
+            true => String::new(),
+            false => format!(", {} tuned", self.tuned.join(" and ")),
+        };
+        format!(
+            "{}, tp {}, {} it, {}{tuned}",
+            self.model(),
+            self.tp,
+            self.iters,
+            self.dataset
+        )
     }
 
     /// The one axis along which `other` differs from this setting, if it differs along
     /// exactly one and in nothing else, so that a penalty's change from one to the other
     /// is the axis's effect.
     pub fn axis_to(&self, other: &Setting) -> Option<Axis> {
+        if self.tuned != other.tuned {
+            return None;
+        }
         let keys = self.rest.keys().chain(other.rest.keys());
         let differing = keys.filter(|k| self.rest.get(*k) != other.rest.get(*k));
         let mut found = None;
@@ -131,6 +160,7 @@ pub(crate) mod tests {
             tp,
             iters: 2000,
             dataset: "shakespeare_char".into(),
+            tuned: Vec::new(),
             rest: Default::default(),
         }
     }

@@ -6,12 +6,17 @@
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::calibration::{calibrate, on_real_links};
-use tp_harness::analysis::penalty::{self, penalty_rows, PenaltyRun};
+use tp_harness::analysis::on_link;
+use tp_harness::analysis::penalty::{self, penalty_rows};
+use tp_harness::analysis::runs::{merge_replicates_on, ComputeCpu};
+use tp_harness::analysis::tuning;
 use tp_harness::analysis::{merge_replicates, parse_link, RunCurves, Variant};
 use tp_harness::analysis::{penalty_change, penalty_provenance};
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
-use tp_harness::plot::{label_runs, plot_on_link, plot_penalty, plot_runs, plot_timeline};
+use tp_harness::plot::{
+    label_runs, plot_on_link, plot_penalty, plot_runs, plot_timeline, plot_tuning,
+};
 use tp_harness::run_dir::check_out;
 use tp_harness::util::write_atomic;
 
@@ -43,9 +48,10 @@ struct Args {
     #[arg(long = "link", value_name = "LINK")]
     links: Vec<String>,
     /// The val loss the time tables count minutes to (default: the worst final val loss
-    /// of the runs, which every run reaches).
+    /// of the runs, which every run reaches); `baseline`: the baseline group's worst
+    /// final val loss, which each of its seeds reaches.
     #[arg(long, value_name = "LOSS")]
-    target: Option<f64>,
+    target: Option<String>,
     /// Instead of loss curves: each pattern's final val loss against its setting's
     /// baseline (same model, TP degree and length), paired by seed (penalty.{md,csv},
     /// penalty_vs_tp, penalty_vs_iters and penalty_vs_syncs .{png,svg}), and how each
@@ -58,9 +64,21 @@ struct Args {
     /// (timeline.{png,svg}).
     #[arg(long)]
     timeline: bool,
-    /// The pattern --penalty pairs with (default: each setting's all-t layout).
-    #[arg(long, value_name = "PATTERN", requires = "penalty")]
+    /// The pattern --penalty pairs with (default: each setting's all-t layout); with
+    /// --x time, the group the time tables count "x sooner" against (default: the one
+    /// all-t group).
+    #[arg(long, value_name = "PATTERN")]
     baseline: Option<String>,
+    /// With --x time: the machine whose measured compute every group's modelled time
+    /// uses, by any part of its description (`family 26`, `avx512`); default: the one
+    /// that measured the most runs. One machine for all: never a mix.
+    #[arg(long, value_name = "TEXT")]
+    cpu: Option<String>,
+    /// With --penalty: a non-inferiority margin (val loss, e.g. 0.01): the table says
+    /// which layouts are at most this much worse than the baseline, their one-sided
+    /// bound corrected over the layouts compared.
+    #[arg(long, value_name = "LOSS", requires = "penalty")]
+    margin: Option<f64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -81,21 +99,21 @@ fn out_dir(a: &Args) -> PathBuf {
 
 /// `--penalty`: the table (printed and written) and the figures.
 fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
-    let mut runs = Vec::new();
-    for d in &a.runs {
-        match PenaltyRun::load(d)? {
-            Some(r) => runs.push(r),
-            None => eprintln!(
-                "{}: not finished (no final val loss), left out",
-                d.display()
-            ),
-        }
+    if a.margin.is_some_and(|m| !(m > 0.0 && m.is_finite())) {
+        return Err(user(
+            "--margin must be a positive val loss difference, e.g. --margin 0.01",
+        ));
+    }
+    let study = tuning::load_study(&a.runs)?;
+    for why in &study.left_out {
+        eprintln!("{why}: left out");
     }
     let baseline = match &a.baseline {
         Some(b) => Some(Variant::parse(b).map_err(|e| user(format!("--baseline: {e:#}")))?),
         None => None,
     };
-    let rows = penalty_rows(&runs, baseline.as_ref());
+    let mut rows = penalty_rows(&study.compared, baseline.as_ref());
+    tuning::annotate(&mut rows, &study.choices);
     if let Some(b) = &baseline {
         if !rows.iter().any(|r| &r.variant == b) {
             return Err(user(format!(
@@ -106,14 +124,23 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     let out = out_dir(a);
     check_out(&out, "--out")?;
     std::fs::create_dir_all(&out)?;
-    let md = penalty::markdown(&rows) + &penalty_provenance::markdown(&rows);
+    let md = penalty::markdown(&rows, a.margin) + &penalty_provenance::markdown(&rows);
     tp_harness::say_raw!("{md}");
     let (md_path, csv_path) = (out.join("penalty.md"), out.join("penalty.csv"));
     write_atomic(&md_path, md.as_bytes())?;
     write_atomic(&csv_path, penalty::csv(&rows).as_bytes())?;
     let mut files = vec![md_path, csv_path];
+    if !study.choices.is_empty() {
+        let md = tuning::markdown(&study.choices);
+        tp_harness::say_raw!("\n{md}");
+        let (md_path, csv_path) = (out.join("tuning.md"), out.join("tuning.csv"));
+        write_atomic(&md_path, md.as_bytes())?;
+        write_atomic(&csv_path, tuning::table(&study.choices).csv().as_bytes())?;
+        files.extend([md_path, csv_path]);
+        files.extend(plot_tuning(&study.choices, &out)?);
+    }
     // Along the study's axes: how each penalty changes, paired by seed.
-    let changes = penalty_change::penalty_changes(&runs, &rows);
+    let changes = penalty_change::penalty_changes(&study.compared, &rows);
     if !changes.is_empty() {
         let md = penalty_change::markdown(&changes);
         tp_harness::say_raw!("\n{md}");
@@ -157,11 +184,17 @@ fn main() {
             check_out(&out_dir(&a), "--out")?;
             return plot_timeline(&a.runs, &out_dir(&a));
         }
-        if a.target.is_some_and(|t| !t.is_finite()) {
-            return Err(user(
-                "--target must be a finite val loss, e.g. --target 1.9",
-            ));
-        }
+        let target_given = match a.target.as_deref() {
+            None | Some("baseline") => None,
+            Some(t) => match t.parse::<f64>() {
+                Ok(x) if x.is_finite() => Some(x),
+                _ => {
+                    return Err(user(
+                        "--target must be a finite val loss (e.g. --target 1.9) or `baseline` (the baseline's worst final val loss, which each of its seeds reaches)",
+                    ))
+                }
+            },
+        };
         if a.x == XArg::Time && a.links.is_empty() {
             return Err(user(
                 "--x time needs at least one --link: 10gbe, ib100, pcie4, nvlink4 or GBIT:LATENCY_US (Gbit/s, microseconds)",
@@ -172,11 +205,24 @@ fn main() {
             .iter()
             .map(|l| parse_link(l))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // Of a tuned sweep, only the runs its comparison keeps (each layout's report runs
+        // at its chosen values): its selection runs would be groups of their own.
+        let apart = tuning::load_study(&a.runs)?.set_apart;
+        if !apart.is_empty() {
+            eprintln!(
+                "tp-plot: note: {} runs of tuned sweeps left out (selection runs, and report runs at values not chosen)",
+                apart.len()
+            );
+        }
         let runs = a
             .runs
             .iter()
+            .filter(|d| !apart.contains(d))
             .map(|d| RunCurves::load(d))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        if runs.is_empty() {
+            return Err(user("no runs to plot: every run given is a tuned sweep's selection run; give its report runs, or tp-plot --penalty for the tuning figure"));
+        }
         // Runs that emulated a link: what they measured against what the model predicts.
         for r in &runs {
             if let Some((measured, modelled)) = r.timing.as_ref().and_then(|t| t.emulation_check())
@@ -205,12 +251,41 @@ fn main() {
             );
         }
         // Runs that differ only in the seed become one curve with a band.
-        let mut runs = merge_replicates(runs);
+        let cpu = a
+            .cpu
+            .clone()
+            .map_or(ComputeCpu::MostRuns, ComputeCpu::Matching);
+        let mut runs = merge_replicates_on(runs, &cpu)?;
         label_runs(&mut runs);
         check_out(&out_dir(&a), "--out")?;
         let mut files = plot_runs(&runs, &out_dir(&a))?;
+        let baseline = match &a.baseline {
+            Some(b) => {
+                let v = Variant::parse(b).map_err(|e| user(format!("--baseline: {e:#}")))?;
+                match on_link::baseline_of(&runs, Some(&v)) {
+                    Some(r) => Some(r),
+                    None => {
+                        return Err(user(format!(
+                            "--baseline {b} is not one group of the runs given"
+                        )))
+                    }
+                }
+            }
+            None => on_link::baseline_of(&runs, None),
+        };
+        let target = match (a.target.as_deref(), baseline) {
+            (Some("baseline"), Some(b)) => Some(on_link::worst_final(b).ok_or_else(|| {
+                user("--target baseline: the baseline group has no finished run")
+            })?),
+            (Some("baseline"), None) => {
+                return Err(user(
+                    "--target baseline needs one baseline group: give --baseline PATTERN",
+                ))
+            }
+            _ => target_given,
+        };
         for link in &links {
-            files.extend(plot_on_link(&runs, &out_dir(&a), link, a.target)?);
+            files.extend(plot_on_link(&runs, &out_dir(&a), link, target, baseline)?);
         }
         Ok(files)
     };

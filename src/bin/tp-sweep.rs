@@ -40,9 +40,14 @@ fn main() {
             .iter()
             .filter(|r| matches!(r.status, Status::Failed(_)))
             .count();
+        // A diverged run is a result (its learning rate too high), not a failure.
+        let diverged = results
+            .iter()
+            .filter(|r| matches!(r.status, Status::Diverged(_)))
+            .count();
         tp_harness::say!(
-            "tp-sweep: {} finished, {failed} failed; {}/summary.md, summary.csv, plots/",
-            results.len() - failed,
+            "tp-sweep: {} finished, {diverged} diverged, {failed} failed; {}/summary.md, summary.csv, plots/",
+            results.len() - failed - diverged,
             out.display()
         );
         if failed > 0 {

@@ -11,7 +11,7 @@ use crate::run_dir::LogLine;
 use crate::train::context::RankContext;
 use crate::train::full_eval::{split_loss, SplitLoss};
 use crate::train::record::{ParamCounts, RankOutcome, Reporter, StepRecord};
-use crate::train::trainer::Trainer;
+use crate::train::trainer::{Diverged, Trainer};
 use crate::util::trace::Span;
 use anyhow::Result;
 use std::collections::HashMap;
@@ -43,7 +43,17 @@ pub fn run_rank(
         r.started(cfg, counts);
     }
     let prior = trainer.tallied();
-    let (log, steps, mut trace) = train_steps(job, ctx, &mut trainer, &mut reporter, run_dir)?;
+    let (log, steps, mut trace) = match train_steps(job, ctx, &mut trainer, &mut reporter, run_dir)
+    {
+        Ok(done) => done,
+        Err(e) => {
+            // A diverged run's outcome is kept beside its log (a sweep reads it).
+            if let (Some(dir), Some(d)) = (run_dir, e.downcast_ref::<Diverged>()) {
+                crate::run_dir::write_diverged(dir, &d.report)?;
+            }
+            return Err(e);
+        }
+    };
     job.hooks.between_phases(ctx.mesh.rank);
     let final_eval = final_eval(job, ctx, &trainer)?;
     job.hooks.between_phases(ctx.mesh.rank);

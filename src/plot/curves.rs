@@ -320,6 +320,7 @@ pub fn plot_on_link(
     out: &Path,
     link: &Link,
     target: Option<f64>,
+    baseline: Option<&RunCurves>,
 ) -> Result<Vec<PathBuf>> {
     let whole = link;
     let (label, slug, link) = (&link.label, &link.slug, &link.model);
@@ -354,7 +355,7 @@ pub fn plot_on_link(
     // The table behind the figures: printed, and written next to them.
     let mut tables = Vec::new();
     if let Some(target) = target.or_else(|| default_target(runs)) {
-        let table = on_link_markdown(runs, whole, target);
+        let table = on_link_markdown(runs, whole, target, baseline);
         crate::say_raw!("{table}");
         let md = out.join(format!("loss_vs_time_{slug}.md"));
         crate::util::fs::write_atomic(&md, table.as_bytes())

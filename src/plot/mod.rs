@@ -1,7 +1,8 @@
 //! Figures, PNG and SVG, drawn from the numbers `analysis` computes: loss curves and the
 //! trade-off of final loss against communication (`curves`, `tp-plot` and sweeps), the
 //! same against modelled time on a link, the sensitivity scan (`scan`), the link
-//! calibration (`calibration`) and a study's loss penalties (`penalty`). Replicates come merged ([`crate::analysis::runs`]): one
+//! calibration (`calibration`), a study's loss penalties (`penalty`) and a tuned study's
+//! loss against the tuned value (`tuning`). Replicates come merged ([`crate::analysis::runs`]): one
 //! mean curve with a band of one standard deviation, one point with the 95% interval of
 //! the mean as an error bar.
 
@@ -29,8 +30,10 @@ mod curves;
 mod penalty;
 mod scan;
 mod timeline;
+mod tuning;
 
 pub use curves::{plot_on_link, plot_runs};
 pub use penalty::plot_penalty;
 pub use scan::plot_scan;
 pub use timeline::plot_timeline;
+pub use tuning::plot_tuning;

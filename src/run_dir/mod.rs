@@ -5,6 +5,7 @@
 //! RUN/log.jsonl        one LogLine per logged step
 //! RUN/comm.json        CommReport (the communication tally)
 //! RUN/summary.json     RunSummary; written last, so its presence marks a finished run
+//! RUN/diverged.json    DivergedReport: training stopped on a non-finite loss or norm
 //! RUN/sample.txt       the closing sample
 //! RUN/scan.json        ScanReport: tp-scan's block-wise sensitivity scan
 //! RUN/eval.json        EvalReport: the whole validation split's loss (eval-train.json:
@@ -32,12 +33,13 @@ pub mod versioned;
 pub use checkpoint::{
     latest, Checkpoint, CheckpointMeta, CommShape, Moments, RunHistory, CHECKPOINTS,
 };
-pub use files::{COMM_FILE, CONFIG_FILE, SAMPLE_FILE, SCAN_FILE, SUMMARY_FILE};
+pub use files::{COMM_FILE, CONFIG_FILE, DIVERGED_FILE, SAMPLE_FILE, SCAN_FILE, SUMMARY_FILE};
 pub use lock::DirLock;
 pub use log::{read_log, read_log_for_resume, LogLine, LogWriter, TornTail};
 pub use out_guard::check_out;
 pub use records::{
-    CommReport, EvalReport, LayerComm, PerStep, RankCompute, RunSummary, ScanReport, SiteComm,
+    CommReport, DivergedReport, EvalReport, LayerComm, PerStep, RankCompute, RunSummary,
+    ScanReport, SiteComm,
 };
 
 use crate::config::RunConfig;
@@ -112,6 +114,8 @@ impl RunDir {
             }
         }
         write_atomic(&path.join(log::LOG_FILE), text.as_bytes())?;
+        // A resume is another attempt: where it diverged before is no longer its outcome.
+        remove_if_there(&path.join(DIVERGED_FILE))?;
         checkpoint::remove_partial(path)?;
         remove_stale_temporaries(path)?;
         Ok((
@@ -185,6 +189,15 @@ impl LogRepair {
                 self.kept
             )
         })
+    }
+}
+
+fn remove_if_there(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("cannot remove {}", path.display()))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -380,6 +393,20 @@ pub fn read_config(dir: &Path) -> Result<RunConfig> {
 /// A run's `comm.json`, if it has one.
 pub fn read_comm(dir: &Path) -> Result<Option<CommReport>> {
     read_json(&dir.join(COMM_FILE))
+}
+
+/// Where training stopped on a non-finite value (the run's outcome until resumed),
+/// written by the process that owns the run `dir` (its rank 0).
+pub fn write_diverged(dir: &Path, report: &DivergedReport) -> Result<()> {
+    write_atomic(
+        &dir.join(DIVERGED_FILE),
+        versioned::to_json(report)?.as_bytes(),
+    )
+}
+
+/// A run's `diverged.json`, if its last attempt stopped on a non-finite value.
+pub fn read_diverged(dir: &Path) -> Result<Option<DivergedReport>> {
+    read_json(&dir.join(DIVERGED_FILE))
 }
 
 /// A run's `summary.json`, if it finished.

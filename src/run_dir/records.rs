@@ -399,6 +399,17 @@ pub struct EvalReport {
     pub step: usize,
 }
 
+/// Where a run diverged (`diverged.json`): the step at which the training loss or the
+/// gradient norm became non-finite, so training stopped before applying it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DivergedReport {
+    pub step: usize,
+    /// What became non-finite: "the training loss", "the gradient norm".
+    pub what: String,
+    /// Its value as printed (`NaN`, `inf`).
+    pub value: String,
+}
+
 /// The headline numbers of a finished run (`summary.json`), what sweeps tabulate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {

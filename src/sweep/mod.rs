@@ -7,6 +7,7 @@ pub mod more_seeds;
 pub mod runner;
 pub mod spec;
 pub mod summary;
+pub mod tuned;
 
 pub use interrupts::Interrupts;
 pub use runner::{run_sweep, PointResult, Status};
@@ -33,9 +34,17 @@ pub fn sweep_and_report(
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let _owner = DirLock::acquire_for(out, "tp-sweep")?;
     let mut results = run_sweep(sweep, out, interrupts)?;
+    let tuned_keys: &[String] = sweep.tune.as_ref().map_or(&[], |t| &t.decl.keys);
+    if let Some(t) = sweep.tune.as_ref().filter(|t| t.from.is_none()) {
+        results = tuned::select_and_report(sweep, t, results, out, interrupts)?;
+    }
     if let (Some(rule), Some(baseline)) = (&sweep.more_seeds, &sweep.baseline) {
         loop {
-            let (points, wide) = rule.next_round(&results, baseline);
+            let compared: Vec<PointResult> = tuned::compared(&results, sweep)
+                .into_iter()
+                .cloned()
+                .collect();
+            let (points, wide) = rule.next_round(&compared, baseline, tuned_keys);
             if points.is_empty() {
                 break;
             }
@@ -57,14 +66,28 @@ pub fn sweep_and_report(
         }
     }
     write_atomic(&out.join("summary.csv"), summary::csv(&results).as_bytes())?;
-    let groups = summary::groups(&results, sweep.baseline.as_deref());
+    let compared: Vec<PointResult> = tuned::compared(&results, sweep)
+        .into_iter()
+        .cloned()
+        .collect();
+    let groups = summary::groups(&compared, sweep.baseline.as_deref(), tuned_keys);
     let mut md = summary::markdown(&sweep.name, &results);
+    if let Some(t) = &sweep.tune {
+        let record = tuned::record(&results, t)?;
+        tuned::write_record(&record, out)?;
+        if t.from.is_none() {
+            md += &format!(
+                "\n## Tuning\n\n{}",
+                crate::analysis::tuning::markdown(&tuned::choices(&results, t)?)
+            );
+        }
+    }
     if groups.iter().any(|g| g.val.n > 1) {
         write_atomic(
             &out.join("groups.csv"),
             summary::groups_csv(&groups).as_bytes(),
         )?;
-        md += &summary::groups_markdown(&groups, sweep.baseline.as_deref());
+        md += &summary::groups_markdown(&groups, sweep.baseline.as_deref(), tuned_keys);
     }
     write_atomic(&out.join("summary.md"), md.as_bytes())?;
     let runs = results

@@ -35,15 +35,22 @@ impl MoreSeeds {
     /// every non-baseline group whose interval is wider than the target and that has
     /// fewer than `max_seeds` seeds, and for the baseline groups they pair with. Empty
     /// when the rule is met.
-    pub fn next_round(&self, results: &[PointResult], baseline: &str) -> (Vec<Point>, Vec<Wide>) {
+    /// `tuned`: the keys each layout ran at its own best of (a tuned sweep's report
+    /// runs), which pairing leaves aside.
+    pub fn next_round(
+        &self,
+        results: &[PointResult],
+        baseline: &str,
+        tuned: &[String],
+    ) -> (Vec<Point>, Vec<Wide>) {
         let tried = |group: &str| results.iter().filter(|r| r.point.group == group).count();
-        let rest = |p: &Point| ReplicateKey::without_pattern(&p.cfg).ok();
+        let rest = |p: &Point| ReplicateKey::without_pattern_or(&p.cfg, tuned).ok();
         let Some(seed) = results.iter().map(|r| r.point.cfg.optim.seed).max() else {
             return (Vec::new(), Vec::new());
         };
         let seed = seed + 1;
         let (mut points, mut wide): (Vec<Point>, Vec<Wide>) = (Vec::new(), Vec::new());
-        for g in groups(results, Some(baseline)) {
+        for g in groups(results, Some(baseline), tuned) {
             let ci95 = g.vs_baseline.map_or(f64::INFINITY, |d| d.ci95);
             if g.pattern == baseline || tried(&g.group) >= self.max_seeds || ci95 <= self.until_ci95
             {

@@ -18,6 +18,9 @@ use std::time::Instant;
 pub enum Status {
     Finished,
     Skipped,
+    /// Training stopped on a non-finite loss or gradient norm at this step
+    /// (`diverged.json`): the point's outcome, not retried.
+    Diverged(usize),
     Failed(String),
 }
 
@@ -113,6 +116,44 @@ fn plan(
     Ok(Ok("running"))
 }
 
+/// The records a finished run is made of (what tables, figures and a rerun read; its
+/// checkpoints stay where they are).
+const RECORDS: [&str; 6] = [
+    run_dir::CONFIG_FILE,
+    "log.jsonl",
+    run_dir::COMM_FILE,
+    run_dir::SUMMARY_FILE,
+    "eval.json",
+    run_dir::SAMPLE_FILE,
+];
+
+/// A finished run of exactly `point`'s config in one of the `reuse` sweep directories.
+fn reusable(point: &Point, reuse: &[PathBuf]) -> Option<PathBuf> {
+    reuse.iter().find_map(|sweep| {
+        let entries = std::fs::read_dir(sweep).ok()?;
+        let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        dirs.sort();
+        dirs.into_iter().find(|d| {
+            d.join(run_dir::SUMMARY_FILE).is_file()
+                && run_dir::read_config(d).is_ok_and(|c| c == point.cfg)
+        })
+    })
+}
+
+/// Copies a finished run's records from `from` into the point's empty `dir`, the summary
+/// last (so that an interrupted copy is not taken for a finished run).
+fn copy_records(from: &Path, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for f in RECORDS.iter().filter(|f| **f != run_dir::SUMMARY_FILE) {
+        if from.join(f).is_file() {
+            std::fs::copy(from.join(f), dir.join(f))
+                .with_context(|| format!("cannot copy {}", from.join(f).display()))?;
+        }
+    }
+    let summary = std::fs::read(from.join(run_dir::SUMMARY_FILE))?;
+    crate::util::write_atomic(&dir.join(run_dir::SUMMARY_FILE), &summary)
+}
+
 /// Runs every point not yet finished under `out`; prints a line per run. The caller owns
 /// `out` (see [`crate::sweep::sweep_and_report`]). A signal in `interrupts` stops the
 /// sweep once the run under way has ended ([`Interrupts::check`]).
@@ -137,6 +178,32 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
         let dir = out.join(&point.name);
         let tag = format!("[{}/{n}] {}", i + 1, point.name);
         let summary = read_summary(&dir).filter(|_| found == Existing::Same);
+        let diverged = run_dir::read_diverged(&dir).ok().flatten();
+        if let (None, Some(d), Existing::Same) = (&summary, &diverged, &found) {
+            crate::say!(
+                "{tag}: diverged earlier ({} became {} at step {}), skipped",
+                d.what,
+                d.value,
+                d.step
+            );
+            results.push(PointResult {
+                point: point.clone(),
+                dir,
+                status: Status::Diverged(d.step),
+                summary: None,
+            });
+            continue;
+        }
+        // A finished run of exactly this config elsewhere (`reuse:`) is its result.
+        let reused = match (&summary, &found) {
+            (None, Existing::Nothing) if !dir.exists() => reusable(point, &sweep.reuse),
+            _ => None,
+        };
+        if let Some(from) = &reused {
+            copy_records(from, &dir)?;
+            crate::say!("{tag}: finished in {}, its records copied", from.display());
+        }
+        let summary = summary.or_else(|| reused.and_then(|_| read_summary(&dir)));
         if let Some(summary) = summary {
             crate::say!("{tag}: finished earlier, skipped");
             results.push(PointResult {
@@ -169,7 +236,18 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
         interrupts.check()?;
         let secs = started.elapsed().as_secs_f64();
         let summary = read_summary(&dir);
+        let diverged = run_dir::read_diverged(&dir).ok().flatten();
         let status = match (&summary, status.success()) {
+            (None, false) if diverged.is_some() => {
+                let d = diverged.expect("matched");
+                crate::say!(
+                    "{tag}: diverged: {} became {} at step {} (a learning rate too high?)",
+                    d.what,
+                    d.value,
+                    d.step
+                );
+                Status::Diverged(d.step)
+            }
             (Some(s), true) => {
                 crate::say!(
                     "{tag}: done in {:.0}s, val loss {}",

@@ -36,6 +36,7 @@ fn row(r: &PointResult) -> Vec<String> {
         match &r.status {
             Status::Finished => "finished".into(),
             Status::Skipped => "finished (earlier)".into(),
+            Status::Diverged(step) => format!("diverged at step {step}"),
             Status::Failed(_) => "failed".into(),
         },
         f(s.map(|s| s.forward_allreduces_per_step), 0),
@@ -107,11 +108,11 @@ fn seeded_losses<'a>(results: impl Iterator<Item = &'a PointResult>) -> Vec<(u64
 }
 
 /// The replicate groups of a sweep ([`ReplicateKey`]: points equal but for the seed), in
-/// the order they first appear, each named by its point's grid keys.
-pub fn groups(results: &[PointResult], baseline: Option<&str>) -> Vec<GroupRow> {
+/// the order they first appear, each named by its point's grid keys. Groups that differ
+/// only in pattern (and in the `tuned` keys, each layout's own best) are compared.
+pub fn groups(results: &[PointResult], baseline: Option<&str>, tuned: &[String]) -> Vec<GroupRow> {
     let key = |r: &PointResult| ReplicateKey::of(&r.point.cfg).ok();
-    // Groups that differ only in pattern are compared with each other.
-    let rest = |r: &PointResult| ReplicateKey::without_pattern(&r.point.cfg).ok();
+    let rest = |r: &PointResult| ReplicateKey::without_pattern_or(&r.point.cfg, tuned).ok();
     let mut firsts: Vec<&PointResult> = Vec::new();
     for r in results {
         if !firsts.iter().any(|f| key(f) == key(r)) {
@@ -199,9 +200,16 @@ pub fn groups_csv(rows: &[GroupRow]) -> String {
 }
 
 /// The replicate table of `summary.md`, with how to read it.
-pub fn groups_markdown(rows: &[GroupRow], baseline: Option<&str>) -> String {
+pub fn groups_markdown(rows: &[GroupRow], baseline: Option<&str>, tuned: &[String]) -> String {
+    let at_best = match tuned.is_empty() {
+        true => String::new(),
+        false => format!(
+            " Each layout at its own chosen {} (the report seeds only; the selection runs are in the tuning table).",
+            tuned.join(" and ")
+        ),
+    };
     let how = baseline.map_or(String::new(), |b| format!(
-        " Differences are paired by seed against `{b}` with the same other keys; `significant` means their 95% interval excludes zero; `detectable_diff` is the smallest true difference these pairs would find significant with 80% power at the spread they show."
+        " Differences are paired by seed against `{b}` with the same other keys; `significant` means their 95% interval excludes zero (not corrected for the number of groups compared: `tp-plot --penalty` gives Holm's correction); `detectable_diff` is the smallest true difference these pairs would find significant with 80% power at the spread they show.{at_best}"
     ));
     format!(
         "\n## Replicates\n\nFinal validation loss over the seeds of each point: mean, sample standard deviation, n and the half-width of the 95% interval of the mean (Student's t).{how}\n\n{}",

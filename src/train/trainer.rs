@@ -22,6 +22,7 @@ use crate::config::RunConfig;
 use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
 use crate::model::Gpt;
 use crate::ops::profile;
+use crate::run_dir::DivergedReport;
 use crate::run_dir::{Checkpoint, CommShape, RunHistory};
 use crate::tp::{SeededInit, StoredParams};
 use anyhow::{bail, Result};
@@ -37,6 +38,28 @@ pub fn usable_history<'c>(ck: &'c Checkpoint, cfg: &RunConfig) -> Option<&'c Run
         .as_ref()
         .filter(|h| h.shape == CommShape::of(cfg))
 }
+
+/// Training stopped before applying a non-finite loss or gradient norm: the error a
+/// diverging run ends with, which its run directory records (`diverged.json`).
+#[derive(Debug, Clone)]
+pub struct Diverged {
+    pub report: DivergedReport,
+    /// Where the last good weights are, in words.
+    saved: String,
+}
+
+impl std::fmt::Display for Diverged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = &self.report;
+        write!(
+            f,
+            "{} became {} at step {}, so training stopped before applying it; {}: lower learning_rate (or set grad_clip) and resume with --resume",
+            r.what, r.value, r.step, self.saved
+        )
+    }
+}
+
+impl std::error::Error for Diverged {}
 
 pub struct Trainer<'a> {
     cfg: &'a RunConfig,
@@ -254,7 +277,7 @@ impl<'a> Trainer<'a> {
     }
 
     /// Stops the run before a non-finite value is applied, naming the last good
-    /// checkpoint.
+    /// checkpoint ([`Diverged`]).
     fn guard(&self, value: f32, what: &str) -> Result<()> {
         if value.is_finite() {
             return Ok(());
@@ -267,10 +290,15 @@ impl<'a> Trainer<'a> {
             Some((s, None)) => format!("the last good checkpoint is step {s}, intact"),
             None => "no checkpoint was written yet".to_string(),
         };
-        bail!(
-            "{what} became {value} at step {}, so training stopped before applying it; {saved}: lower learning_rate (or set grad_clip) and resume with --resume",
-            self.step
-        )
+        Err(Diverged {
+            report: DivergedReport {
+                step: self.step,
+                what: what.to_string(),
+                value: value.to_string(),
+            },
+            saved,
+        }
+        .into())
     }
 
     /// Replaces the fresh weights with another run's (`init_from`), sliced for this rank;

@@ -32,6 +32,7 @@ mod tensorboard;
 mod time_model;
 mod trace;
 mod training_invariants;
+mod tuned_sweep;
 mod vendored_backprop;
 mod vocab_parallel;
 mod workflow;

@@ -5,24 +5,93 @@ use std::path::Path;
 
 /// The sweeps shipped in configs/sweeps are what the README and docs tell users to run:
 /// every one loads, and each of its points is a config tp-train accepts (a study's point
-/// that fails only when the sweep reaches it, hours in, would be found here).
+/// that fails only when the sweep reaches it, hours in, would be found here). A sweep
+/// that takes its values from another tuned sweep (`tune: {from: runs/X}`) is loaded
+/// against a stand-in record of X in which every layout of X chose a value: each of its
+/// layouts must find its family there.
 #[test]
 fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
+    use tp_harness::analysis::tuning::{ChoiceRecord, TuneDecl, TunedValues, TuningRecord};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/sweeps");
+    let scratch = crate::common::scratch("shipped-sweeps");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            let s = tp_harness::sweep::Sweep::load(&path)
-                .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
-            assert!(!s.points.is_empty(), "{}", path.display());
-            for p in &s.points {
-                p.cfg
-                    .validate()
-                    .unwrap_or_else(|e| panic!("{} {}: {e:#}", path.display(), p.name));
-            }
-            checked += 1;
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
         }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let from = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("tune: {from: runs/"))
+            .map(|r| r.trim_end_matches('}').to_string());
+        let load = match from {
+            None => path.clone(),
+            Some(other) => {
+                let other_sweep =
+                    tp_harness::sweep::Sweep::load(&dir.join(format!("{other}.yaml")))
+                        .unwrap_or_else(|e| panic!("{other}: {e:#}"));
+                let tune = other_sweep
+                    .tune
+                    .as_ref()
+                    .expect("tune.from names a tuned sweep");
+                let mut patterns: Vec<String> = other_sweep
+                    .points
+                    .iter()
+                    .map(|p| p.cfg.model.pattern.to_string())
+                    .collect();
+                patterns.dedup();
+                let record = TuningRecord {
+                    decl: TuneDecl {
+                        keys: tune.decl.keys.clone(),
+                        selection_seeds: tune.decl.selection_seeds.clone(),
+                    },
+                    report_seeds: tune.report_seeds.clone(),
+                    from: None,
+                    choices: patterns
+                        .into_iter()
+                        .map(|pattern| ChoiceRecord {
+                            pattern,
+                            setting: String::new(),
+                            tried: Vec::new(),
+                            chosen: Some(TunedValues(
+                                tune.decl
+                                    .keys
+                                    .iter()
+                                    .map(|k| (k.clone(), "0.004".into()))
+                                    .collect(),
+                            )),
+                            complete: true,
+                            edges: Vec::new(),
+                            source: None,
+                        })
+                        .collect(),
+                };
+                let stand_in = scratch.join(&other);
+                std::fs::create_dir_all(&stand_in).unwrap();
+                std::fs::write(
+                    stand_in.join("tuning.json"),
+                    tp_harness::run_dir::versioned::to_json(&record).unwrap(),
+                )
+                .unwrap();
+                let copy = scratch.join(path.file_name().unwrap());
+                let text = text.replace(
+                    &format!("from: runs/{other}"),
+                    &format!("from: {}", stand_in.display()),
+                );
+                std::fs::write(&copy, text).unwrap();
+                copy
+            }
+        };
+        let s = tp_harness::sweep::Sweep::load(&load)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        assert!(!s.points.is_empty(), "{}", path.display());
+        for p in &s.points {
+            p.cfg
+                .validate()
+                .unwrap_or_else(|e| panic!("{} {}: {e:#}", path.display(), p.name));
+        }
+        checked += 1;
     }
     assert!(checked >= 4, "{checked} sweep files");
 }
@@ -98,14 +167,17 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
     }
     let md = std::fs::read_to_string(d.join("study/penalty.md")).unwrap();
     assert!(
-        md.contains("| 2x32/4h, tp 2, 4 it | pp | 1 (1) | 2 |"),
+        md.contains("| 2x32/4h, tp 2, 4 it, shakespeare_char | pp | 1 (1) | 2 |"),
         "{md}"
     );
     // Where the setting's runs were made, and how long they trained.
     let made_here = format!(" | {}, fused ", tp_harness::util::host::cpu());
     let line = md
         .lines()
-        .find(|l| l.starts_with("| 2x32/4h, tp 2, 4 it | 4 | ") && l.contains(&made_here))
+        .find(|l| {
+            l.starts_with("| 2x32/4h, tp 2, 4 it, shakespeare_char | 4 | ")
+                && l.contains(&made_here)
+        })
         .unwrap_or_else(|| panic!("no provenance line of tp 2, 4 it: {md}"));
     let hours: f64 = line.split(" | ").nth(2).unwrap().parse().unwrap();
     assert!((0.0..0.05).contains(&hours), "{line}");

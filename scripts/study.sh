@@ -36,22 +36,41 @@
 #   configs/sweeps/study_depth_tp4.yaml   12 x 128, tp 4, 4 layouts x 4 seeds
 #   configs/sweeps/study_names.yaml       mini on the names corpus, 6 patterns x 8 seeds
 #   configs/sweeps/study_names_depth.yaml 12 x 128 on names, 3 layouts x 4 seeds
+# Issue 46's (plots/study/tuned/): each layout at its own best peak learning rate, chosen
+# on selection seeds (tune: in the sweep file), compared on report seeds:
+#   configs/sweeps/study_tuned.yaml       12 x 128, tp 2, 6 layouts x 5+ rates x 2
+#                                         selection seeds, then 8 report seeds at each best
+#   configs/sweeps/study_tuned_long.yaml  the same at 6000 iterations, 3 layouts x 4 seeds
+#   configs/sweeps/study_tuned_depth.yaml 4, 6 and 8 layers, all-t, s-then-p, all-p at
+#                                         their 12-layer family's rate, 8 seeds
+#   configs/sweeps/study_names_tuned.yaml 12 x 128 on names, 3 layouts tuned, 4 seeds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TP_STUDY_BIN:-target/release}
 ISSUE25="study_power_tp2 study_shrink study_tp_degree study_length study_size"
 ISSUE35="study_depth study_depth_tp4 study_names study_names_depth"
+ISSUE46="study_tuned study_tuned_long study_tuned_depth study_names_tuned"
 OUT=plots/study
 KEPT=$OUT/runs
-RECORDS="config.yaml log.jsonl comm.json summary.json eval.json"
+RECORDS="config.yaml log.jsonl comm.json summary.json eval.json diverged.json"
+# A tuned sweep's record of what it tunes and chose, beside its runs.
+SWEEP_RECORDS="tuning.json"
 
+# Whether a run ended: finished (summary.json), or diverged (diverged.json: a learning
+# rate too high, a tuned sweep's outcome like any other).
+ended() {
+  [ -f "$1/summary.json" ] || [ -f "$1/diverged.json" ]
+}
 # Kept runs back into runs/, where a sweep finds them finished (never over a finished run).
 restore() {
-  local sweep=$1 run
+  local sweep=$1 run f
+  for f in $SWEEP_RECORDS; do
+    [ -f "$KEPT/$sweep/$f" ] && [ ! -f "runs/$sweep/$f" ] && mkdir -p "runs/$sweep" && cp "$KEPT/$sweep/$f" "runs/$sweep/$f"
+  done
   for run in "$KEPT/$sweep"/*/; do
-    [ -f "$run/summary.json" ] || continue
+    ended "$run" || continue
     local to="runs/$sweep/$(basename "$run")"
-    [ -f "$to/summary.json" ] && continue
+    ended "$to" && continue
     rm -rf "$to" && mkdir -p "$to"
     cp "$run"/* "$to/"
   done
@@ -59,8 +78,11 @@ restore() {
 # The finished runs' records into the kept folder (a record replaced only by a newer run).
 keep() {
   local sweep=$1 run f
+  for f in $SWEEP_RECORDS; do
+    [ -f "runs/$sweep/$f" ] && mkdir -p "$KEPT/$sweep" && cp -p "runs/$sweep/$f" "$KEPT/$sweep/$f"
+  done
   for run in runs/"$sweep"/*/; do
-    [ -f "$run/summary.json" ] || continue
+    ended "$run" || continue
     local to="$KEPT/$sweep/$(basename "$run")"
     mkdir -p "$to"
     for f in $RECORDS; do
@@ -68,13 +90,14 @@ keep() {
     done
   done
 }
-# The finished runs of a sweep: kept ones, and any in runs/ not kept yet.
+# The ended runs of a sweep (finished or diverged): kept ones, and any in runs/ not kept
+# yet.
 runs() {
   {
-    find "$KEPT/$1" -mindepth 2 -maxdepth 2 -name summary.json 2>/dev/null
-    find "runs/$1" -mindepth 2 -maxdepth 2 -name summary.json 2>/dev/null |
-      while read -r s; do [ -f "$KEPT/$1/$(basename "$(dirname "$s")")/summary.json" ] || echo "$s"; done
-  } | xargs -r -n1 dirname | sort
+    find "$KEPT/$1" -mindepth 2 -maxdepth 2 \( -name summary.json -o -name diverged.json \) 2>/dev/null
+    find "runs/$1" -mindepth 2 -maxdepth 2 \( -name summary.json -o -name diverged.json \) 2>/dev/null |
+      while read -r s; do ended "$KEPT/$1/$(basename "$(dirname "$s")")" || echo "$s"; done
+  } | xargs -r -n1 dirname | sort -u
 }
 # Whether every sweep named has finished runs to draw from.
 all_there() {
@@ -83,15 +106,22 @@ all_there() {
 }
 
 if [ "${1:-}" = "--keep" ]; then
-  for s in $ISSUE25 $ISSUE35; do keep "$s"; done
+  for s in $ISSUE25 $ISSUE35 $ISSUE46; do keep "$s"; done
   echo "records of the finished runs in $KEPT/"
   exit 0
 fi
 if [ "${1:-}" != "--draw" ]; then
-  sweeps=${*:-"$ISSUE25 $ISSUE35"}
+  sweeps=${*:-"$ISSUE25 $ISSUE35 $ISSUE46"}
   [ -x "$BIN/tp-sweep" ] || cargo build --release
   for s in $sweeps; do
     echo "== $s ($(date -u +%FT%TZ))"
+    # study_tuned reuses study_depth's runs at its own config (reuse:); the tuned
+    # sweeps after it take its choices (tune.from).
+    case $s in
+      study_tuned) restore study_depth ;;
+      study_tuned_*) restore study_tuned ;;
+      study_names_tuned) restore study_names_depth ;;
+    esac
     restore "$s"
     status=0
     "$BIN/tp-sweep" "configs/sweeps/$s.yaml" || status=$?
@@ -165,5 +195,19 @@ if all_there study_names; then
     $(runs study_power_tp2) $(runs study_depth | grep -E 'pattern=(12xt|3xsppp|12xp)$') \
     --out "$OUT/names" > /dev/null
   machine_note > "$OUT/names/MACHINE.md"
+fi
+# Issue 46, tuned (plots/study/tuned/): each layout at its own best learning rate. The
+# penalty tables (Holm-corrected, non-inferiority at a margin of 0.01) over 12 layers at
+# 2000 and 6000 iterations and 4, 6 and 8 layers; the tuning figure; loss against
+# modelled time at 1 and 0.1 Gbit/s from one CPU's compute, timed to the worst final
+# loss of 12xt's seeds.
+if all_there study_tuned; then
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" --penalty --margin 0.01 $(for s in $ISSUE46; do runs "$s"; done) \
+    --out "$OUT/tuned" > /dev/null
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" $(runs study_tuned) --out "$OUT/tuned/time" --x time --link 1:50 --link 0.1:50 \
+    --baseline 12xt --target baseline > /dev/null
+  machine_note > "$OUT/tuned/MACHINE.md"
 fi
 echo "tables and figures in $OUT/"

@@ -5,8 +5,14 @@
 #   dist/cuda/tp-train.xz       the trainer (stripped, xz), CUDA + NCCL, no MPI
 #   dist/cuda/gpu-tests.xz      the GPU test set (tests/gpu.rs), stripped, xz
 #   dist/cuda/gpu-check.sh      unpacks and runs both there, writes one results file
-#   dist/cuda/golden, data      the golden cases and the default experiment's prepared data
+#   dist/cuda/golden, data      the golden cases and both datasets, prepared (the GPU
+#                               machine has no network and no ../shared: required here)
+#   dist/cuda/cpu-reference.json  the default experiment's result on this CPU, which the
+#                               GPU's run is held to (made once per build of tp-train)
+#   dist/cuda/BUILD             the commit and the machine it was built on
 #
+# The tracked tree and dist/cuda travel to the GPU machine together: at most 64 MiB, checked
+# at the end.
 # (Compressed: the two binaries are ~50 MB each, mostly candle's embedded PTX text, and a
 # device session carries at most 64 MiB.)
 #
@@ -34,6 +40,17 @@ for a in "$@"; do
     *) echo "build-cuda: unknown option $a (known: --check, --lint)" >&2; exit 2 ;;
   esac
 done
+
+# The data the GPU runs train on, prepared: both datasets, or no GPU run can start there
+# (checked first: the build takes minutes).
+if [ "$lint" = 0 ]; then
+  for d in shakespeare_char names; do
+    if [ ! -f "datasets/$d/train.bin" ] || [ ! -f "datasets/$d/meta.json" ]; then
+      echo "build-cuda: datasets/$d is not prepared, and the GPU machine cannot fetch it: run scripts/setup.sh (or target/release/tp-prepare) first" >&2
+      exit 2
+    fi
+  done
+fi
 
 compiler=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85)
@@ -109,8 +126,30 @@ if [ "$check" = 1 ]; then
   cargo clippy --release --target-dir "$target" --features "cuda mpi" --all-targets -- -D warnings
 fi
 
+# The CPU's result for the default experiment, which the GPU's is compared with: this
+# machine's CPU build, run once per build of it (cached by the binary's hash).
+cpu_train="$repo/target/release/tp-train"
+[ -x "$cpu_train" ] || { echo "build-cuda: no CPU build at $cpu_train for the CPU reference: run cargo build --release first" >&2; exit 2; }
+ref_dir="$target/cpu-reference/$(sha256sum "$cpu_train" | cut -c1-16)"
+if [ ! -f "$ref_dir/summary.json" ]; then
+  echo "build-cuda: the default experiment on this CPU, once (the GPU's reference; about a minute)"
+  rm -rf "$ref_dir" && mkdir -p "$(dirname "$ref_dir")"
+  "$cpu_train" --quiet --out "$ref_dir" >/dev/null
+fi
+
 out="$repo/dist/cuda"
 rm -rf "$out" && mkdir -p "$out/golden" "$out/data"
+python3 - "$ref_dir/summary.json" "$out/cpu-reference.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+keep = {k: s.get(k) for k in ("pattern", "tp", "steps", "final_val_loss", "final_val_tokens", "machine", "wall_seconds")}
+json.dump(keep, open(sys.argv[2], "w"), indent=2)
+EOF
+{
+  echo "built from $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)') on $(date -u +%F)"
+  echo "build machine: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), sm_$CUDA_COMPUTE_CAP"
+  echo "CPU reference (default experiment): val loss $(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["final_val_loss"], 4))' "$out/cpu-reference.json")"
+} >"$out/BUILD"
 strip -o "$out/tp-train" "$target/release/tp-train"
 strip -o "$out/gpu-tests" "$gpu_tests"
 xz -T0 -6 "$out/tp-train" "$out/gpu-tests"
@@ -120,6 +159,14 @@ if [ -d "$golden" ]; then cp "$golden"/*.json "$golden"/*.safetensors "$out/gold
 ladder=${TP_GOLDEN_LADDER_DIR:-$repo/../shared/golden-ladder}
 if [ -d "$ladder" ]; then mkdir -p "$out/golden-ladder" && cp "$ladder"/*.json "$ladder"/*.safetensors "$out/golden-ladder/"; else echo "build-cuda: no golden ladder cases at $ladder; the GPU test skips them" >&2; fi
 for d in shakespeare_char names; do
-  [ -d "datasets/$d" ] && cp -r "datasets/$d" "$out/data/"
+  cp -r "datasets/$d" "$out/data/"
 done
-echo "build-cuda: $(du -sh "$out" | cut -f1) in dist/cuda ($(ls "$out" | tr '\n' ' '))"
+# What travels to the GPU machine: the tracked tree plus dist/cuda, at most 64 MiB.
+tracked=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+packed=$(du -sb "$out" | cut -f1)
+total=$((tracked + packed))
+echo "build-cuda: $(du -sh "$out" | cut -f1) in dist/cuda ($(ls "$out" | tr '\n' ' ')); with the tracked tree $((total / 1048576)) MiB of the 64 MiB a GPU machine takes"
+if [ "$total" -gt $((64 * 1048576)) ]; then
+  echo "build-cuda: $((total / 1048576)) MiB is over the 64 MiB that travels to a GPU machine: shrink dist/cuda or the tracked tree" >&2
+  exit 1
+fi

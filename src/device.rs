@@ -91,7 +91,8 @@ impl DeviceKind {
     }
 
     /// Opens GPU `ordinal` (ignored on the CPU). Every call makes a new candle device with
-    /// its own stream; ranks that must share device memory share one `Device`.
+    /// its own explicit stream ([`open_cuda`]); ranks that share a GPU share one `Device`
+    /// (its clones share the stream).
     pub fn open(self, ordinal: usize) -> anyhow::Result<Device> {
         self.check_built()?;
         match self {
@@ -101,6 +102,49 @@ impl DeviceKind {
     }
 }
 
+/// How a GPU is opened, from the environment (read once per open; the defaults are what
+/// every run uses, the switches are for measuring what they buy):
+///
+/// - `TP_CUDA_POOL=release` hands freed device memory back to the driver at every stream
+///   synchronisation (CUDA's default); by default the stream-ordered pool keeps it, so
+///   the next step does not map gigabytes again (the GPU twin of `alloc.rs`);
+/// - `TP_CUDA_EVENTS=on` keeps cudarc's per-tensor event tracking; by default it is off:
+///   every kernel of the device runs on its one stream, in the order the host issues it,
+///   and NCCL's stream joins it explicitly (`comm/nccl.rs`), so the events would only
+///   cost a record and a wait per kernel argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaOptions {
+    pub keep_freed_memory: bool,
+    pub event_tracking: bool,
+}
+
+impl CudaOptions {
+    /// The options `get` (an environment lookup) gives; an unknown value is an error
+    /// naming the variable and its values.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let pick = |var: &str, default: bool, yes: &str, no: &str| match get(var).as_deref() {
+            None | Some("") => Ok(default),
+            Some(v) if v == yes => Ok(true),
+            Some(v) if v == no => Ok(false),
+            Some(v) => Err(crate::error::user(format!(
+                "{var}={v} is not one of {yes}, {no}: unset it for the default"
+            ))),
+        };
+        Ok(Self {
+            keep_freed_memory: pick("TP_CUDA_POOL", true, "keep", "release")?,
+            event_tracking: pick("TP_CUDA_EVENTS", false, "on", "off")?,
+        })
+    }
+}
+
+/// Opens GPU `ordinal` with **one explicit stream** that every thread computing on it
+/// shares: the rank threads, and their communication threads (ladders, gradient
+/// buckets). candle's `Device::new_cuda` would give each host thread CUDA's per-thread
+/// default stream, on which a rank's kernels run unordered against another rank's — a
+/// thread all-reduce would read tensors still being written, a tensor dropped on another
+/// thread could be freed under a kernel, and a synchronisation would wait for the
+/// caller's own work only. On one stream the GPU runs the kernels in the order the host
+/// issues them, and the thread collectives' barriers already order the issues.
 #[cfg(feature = "cuda")]
 fn open_cuda(ordinal: usize) -> anyhow::Result<Device> {
     let n = gpu_count()?;
@@ -109,9 +153,67 @@ fn open_cuda(ordinal: usize) -> anyhow::Result<Device> {
             "GPU {ordinal} requested but this machine has {n}: run fewer ranks per machine"
         );
     }
-    Device::new_cuda(ordinal).map_err(|e| {
+    let options = CudaOptions::from_env(|v| std::env::var(v).ok())?;
+    let failed = |e: &dyn std::fmt::Display| {
         anyhow::anyhow!("could not open GPU {ordinal} ({e}): check nvidia-smi and the CUDA driver")
-    })
+    };
+    let device = Device::new_cuda_with_stream(ordinal).map_err(|e| failed(&e))?;
+    let cuda = device.as_cuda_device().map_err(|e| failed(&e))?;
+    if !options.event_tracking {
+        // SAFETY: called before any tensor of this device exists; every kernel of the
+        // device runs on its one stream, and NCCL's stream waits for it and is waited for
+        // by it explicitly (comm/nccl.rs), which is what the tracking would ensure.
+        unsafe { cuda.disable_event_tracking() };
+    }
+    if options.keep_freed_memory {
+        keep_freed_memory(&cuda.cuda_stream()).map_err(|e| failed(&e))?;
+    }
+    Ok(device)
+}
+
+/// The device's stream-ordered memory pool keeps what is freed, however much, instead of
+/// handing it back at each synchronisation (release threshold: unlimited).
+#[cfg(feature = "cuda")]
+fn keep_freed_memory(
+    stream: &candle_core::cuda_backend::cudarc::driver::CudaStream,
+) -> anyhow::Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let dev = stream.context().cu_device();
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: `dev` is the context's own device; the release threshold is a u64.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(dev)?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )?;
+    }
+    Ok(())
+}
+
+/// What an opened GPU is, for its test: whether its stream is an explicit one (not the
+/// legacy or per-thread default), whether cudarc tracks events, and the pool's release
+/// threshold.
+#[cfg(feature = "cuda")]
+pub fn cuda_setup(device: &Device) -> anyhow::Result<(bool, bool, u64)> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let cuda = device.as_cuda_device()?;
+    let stream = cuda.cuda_stream();
+    // CU_STREAM_LEGACY is 0x1, CU_STREAM_PER_THREAD 0x2, the NULL stream 0.
+    let raw = stream.cu_stream() as usize;
+    let explicit = raw > 2;
+    let mut threshold: u64 = 0;
+    // SAFETY: as in keep_freed_memory.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(stream.context().cu_device())?;
+        result::mem_pool::get_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )?;
+    }
+    Ok((explicit, cuda.is_event_tracking(), threshold))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -201,6 +303,36 @@ mod tests {
         assert_eq!(Kernels::Fused.for_tensor(&x), Kernels::Portable);
         let x = x.to_dtype(DType::F32).unwrap();
         assert_eq!(Kernels::Fused.for_tensor(&x), Kernels::Fused);
+    }
+
+    /// The GPU's defaults keep freed memory and leave event tracking off; each switch
+    /// flips one, and a value it does not know is one line naming the variable.
+    #[test]
+    fn cuda_options_default_to_a_kept_pool_without_event_tracking_and_switch_by_env() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
+        };
+        let d = CudaOptions::from_env(env(&[])).unwrap();
+        assert_eq!(
+            d,
+            CudaOptions {
+                keep_freed_memory: true,
+                event_tracking: false
+            }
+        );
+        let o = CudaOptions::from_env(env(&[
+            ("TP_CUDA_POOL", "release"),
+            ("TP_CUDA_EVENTS", "on"),
+        ]))
+        .unwrap();
+        assert!(!o.keep_freed_memory && o.event_tracking);
+        let e = CudaOptions::from_env(env(&[("TP_CUDA_POOL", "big")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("TP_CUDA_POOL=big is not one of keep, release"),
+            "{e}"
+        );
     }
 
     #[test]

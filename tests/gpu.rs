@@ -239,3 +239,30 @@ fn gpu_nccl_group_of_one_reduces_through_nccl() {
         host.flatten_all().unwrap().to_vec1::<f32>().unwrap()
     );
 }
+
+/// The device every rank thread shares has one explicit stream (not CUDA's legacy or
+/// per-thread default stream, on which each thread's kernels would run unordered against
+/// the others'), its clones share it, cudarc's event tracking is off and the memory pool
+/// keeps what is freed — the defaults `open_cuda` sets (src/device.rs).
+#[test]
+fn gpu_device_is_one_explicit_stream_shared_by_its_clones_with_the_pool_kept() {
+    let d = gpu();
+    let (explicit, tracking, threshold) = tp_harness::device::cuda_setup(&d).unwrap();
+    assert!(
+        explicit,
+        "open_cuda gave a default (legacy or per-thread) stream"
+    );
+    assert!(!tracking, "event tracking is on");
+    assert_eq!(threshold, u64::MAX, "the pool hands freed memory back");
+    let other_thread = std::thread::spawn(move || {
+        let c = d.clone();
+        c.as_cuda_device().unwrap().cuda_stream().cu_stream() as usize
+    })
+    .join()
+    .unwrap();
+    let here = gpu().as_cuda_device().unwrap().cuda_stream().cu_stream() as usize;
+    assert_eq!(
+        here, other_thread,
+        "a clone on another thread has another stream"
+    );
+}

@@ -1,30 +1,82 @@
 #!/usr/bin/env bash
 # The GPU checks, run on the GPU machine from the folder scripts/build-cuda.sh packed
 # (dist/cuda: no Rust needed there, only the NVIDIA driver and PyTorch's NVIDIA wheels for
-# cuBLAS, cuRAND, the CUDA runtime and NCCL):
+# cuBLAS, cuRAND, the CUDA runtime and NCCL). Sized for a lent GPU machine: one command
+# of at most 10 minutes, at most 8 result files back, 2 folders deep.
 #
-#   bash dist/cuda/gpu-check.sh [all|tests|train|bench|seeds]...   (default: all)
+#   bash dist/cuda/gpu-check.sh first     # ~8 min on an H100: every GPU test (one process
+#                                         # each), the race check, the default experiment
+#                                         # against the CPU's val loss, GPT-2 124M bf16 tp 1
+#                                         # (fused, portable) beside PyTorch eager and SDPA
+#   bash dist/cuda/gpu-check.sh follow    # ~4 min: f32 and tp 2 rows, 3xsppp, torch.compile
+#   bash dist/cuda/gpu-check.sh diag      # ~2 min: why the binaries do not load or run
+#   bash dist/cuda/gpu-check.sh MODE --dry-run   # the plan and its time budget, no GPU
 #
-# Writes everything under $OUT (default dist/cuda/results) and one summary, gpu-check.md:
-#   tests   the GPU test set (GPU == CPU proofs, kernels vs portable, NCCL, thread sums)
-#   train   the default experiment for 2000 iterations on the GPU and on this machine's CPU
-#   bench   tp-train --bench --preset gpt2 (12xt, 3xsppp; tp 1, 2; f32, bf16) against
-#           PyTorch (eager, SDPA, torch.compile; bf16): tokens/s, MFU, peak GPU memory
-#   seeds   the seeds' GPU tables: seed 001 (mini run: CPU threads vs GPU) and seed 000
-#           (forward pass over 2500/5000/10000 names, three model sizes, GPU vs CPU)
+# Every part runs under its own `timeout` and only if the time left in the budget
+# (TP_GPU_BUDGET, default 570 s from the start: a 600 s call with margin) covers its limit: one hang costs its
+# limit, never the call. Work files go to TP_GPU_WORK (default /tmp/tp-gpu-check), never
+# into $OUT; $OUT gets two files a mode: gpu-check-MODE.md (the summary, readable alone)
+# and gpu-check-MODE.tar.gz (every log, run record and bench.json of the mode).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-res=${OUT:-$here/results}
-mkdir -p "$res"
-report="$res/gpu-check.md"
+mode=${1:-}
+dry=0
+[ "${2:-}" = "--dry-run" ] && dry=1
+case "$mode" in
+  first | follow | diag) ;;
+  *) echo "usage: gpu-check.sh first|follow|diag [--dry-run]" >&2; exit 2 ;;
+esac
+started=$(date +%s)
+budget=${TP_GPU_BUDGET:-570}
+out=${OUT:-$here/results}
+work=${TP_GPU_WORK:-/tmp/tp-gpu-check}/$mode
+rm -rf "$work" && mkdir -p "$work" "$out"
+summary="$work/gpu-check-$mode.md"
 py=${PYTHON:-python3}
-parts=("${@:-all}")
-want() { [[ " ${parts[*]} " == *" all "* || " ${parts[*]} " == *" $1 "* ]]; }
-say() { echo "$*" | tee -a "$report"; }
-failures=0
+failures=0 planned=0
+say() { echo "$*" | tee -a "$summary"; }
+left() { echo $((budget - ($(date +%s) - started))); }
+
+# Runs `cmd` as part `name` under `timeout limit`, its output in $work/name.log, if the
+# budget has `limit` seconds left; returns the command's status (3: skipped, 124: timed
+# out). In a dry run it only adds the limit to the plan.
+part() { # limit name cmd...
+  local limit=$1 name=$2 rc t0
+  shift 2
+  planned=$((planned + limit))
+  if [ "$dry" = 1 ]; then
+    say "- plan: $name, at most ${limit} s: $*"
+    return 0
+  fi
+  if [ "$(left)" -lt "$limit" ]; then
+    say "- $name: SKIPPED ($(left) s left of ${budget}, it needs up to ${limit})"
+    return 3
+  fi
+  t0=$(date +%s)
+  timeout -k 5 "$limit" "$@" >"$work/$name.log" 2>&1
+  rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    say "- $name: TIMED OUT after ${limit} s (log: $name.log)"
+    failures=$((failures + 1))
+  elif [ "$rc" != 0 ]; then
+    say "- $name: FAILED, exit $rc, $(($(date +%s) - t0)) s: $(tail -1 "$work/$name.log" | cut -c1-300)"
+    failures=$((failures + 1))
+  fi
+  return "$rc"
+}
+
+# Packs the work folder into $OUT beside the summary (the only two files of the mode).
+finish() {
+  say ""
+  say "failures: $failures; $(($(date +%s) - started)) s of ${budget}"
+  [ "$dry" = 1 ] && say "planned: ${planned} s of ${budget}"
+  cp "$summary" "$out/"
+  tar -czf "$out/gpu-check-$mode.tar.gz" -C "$(dirname "$work")" "$mode" 2>/dev/null
+  exit $((failures > 0))
+}
 
 # The NVIDIA libraries of PyTorch's wheels (libcublas, libcudart, libnccl, ...).
-libdirs=$($py - <<'EOF'
+libdirs=$($py - <<'EOF' 2>/dev/null
 import glob, os
 try:
     import nvidia
@@ -36,148 +88,163 @@ EOF
 )
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TP_DATA_DIR="$here/data" TP_GOLDEN_DIR="$here/golden" TP_GOLDEN_LADDER_DIR="$here/golden-ladder"
+export CUDA_CACHE_MAXSIZE=4294967296 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
-bin="$res/bin"
+# The binaries, unpacked outside $OUT (about 50 MB each).
+bin="${TP_GPU_WORK:-/tmp/tp-gpu-check}/bin"
 mkdir -p "$bin"
-for b in tp-train gpu-tests; do
-  if [ ! -x "$bin/$b" ]; then
-    $py -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$here/$b.xz" "$bin/$b"
-    chmod +x "$bin/$b"
-  fi
-done
-train="$bin/tp-train"
-
-{
-  echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo
-  echo '```'
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
-  echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
-  $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
-  echo '```'
-} >"$report"
-cat "$report"
-
-# Peak GPU memory of a command, sampled by nvidia-smi every 50 ms (all processes).
-with_gpu_peak() { # file cmd...
-  local peakf=$1; shift
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 >"$peakf.samples" 2>/dev/null &
-  local mon=$!
-  "$@"
-  local rc=$?
-  kill $mon 2>/dev/null; wait $mon 2>/dev/null
-  sort -n "$peakf.samples" | tail -1 >"$peakf"
-  return $rc
-}
-
-if want tests; then
-  say ""
-  say "## GPU test set"
-  if "$bin/gpu-tests" --test-threads=1 >"$res/gpu-tests.log" 2>&1; then r=ok; else r=FAILED; failures=$((failures + 1)); fi
-  say "result: $r ($(grep -E '^test result' "$res/gpu-tests.log" | tail -1))"
-  grep -E "^test |worst|matches" "$res/gpu-tests.log" | sed 's/^/    /' >>"$report"
-fi
-
-final_val() { $py -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["final_val_loss"], 4))' "$1/summary.json" 2>/dev/null || echo "?"; }
-
-if want train; then
-  say ""
-  say "## Default experiment, 2000 iterations (mini, sppp, tp 2)"
-  for dev in cuda cpu; do
-    if "$train" --device "$dev" --set max_iters=2000 --quiet --out "$res/default-$dev" >"$res/default-$dev.log" 2>&1; then
-      say "- $dev: val loss $(final_val "$res/default-$dev"), $($py -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["wall_seconds"]))' "$res/default-$dev/summary.json") s"
-    else
-      failures=$((failures + 1)); say "- $dev: FAILED (see default-$dev.log): $(tail -1 "$res/default-$dev.log")"
+if [ "$dry" = 0 ]; then
+  for b in tp-train gpu-tests; do
+    if [ ! -x "$bin/$b" ]; then
+      $py -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$here/$b.xz" "$bin/$b" &&
+        chmod +x "$bin/$b"
     fi
   done
-  $py - "$res/default-cuda" "$res/default-cpu" <<'EOF' | tee -a "$report"
-import json, sys
-a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
-d = abs(a["final_val_loss"] - b["final_val_loss"])
-print(f"- |GPU - CPU| val loss: {d:.4f} ({'within' if d <= 0.02 else 'NOT within'} 0.02)")
-EOF
 fi
+train="$bin/tp-train"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 
-if want bench; then
-  say ""
-  say "## GPT-2 124M training step (batch x 1024 tokens)"
-  say ""
-  say "| implementation | pattern | tp | dtype | batch | ms/step | tokens/s | MFU | peak GPU MiB |"
-  say "|---|---|---|---|---|---|---|---|---|"
-  for dtype in bf16 f32; do
-    for pattern in 12xt 3xsppp; do
-      for tp in 1 2; do
-        for batch in ${BATCHES:-16 8 4}; do
-          o="$res/bench-$pattern-tp$tp-$dtype-b$batch"
-          if with_gpu_peak "$o.peak" "$train" --bench --device cuda --dtype "$dtype" --preset gpt2 \
-            --pattern "$pattern" --tp "$tp" --set batch_size="$batch" --bench-warmup 3 --bench-steps 10 \
-            --quiet --out "$o" >"$o.log" 2>&1; then
-            $py - "$o/bench.json" "$(cat "$o.peak")" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" <<'EOF' | tee -a "$report"
+{
+  echo "# GPU check ($mode), $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
+  echo "CPU: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+  $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1
+  [ -f "$here/BUILD" ] && cat "$here/BUILD"
+  echo '```'
+} >>"$summary"
+cat "$summary"
+
+final_val() { $py -c 'import json,sys; print(json.load(open(sys.argv[1]))["final_val_loss"])' "$1/summary.json" 2>/dev/null || echo "?"; }
+
+# One row of the GPT-2 table from a bench.json, with MFU against the GPU's dense peak.
+bench_row() { # label bench.json
+  $py - "$1" "$2" "$gpu" <<'EOF' | tee -a "$summary"
 import json, sys
-b = json.load(open(sys.argv[1])); peak_mem = sys.argv[2]; gpu = sys.argv[3]
+label, path, gpu = sys.argv[1:]
+b = json.load(open(path))
 peaks = {"bf16": 989.4, "f32": 66.9}  # H100/H200 SXM dense TFLOP/s
 tflops = b["flops_per_step"] / (b["ms_per_step"] / 1e3) / 1e12
 mfu = tflops / peaks[b["dtype"]] if ("H100" in gpu or "H200" in gpu) else float("nan")
-print(f"| tp-harness ({b['kernels']}) | {b['pattern']} | {b['tp']} | {b['dtype']} | {b['batch_size']} | {b['ms_per_step']:.1f} | {b['tokens_per_s']:.0f} | {mfu:.1%} | {peak_mem} |")
+print(f"| {label} ({b['kernels']}) | {b['pattern']} | {b['tp']} | {b['dtype']} | {b['batch_size']} | {b['ms_per_step']:.1f} | {b['tokens_per_s']:.0f} | {mfu:.1%} |")
 EOF
-            break
-          else
-            echo "   (batch $batch failed: $(tail -1 "$o.log"))" >>"$report"
-          fi
-        done
-      done
-    done
-  done
-  for variant in "--dtype bf16" "--dtype bf16 --sdpa" "--dtype bf16 --sdpa --compile" "--dtype f32 --sdpa"; do
-    for batch in ${BATCHES:-16 8 4}; do
-      o="$res/pytorch-$(echo "$variant" | tr -d ' -')-b$batch"
-      if with_gpu_peak "$o.peak" $py "$here/pytorch-gpt2.py" --device cuda --preset gpt2 --vocab 50304 \
-        --batch-size "$batch" --warmup 5 --steps 10 --profile $variant >"$o.json" 2>"$o.log"; then
-        $py - "$o.json" "$(cat "$o.peak")" <<'EOF' | tee -a "$report"
+}
+
+pytorch_row() { # json
+  $py - "$1" <<'EOF' | tee -a "$summary"
 import json, sys
 b = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 mfu = b.get("mfu") or float("nan")
-print(f"| {b['impl']} | 12xt | 1 | {b['dtype']} | {b['batch_size']} | {b['ms_per_step']:.1f} | {b['tokens_per_s']:.0f} | {mfu:.1%} | {sys.argv[2]} |")
+print(f"| {b['impl']} | 12xt | 1 | {b['dtype']} | {b['batch_size']} | {b['ms_per_step']:.1f} | {b['tokens_per_s']:.0f} | {mfu:.1%} |")
 EOF
-        break
-      fi
-    done
-  done
+}
+
+# GPT-2 124M: tp-train --bench on the GPU.
+harness() { # limit name pattern tp dtype kernels
+  local o="$work/$2"
+  part "$1" "$2" "$train" --bench --device cuda --dtype "$5" --preset gpt2 --pattern "$3" \
+    --tp "$4" --set kernels="$6" --set batch_size="${BATCH:-8}" --bench-warmup 3 --bench-steps 10 \
+    --quiet --out "$o" && [ "$dry" = 0 ] && bench_row tp-harness "$o/bench.json"
+}
+
+pytorch() { # limit name flags...
+  local limit=$1 name=$2
+  shift 2
+  part "$limit" "$name" $py "$here/pytorch-gpt2.py" --device cuda --preset gpt2 --vocab 50304 \
+    --batch-size "${BATCH:-8}" --warmup 5 --steps 10 "$@" &&
+    [ "$dry" = 0 ] && { tail -1 "$work/$name.log" >"$work/$name.json"; pytorch_row "$work/$name.json"; }
+}
+
+table_head() {
   say ""
-  say "Per-op profiles: bench-*/bench.json (\`profile\`: host-side op times; on a GPU the"
-  say "phases are synchronised, the ops are not) and pytorch-*.json (\`profile\`: GPU time)."
+  say "## GPT-2 124M training step (batch ${BATCH:-8} x 1024 tokens)"
+  say ""
+  say "| implementation | pattern | tp | dtype | batch | ms/step | tokens/s | MFU |"
+  say "|---|---|---|---|---|---|---|---|"
+}
+
+if [ "$mode" = diag ]; then
+  say ""
+  say "## Why the binaries do not run"
+  part 20 diag-ldd bash -c "ldd '$train' '$bin/gpu-tests'; echo LD_LIBRARY_PATH=\$LD_LIBRARY_PATH"
+  [ "$dry" = 0 ] && grep -E "not found" "$work/diag-ldd.log" | sed 's/^/    /' | tee -a "$summary"
+  part 20 diag-smi nvidia-smi -q
+  part 20 diag-version "$train" --version
+  part 30 diag-list "$bin/gpu-tests" --list
+  part 60 diag-tiny env CUDA_LAUNCH_BLOCKING=1 "$train" --device cuda --set max_iters=5 --set eval_interval=5 --quiet --out "$work/diag-tiny-run"
+  [ "$dry" = 0 ] && tail -3 "$work/diag-tiny.log" | sed 's/^/    /' | tee -a "$summary"
+  finish
 fi
 
-if want seeds; then
+if [ "$mode" = first ]; then
   say ""
-  say "## Seed 001: the mini run (sppp, tp 2, 2000 iterations)"
-  say "$(grep -h '^- ' "$report" | grep -E '^- (cuda|cpu):' | head -2 | tr '\n' ' ')"
-  say "(CPU under MPI and GPU under MPI: no MPI on this machine; the GPU binary is built without it.)"
+  say "## Environment"
+  part 15 env bash -c "ldd '$train' | grep -E 'cuda|cublas|curand|nccl|nvrtc|not found'; nvidia-smi"
+  [ "$dry" = 0 ] && grep -q "not found" "$work/env.log" && say "- a library does not load: run diag"
+
   say ""
-  say "## Seed 000: forward pass over N names (RMSNorm, ReLU, tp 1)"
-  say ""
-  say "| model | names | GPU forward ms | CPU forward ms |"
-  say "|---|---|---|---|"
-  for spec in "4 256 8" "6 384 12" "8 512 16"; do
-    set -- $spec
-    for n in 2500 5000 10000; do
-      row="| ${1}L/${2}/${3}H | $n |"
-      for dev in cuda cpu; do
-        o="$res/seed000-${1}L-$n-$dev"
-        if "$train" --bench --device "$dev" --tp 1 --preset micro --pattern "${1}xt" --set n_layer="$1" \
-          --set n_embd="$2" --set n_head="$3" --set batch_size="$n" --set block_size=16 \
-          --bench-warmup 2 --bench-steps 5 --quiet --out "$o" >"$o.log" 2>&1; then
-          row="$row $($py -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["forward_ms"], 2))' "$o/bench.json") |"
-        else
-          row="$row failed |"
-        fi
-      done
-      say "$row"
-    done
+  say "## GPU test set (one process a test)"
+  tests=$( [ "$dry" = 1 ] && echo "each-test" || "$bin/gpu-tests" --list 2>/dev/null | sed -n 's/: test$//p')
+  # The tests' share: what is left after the parts below (370 s) are sure of theirs.
+  tests_until=$((budget - 370))
+  if [ "$dry" = 1 ]; then
+    part $((tests_until - 15)) tests "$bin/gpu-tests" --exact NAME "(each test in its own process, at most 90 s each)"
+  fi
+  for t in $tests; do
+    [ "$dry" = 1 ] && break
+    if [ $(($(date +%s) - started + 10)) -gt "$tests_until" ]; then
+      say "- $t: SKIPPED (the tests' share of the budget is spent)"
+      continue
+    fi
+    limit=$((tests_until - ($(date +%s) - started)))
+    [ "$limit" -gt 90 ] && limit=90
+    if part "$limit" "test-$t" "$bin/gpu-tests" --exact "$t" --test-threads=1; then
+      say "- $t: ok ($(grep -hE 'worst|matches' "$work/test-$t.log" | head -1 | cut -c1-160))"
+    fi
   done
-  say "(seed 000 reports 0.19 / 0.74 / 2.9 s on its GPU for its three sizes.)"
+
+  say ""
+  say "## Race check: mini sppp tp 2, 200 steps, CUDA_LAUNCH_BLOCKING 0 and 1"
+  for blocking in 0 1; do
+    part 30 "race-$blocking" env CUDA_LAUNCH_BLOCKING=$blocking "$train" --device cuda --set max_iters=200 \
+      --set eval_interval=100 --set log_interval=1 --set sample_tokens=0 --quiet --out "$work/race-$blocking-run"
+  done
+  if [ "$dry" = 0 ]; then
+    if cmp -s <(grep -o '"train_loss":[^,]*' "$work/race-0-run/log.jsonl") <(grep -o '"train_loss":[^,]*' "$work/race-1-run/log.jsonl"); then
+      say "- the 200 steps' losses are bit-identical with and without CUDA_LAUNCH_BLOCKING"
+    else
+      say "- the losses DIFFER with and without CUDA_LAUNCH_BLOCKING: a race between the rank threads"
+      failures=$((failures + 1))
+    fi
+  fi
+
+  say ""
+  say "## Default experiment, 2000 iterations (mini, sppp, tp 2), against the CPU"
+  part 100 default "$train" --device cuda --set max_iters=2000 --quiet --out "$work/default-run"
+  if [ "$dry" = 0 ] && [ -f "$work/default-run/summary.json" ]; then
+    $py - "$work/default-run/summary.json" "$here/cpu-reference.json" <<'EOF' | tee -a "$summary"
+import json, sys
+g = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2]))
+d = abs(g["final_val_loss"] - c["final_val_loss"])
+print(f"- GPU: val loss {g['final_val_loss']:.4f} in {g['wall_seconds']:.0f} s; CPU ({c['machine']}): {c['final_val_loss']:.4f}")
+print(f"- |GPU - CPU| = {d:.4f}: {'within' if d <= 0.02 else 'NOT within'} 0.02")
+EOF
+  fi
+
+  table_head
+  harness 60 gpt2-12xt-tp1-bf16-fused 12xt 1 bf16 fused
+  harness 60 gpt2-12xt-tp1-bf16-portable 12xt 1 bf16 portable
+  pytorch 45 torch-eager-bf16 --dtype bf16 --profile
+  pytorch 45 torch-sdpa-bf16 --dtype bf16 --sdpa --profile
+  finish
 fi
 
-say ""
-say "failures: $failures"
-exit $((failures > 0))
+# follow: the rest of the GPT-2 table.
+table_head
+harness 60 gpt2-12xt-tp1-f32-fused 12xt 1 f32 fused
+harness 60 gpt2-12xt-tp2-bf16-fused 12xt 2 bf16 fused
+harness 60 gpt2-3xsppp-tp1-bf16-fused 3xsppp 1 bf16 fused
+harness 60 gpt2-3xsppp-tp2-bf16-fused 3xsppp 2 bf16 fused
+pytorch 120 torch-compile-bf16 --dtype bf16 --sdpa --compile
+finish

@@ -168,8 +168,9 @@ pub fn run_threads(
     let (tp, dp) = (cfg.parallel.tp, cfg.parallel.dp);
     let world = ThreadWorld::new();
     let (tp_comms, dp_comms) = thread_groups(&world, tp, dp)?;
-    // Thread ranks share one device (one GPU: one candle device, one stream), so their
-    // collectives can sum each other's tensors where they lie.
+    // Thread ranks share one device (one GPU: one candle device, whose one explicit stream
+    // every rank and communication thread launches on, in host order: device.rs), so
+    // their collectives can sum each other's tensors where they lie.
     let device = cfg.parallel.device.open(0)?;
     crate::device::set_tf32(cfg.parallel.tf32);
     let mut reporter = reporter;

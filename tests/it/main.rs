@@ -11,6 +11,7 @@ mod compressed_allreduce;
 mod docs;
 mod full_eval;
 mod golden_vectors;
+mod gpu_package;
 mod hostile_inputs;
 mod import;
 mod init_from;

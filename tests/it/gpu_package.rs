@@ -1,0 +1,75 @@
+//! What goes to a lent GPU machine, checked here where no GPU is: `gpu-check.sh`'s modes
+//! fit one command of 10 minutes (their parts' time limits, summed, within the budget)
+//! and return at most the 8 files such a machine gives back; the tracked tree leaves
+//! room under the 64 MiB that travels there for `dist/cuda` (~20 MB).
+
+use crate::common::*;
+use std::path::Path;
+
+#[test]
+fn each_gpu_check_mode_plans_within_its_budget_and_returns_two_files() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for mode in ["first", "follow", "diag"] {
+        let d = scratch(&format!("gpu-check-{mode}"));
+        let out = d.join("out");
+        let o = std::process::Command::new("bash")
+            .arg(repo.join("scripts/cuda/gpu-check.sh"))
+            .args([mode, "--dry-run"])
+            .env("OUT", &out)
+            .env("TP_GPU_WORK", d.join("work"))
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        let text = String::from_utf8_lossy(&o.stdout);
+        let planned: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("planned: "))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{mode}: no plan\n{text}"));
+        assert!(planned <= 570, "{mode}: {planned} s planned\n{text}");
+        let mut files: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        files.sort();
+        assert_eq!(
+            files,
+            [
+                format!("gpu-check-{mode}.md"),
+                format!("gpu-check-{mode}.tar.gz")
+            ]
+        );
+    }
+    let o = std::process::Command::new("bash")
+        .arg(repo.join("scripts/cuda/gpu-check.sh"))
+        .arg("all")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "an unknown mode is refused");
+}
+
+#[test]
+fn the_tracked_tree_leaves_room_for_the_gpu_package() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let o = std::process::Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(repo)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        return; // not a git checkout (a source archive): nothing travels from it
+    }
+    let bytes: u64 = o
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| std::fs::metadata(repo.join(String::from_utf8_lossy(p).as_ref())).ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(
+        bytes < 40 << 20,
+        "the tracked tree is {} MiB: with dist/cuda (~20 MB) it must stay under the 64 MiB a GPU machine takes",
+        bytes >> 20
+    );
+}

@@ -128,7 +128,7 @@ fi
 
 # The CPU's result for the default experiment, which the GPU's is compared with: this
 # machine's CPU build, run once per build of it (cached by the binary's hash).
-cpu_train="$repo/target/release/tp-train"
+cpu_train="${CARGO_TARGET_DIR:-$repo/target}/release/tp-train"
 [ -x "$cpu_train" ] || { echo "build-cuda: no CPU build at $cpu_train for the CPU reference: run cargo build --release first" >&2; exit 2; }
 ref_dir="$target/cpu-reference/$(sha256sum "$cpu_train" | cut -c1-16)"
 if [ ! -f "$ref_dir/summary.json" ]; then

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
-exec ./target/release/tp-train "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/tp-train" "$@"

@@ -30,4 +30,5 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 cargo build --release --bins
-./target/release/tp-prepare
+# Where cargo put them: CARGO_TARGET_DIR when set (relative to this folder, as cargo reads it).
+"${CARGO_TARGET_DIR:-target}/release/tp-prepare"

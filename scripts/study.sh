@@ -46,7 +46,7 @@
 #   configs/sweeps/study_names_tuned.yaml 12 x 128 on names, 3 layouts tuned, 4 seeds
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${TP_STUDY_BIN:-target/release}
+BIN=${TP_STUDY_BIN:-${CARGO_TARGET_DIR:-target}/release}
 ISSUE25="study_power_tp2 study_shrink study_tp_degree study_length study_size"
 ISSUE35="study_depth study_depth_tp4 study_names study_names_depth"
 ISSUE46="study_tuned study_tuned_long study_tuned_depth study_names_tuned"
@@ -60,6 +60,18 @@ SWEEP_RECORDS="tuning.json"
 # rate too high, a tuned sweep's outcome like any other).
 ended() {
   [ -f "$1/summary.json" ] || [ -f "$1/diverged.json" ]
+}
+# Whether a run's records agree and nothing writes them now: not held by a tp-train
+# (a sweep extending a finished run rewrites its config and log before its summary),
+# and its summary of as many steps as its config asks (a summary of 600 steps beside a
+# config of 1000 would be kept as the 1000-step result).
+settled() {
+  local steps iters
+  [ -f "$1/.lock" ] && ! flock -n -E 99 "$1/.lock" true 2>/dev/null && return 1
+  [ -f "$1/summary.json" ] || return 0
+  steps=$(sed -n 's/^ *"steps": *\([0-9]*\).*/\1/p' "$1/summary.json" | head -1)
+  iters=$(sed -n 's/^max_iters: *//p' "$1/config.yaml" | head -1)
+  [ -n "$steps" ] && [ "$steps" = "$iters" ]
 }
 # Kept runs back into runs/, where a sweep finds them finished (never over a finished run).
 restore() {
@@ -83,6 +95,7 @@ keep() {
   done
   for run in runs/"$sweep"/*/; do
     ended "$run" || continue
+    settled "$run" || { echo "study.sh: $run is being extended or its records disagree: not kept now"; continue; }
     local to="$KEPT/$sweep/$(basename "$run")"
     mkdir -p "$to"
     for f in $RECORDS; do
@@ -105,6 +118,31 @@ all_there() {
   for s in "$@"; do [ -n "$(runs "$s")" ] || return 1; done
 }
 
+# A signal to this script reaches the sweep it waits for (which passes it to its run and
+# stops once that run has ended), then the script keeps what finished and stops: no
+# tp-sweep or tp-train is left running under PID 1.
+child="" stopped=0
+forward() { # signal
+  stopped=1
+  [ -n "$child" ] && kill -"$1" "$child" 2>/dev/null
+}
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+trap 'forward HUP' HUP
+run_sweep() { # sweep file
+  local status=0
+  "$BIN/tp-sweep" "$1" &
+  child=$!
+  # `wait` returns early when a trapped signal arrives: wait again until the sweep ends.
+  while :; do
+    status=0
+    wait "$child" || status=$?
+    kill -0 "$child" 2>/dev/null || break
+  done
+  child=""
+  return "$status"
+}
+
 if [ "${1:-}" = "--keep" ]; then
   for s in $ISSUE25 $ISSUE35 $ISSUE46; do keep "$s"; done
   echo "records of the finished runs in $KEPT/"
@@ -124,8 +162,9 @@ if [ "${1:-}" != "--draw" ]; then
     esac
     restore "$s"
     status=0
-    "$BIN/tp-sweep" "configs/sweeps/$s.yaml" || status=$?
+    run_sweep "configs/sweeps/$s.yaml" || status=$?
     keep "$s"
+    [ "$stopped" = 0 ] || { echo "study.sh: stopped by a signal after $s's run under way ended; run it again to resume"; exit "$status"; }
     [ "$status" = 0 ] || exit "$status"
   done
 fi

@@ -2,6 +2,32 @@
 # The test suite, as CI runs it: set up on a fresh Debian 12 machine, check formatting and
 # lints, and run every test (release build: the training tests run real steps).
 set -euo pipefail
+case "${1:-}" in
+  -h | --help)
+    cat <<'EOF'
+usage: scripts/test.sh
+
+Runs the whole test suite as CI does, on a fresh Debian 12 machine or this one:
+installs what it needs (apt: a C toolchain, OpenMPI, Slurm; PyPI: TensorBoard into
+target/py; Rust with rustup), prepares the datasets, checks formatting and lints, runs
+every test in a release build, the kernel and equivalence tests again at the AVX2 and
+scalar SIMD levels, and the CUDA compile check (no GPU needed).
+
+How long, on a 2-core machine: about 25 minutes from a cold start (CI's fresh clone
+reaches the end of the main suite in 18; the SIMD reruns and the CUDA check add ~6),
+about 15 with a warm build. Quicker, while you work:
+  cargo test --release --test it -- NAME     one group of tests (e.g. t_equals_gpt2::)
+  TP_SKIP_CUDA_LINT=1 scripts/test.sh        everything but the CUDA compile check
+The GPU itself is never needed; docs/gpus.md says how its own checks run.
+EOF
+    exit 0
+    ;;
+  "") ;;
+  *)
+    echo "test: unknown argument \`$1\`: scripts/test.sh takes none (--help says what it runs)" >&2
+    exit 2
+    ;;
+esac
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"

@@ -55,18 +55,21 @@ impl std::error::Error for Stopped {}
 /// The end of every binary's `main`: on an error, one line on stderr (`TOOL: error: ...`;
 /// a [`Stopped`]'s message as it is; nothing for what another rank already reported) and
 /// the exit code the error calls for.
+/// `tool` may carry the mode that changes the advice (`tp-train --resume`: a resume
+/// writes into its run directory and takes no `--out`); its first word names the binary.
 pub fn exit_on_error(tool: &str, result: anyhow::Result<()>) {
     let Err(e) = result else {
         return;
     };
+    let (binary, tool) = (tool.split(' ').next().unwrap_or(tool), tool);
     if let Some(s) = e.downcast_ref::<Stopped>() {
         if !s.message.is_empty() {
-            eprintln!("{tool}: {}", s.message);
+            eprintln!("{binary}: {}", s.message);
         }
         std::process::exit(s.code);
     }
     if e.downcast_ref::<AlreadyReported>().is_none() {
-        eprintln!("{tool}: error: {}", one_line_for(tool, &e));
+        eprintln!("{binary}: error: {}", one_line_for(tool, &e));
     }
     std::process::exit(exit_code(&e));
 }
@@ -120,6 +123,7 @@ fn environment(e: &anyhow::Error, tool: &str) -> Option<(&'static str, String)> 
     let io = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>())?;
     let elsewhere = match out_flag(tool) {
         Some(f) => format!("write elsewhere ({f})"),
+        None if tool == "tp-train --resume" => "copy the run directory to a writable folder and resume the copy (tp-train --resume COPY)".to_string(),
         None => "copy the run to a writable folder and run there".to_string(),
     };
     Some(match io.kind() {

@@ -60,7 +60,12 @@ up() {
     --seed-file="$DIR/munged.seed"
   local host cpus mem
   host=$(hostname -s)
+  # At least 8 CPUs declared, whatever the machine has: the documented examples start 4
+  # tasks, which a 2-core node would otherwise leave pending forever
+  # (Reason=PartitionConfig). Oversubscribed ranks share the cores: slower, same bits.
+  # config_overrides makes slurmd take the declared count instead of draining the node.
   cpus=$(nproc)
+  ((cpus >= 8)) || cpus=8
   mem=$(awk '/MemTotal/ { print int($2 / 1024 * 0.9) }' /proc/meminfo)
   cat > "$CONF" <<EOF
 ClusterName=tp-harness
@@ -86,6 +91,7 @@ ReturnToService=2
 MpiDefault=pmix
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
+SlurmdParameters=config_overrides
 NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=tp Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
 EOF
@@ -93,7 +99,7 @@ EOF
   slurmd -f "$CONF"
   for _ in $(seq 100); do
     if SLURM_CONF=$CONF sinfo -h -o %T 2>/dev/null | grep -q idle; then
-      echo "slurm-cluster: up ($host, $cpus CPUs); eval \"\$($0 env)\" to use sbatch and srun"
+      echo "slurm-cluster: up ($host, $cpus CPUs declared on $(nproc) cores); eval \"\$($0 env)\" to use sbatch and srun"
       return 0
     fi
     sleep 0.2

@@ -17,12 +17,16 @@ pub mod on_link;
 pub mod penalty;
 pub mod penalty_change;
 pub mod penalty_provenance;
+pub mod penalty_table;
+pub mod plan;
 pub mod runs;
 pub mod setting;
 pub mod stats;
 pub mod table;
 pub mod timing;
+pub mod tuned_study;
 pub mod tuning;
+pub mod tuning_record;
 pub mod variant;
 
 pub use runs::{merge_replicates, ReplicateKey, RunCurves};

@@ -113,6 +113,80 @@ pub fn baseline_of<'a>(runs: &'a [RunCurves], baseline: Option<&Variant>) -> Opt
     }
 }
 
+/// One group's cells of the table.
+fn row(
+    r: &RunCurves,
+    link: &Link,
+    target: f64,
+    base_minutes: Option<&[(u64, Option<f64>)]>,
+    is_base: bool,
+) -> [String; 7] {
+    let ms = r
+        .timing
+        .as_ref()
+        .map(|t| 1e3 * t.step_seconds_on(&link.model));
+    let show = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+    let final_val = match (r.final_val, r.final_ci95) {
+        (Some(v), Some(ci)) => format!("{v:.4} ± {ci:.4}"),
+        (v, _) => show(v, 4),
+    };
+    let compute = r.timing.as_ref().map_or("-".into(), |t| {
+        let ms = 1e3 * t.compute_seconds();
+        match &t.compute {
+            Some(c) => format!("{ms:.1} ({:.1}%)", 100.0 * c.imbalance()),
+            None => format!("{ms:.1} (wall)"),
+        }
+    });
+    let mine = seed_minutes(r, link, target);
+    let reached: Vec<f64> = mine.iter().filter_map(|m| m.1).collect();
+    let minutes = match (Replicates::of(&reached), reached.len() == mine.len()) {
+        (Some(m), true) => with_interval(&m, 2),
+        (Some(_), false) => format!("- ({} of {} seeds reach it)", reached.len(), mine.len()),
+        (None, _) => "-".into(),
+    };
+    let sooner = match (base_minutes, is_base) {
+        (_, true) => "1".to_string(),
+        (Some(base), false) => times_sooner(base, &mine),
+        (None, false) => "-".into(),
+    };
+    [
+        format!(
+            "{}{}",
+            r.label,
+            if r.finished { "" } else { " (unfinished)" }
+        ),
+        show(r.forward_allreduces_per_step, 0),
+        final_val,
+        compute,
+        show(ms, 1),
+        minutes,
+        sooner,
+    ]
+}
+
+/// The baseline's minutes over a group's, paired by seed where both reach the target:
+/// their geometric mean with its 95% interval.
+fn times_sooner(base: &[(u64, Option<f64>)], mine: &[(u64, Option<f64>)]) -> String {
+    let reached = |v: &[(u64, Option<f64>)]| -> Vec<(u64, f64)> {
+        v.iter().filter_map(|(s, m)| Some((*s, (*m)?))).collect()
+    };
+    let logs: Vec<f64> = by_seed(&reached(base), &reached(mine))
+        .into_iter()
+        .map(|(_, b, m)| (b / m).ln())
+        .collect();
+    match Replicates::of(&logs) {
+        Some(l) if l.ci95.is_finite() => format!(
+            "{:.2} ({:.2} .. {:.2}; {} pairs)",
+            l.mean.exp(),
+            (l.mean - l.ci95).exp(),
+            (l.mean + l.ci95).exp(),
+            l.n
+        ),
+        Some(l) => format!("{:.2} (1 pair)", l.mean.exp()),
+        None => "-".into(),
+    }
+}
+
 /// Markdown: label, forward all-reduces per step, final val loss (± its 95% interval
 /// over replicates), compute, modelled ms per step on `link`, minutes to `target` (mean
 /// over seeds with its interval; "-" where a curve never reaches it, or a run has no
@@ -152,70 +226,11 @@ pub fn on_link_markdown(
     let base_minutes = baseline.map(|b| seed_minutes(b, link, target));
     let mut untimed = Vec::new();
     for r in runs {
-        let ms = r
-            .timing
-            .as_ref()
-            .map(|t| 1e3 * t.step_seconds_on(&link.model));
-        if ms.is_none() {
+        if r.timing.is_none() {
             untimed.push(r.label.clone());
         }
-        let show =
-            |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
-        let final_val = match (r.final_val, r.final_ci95) {
-            (Some(v), Some(ci)) => format!("{v:.4} ± {ci:.4}"),
-            (v, _) => show(v, 4),
-        };
-        let compute = r.timing.as_ref().map_or("-".into(), |t| {
-            let ms = 1e3 * t.compute_seconds();
-            match &t.compute {
-                Some(c) => format!("{ms:.1} ({:.1}%)", 100.0 * c.imbalance()),
-                None => format!("{ms:.1} (wall)"),
-            }
-        });
-        let mine = seed_minutes(r, link, target);
-        let reached: Vec<f64> = mine.iter().filter_map(|m| m.1).collect();
-        let minutes = match (Replicates::of(&reached), reached.len() == mine.len()) {
-            (Some(m), true) => with_interval(&m, 2),
-            (Some(_), false) => format!("- ({} of {} seeds reach it)", reached.len(), mine.len()),
-            (None, _) => "-".into(),
-        };
-        let sooner = match (&base_minutes, baseline.is_some_and(|b| std::ptr::eq(b, r))) {
-            (_, true) => "1".to_string(),
-            (Some(base), false) => {
-                let reached = |v: &[(u64, Option<f64>)]| -> Vec<(u64, f64)> {
-                    v.iter().filter_map(|(s, m)| Some((*s, (*m)?))).collect()
-                };
-                let logs: Vec<f64> = by_seed(&reached(base), &reached(&mine))
-                    .into_iter()
-                    .map(|(_, b, m)| (b / m).ln())
-                    .collect();
-                match Replicates::of(&logs) {
-                    Some(l) if l.ci95.is_finite() => format!(
-                        "{:.2} ({:.2} .. {:.2}; {} pairs)",
-                        l.mean.exp(),
-                        (l.mean - l.ci95).exp(),
-                        (l.mean + l.ci95).exp(),
-                        l.n
-                    ),
-                    Some(l) => format!("{:.2} (1 pair)", l.mean.exp()),
-                    None => "-".into(),
-                }
-            }
-            (None, false) => "-".into(),
-        };
-        t.row([
-            format!(
-                "{}{}",
-                r.label,
-                if r.finished { "" } else { " (unfinished)" }
-            ),
-            show(r.forward_allreduces_per_step, 0),
-            final_val,
-            compute,
-            show(ms, 1),
-            minutes,
-            sooner,
-        ]);
+        let is_base = baseline.is_some_and(|b| std::ptr::eq(b, r));
+        t.row(row(r, link, target, base_minutes.as_deref(), is_base));
     }
     s.push_str(&t.markdown());
     if !untimed.is_empty() {

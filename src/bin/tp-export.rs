@@ -1,17 +1,18 @@
-//! `tp-export RUN_DIR --format hf [--out DIR]`: write a run's latest checkpoint in
-//! Hugging Face's GPT-2 layout (model.safetensors + config.json).
+//! `tp-export RUN_DIR --format hf [--out DIR]`: write a run's latest checkpoint for
+//! transformers: GPT-2 itself for a t-only LayerNorm model, any other layout with its
+//! modelling code (`trust_remote_code=True`); the dataset's tokenizer beside it.
 
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::{exit_on_error, user};
-use tp_harness::model::hf::{to_hf, write_hf};
+use tp_harness::model::hf_export::{hf_export, write_export};
 use tp_harness::run_dir::{check_out, load_checkpoint, Need};
 
 #[derive(Parser, Debug)]
 #[command(name = "tp-export", version, about = "Export a tp-harness checkpoint")]
 struct Args {
     run_dir: PathBuf,
-    /// Output format (only `hf`: transformers' GPT2LMHeadModel).
+    /// Output format (only `hf`: transformers' AutoModelForCausalLM).
     #[arg(long, default_value = "hf")]
     format: String,
     /// Output folder (default RUN_DIR/export-hf); never inside a run's checkpoints, and
@@ -23,7 +24,7 @@ struct Args {
     checkpoint: Option<PathBuf>,
 }
 
-fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
+fn real_main(a: &Args) -> anyhow::Result<(PathBuf, bool)> {
     if a.format != "hf" {
         return Err(user(format!(
             "unknown export format `{}`: the only one is hf",
@@ -39,17 +40,34 @@ fn real_main(a: &Args) -> anyhow::Result<PathBuf> {
         .map(|t| t.dim(0))
         .transpose()?
         .unwrap_or(0);
-    let (tensors, config) = to_hf(&ck.weights, &cfg.model_config(vocab)?, cfg.layout())?;
-    write_hf(&out, &tensors, &config)?;
-    Ok(out)
+    let tok = tp_harness::tools::sample::run_tokenizer(&cfg);
+    if let Err(e) = &tok {
+        tp_harness::say!(
+            "tp-export: note: no tokenizer is exported ({e}); the model's ids are the dataset's"
+        );
+    }
+    let export = hf_export(
+        &ck.weights,
+        &cfg.model_config(vocab)?,
+        cfg.layout(),
+        ck.meta.config.parallel.tp,
+        tok.as_ref().ok(),
+    )?;
+    write_export(&out, &export)?;
+    Ok((out, export.gpt2))
 }
 
 fn main() {
     let a = Args::parse();
     exit_on_error(
         "tp-export",
-        real_main(&a).map(|out| {
-            tp_harness::say!("wrote {}/model.safetensors and config.json (transformers.GPT2LMHeadModel.from_pretrained)", out.display())
+        real_main(&a).map(|(out, gpt2)| {
+            let load = if gpt2 {
+                "transformers.GPT2LMHeadModel.from_pretrained(DIR)"
+            } else {
+                "transformers.AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)"
+            };
+            tp_harness::say!("wrote {}: load it with {load}", out.display())
         }),
     );
 }

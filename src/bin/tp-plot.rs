@@ -7,9 +7,10 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::calibration::{calibrate, on_real_links};
 use tp_harness::analysis::on_link;
-use tp_harness::analysis::penalty::{self, penalty_rows};
+use tp_harness::analysis::penalty::penalty_rows;
+use tp_harness::analysis::penalty_table;
 use tp_harness::analysis::runs::{merge_replicates_on, ComputeCpu};
-use tp_harness::analysis::tuning;
+use tp_harness::analysis::tuned_study;
 use tp_harness::analysis::{merge_replicates, parse_link, RunCurves, Variant};
 use tp_harness::analysis::{penalty_change, penalty_provenance};
 use tp_harness::error::{exit_on_error, user};
@@ -104,7 +105,7 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
             "--margin must be a positive val loss difference, e.g. --margin 0.01",
         ));
     }
-    let study = tuning::load_study(&a.runs)?;
+    let study = tuned_study::load_study(&a.runs)?;
     for why in &study.left_out {
         eprintln!("{why}: left out");
     }
@@ -113,7 +114,7 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         None => None,
     };
     let mut rows = penalty_rows(&study.compared, baseline.as_ref());
-    tuning::annotate(&mut rows, &study.choices);
+    tuned_study::annotate(&mut rows, &study.choices);
     if let Some(b) = &baseline {
         if !rows.iter().any(|r| &r.variant == b) {
             return Err(user(format!(
@@ -124,18 +125,21 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     let out = out_dir(a);
     check_out(&out, "--out")?;
     std::fs::create_dir_all(&out)?;
-    let md = penalty::markdown(&rows, a.margin) + &penalty_provenance::markdown(&rows);
+    let md = penalty_table::markdown(&rows, a.margin) + &penalty_provenance::markdown(&rows);
     tp_harness::say_raw!("{md}");
     let (md_path, csv_path) = (out.join("penalty.md"), out.join("penalty.csv"));
     write_atomic(&md_path, md.as_bytes())?;
-    write_atomic(&csv_path, penalty::csv(&rows).as_bytes())?;
+    write_atomic(&csv_path, penalty_table::csv(&rows).as_bytes())?;
     let mut files = vec![md_path, csv_path];
     if !study.choices.is_empty() {
-        let md = tuning::markdown(&study.choices);
+        let md = tuned_study::markdown(&study.choices);
         tp_harness::say_raw!("\n{md}");
         let (md_path, csv_path) = (out.join("tuning.md"), out.join("tuning.csv"));
         write_atomic(&md_path, md.as_bytes())?;
-        write_atomic(&csv_path, tuning::table(&study.choices).csv().as_bytes())?;
+        write_atomic(
+            &csv_path,
+            tuned_study::table(&study.choices).csv().as_bytes(),
+        )?;
         files.extend([md_path, csv_path]);
         files.extend(plot_tuning(&study.choices, &out)?);
     }
@@ -153,6 +157,121 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         files.extend([md_path, csv_path]);
     }
     files.extend(plot_penalty(&rows, &out)?);
+    Ok(files)
+}
+
+/// The curves of the runs given, a tuned sweep's only where its comparison keeps them
+/// (each layout's report runs at its chosen values: its selection runs would be groups
+/// of their own).
+fn compared_curves(a: &Args) -> anyhow::Result<Vec<RunCurves>> {
+    let apart = tuned_study::load_study(&a.runs)?.set_apart;
+    if !apart.is_empty() {
+        eprintln!(
+            "tp-plot: note: {} runs of tuned sweeps left out (selection runs, and report runs at values not chosen)",
+            apart.len()
+        );
+    }
+    let runs = a
+        .runs
+        .iter()
+        .filter(|d| !apart.contains(d))
+        .map(|d| RunCurves::load(d))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if runs.is_empty() {
+        return Err(user("no runs to plot: every run given is a tuned sweep's selection run; give its report runs, or tp-plot --penalty for the tuning figure"));
+    }
+    Ok(runs)
+}
+
+/// Loss curves, the trade-off, and with `--x time` loss against modelled time on each
+/// link (the default mode).
+fn curves(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
+    let target_given = match a.target.as_deref() {
+        None | Some("baseline") => None,
+        Some(t) => match t.parse::<f64>() {
+            Ok(x) if x.is_finite() => Some(x),
+            _ => {
+                return Err(user(
+                    "--target must be a finite val loss (e.g. --target 1.9) or `baseline` (the baseline's worst final val loss, which each of its seeds reaches)",
+                ))
+            }
+        },
+    };
+    if a.x == XArg::Time && a.links.is_empty() {
+        return Err(user(
+            "--x time needs at least one --link: 10gbe, ib100, pcie4, nvlink4 or GBIT:LATENCY_US (Gbit/s, microseconds)",
+        ));
+    }
+    let links = a
+        .links
+        .iter()
+        .map(|l| parse_link(l))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let runs = compared_curves(a)?;
+    // Runs that emulated a link: what they measured against what the model predicts.
+    for r in &runs {
+        if let Some((measured, modelled)) = r.timing.as_ref().and_then(|t| t.emulation_check()) {
+            tp_harness::say!(
+                "{}: {measured:.1} ms/step measured on its emulated link, {modelled:.1} ms/step modelled ({:+.1}%)",
+                r.dir.display(),
+                100.0 * (modelled / measured - 1.0)
+            );
+        }
+    }
+    // Runs still training (or stopped before their end) are drawn as far as they go;
+    // the figures of final losses and times leave them out, and this line says so.
+    let unfinished: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.finished)
+        .map(|r| r.dir.display().to_string())
+        .collect();
+    if !unfinished.is_empty() {
+        eprintln!(
+            "tp-plot: note: {} of {} runs not finished (no summary.json yet: {}): their curves are drawn as far as they go; the tradeoff and time figures leave them out{}",
+            unfinished.len(),
+            runs.len(),
+            unfinished.join(", "),
+            if unfinished.len() == runs.len() { ", so only loss_curves is drawn" } else { "" }
+        );
+    }
+    // Runs that differ only in the seed become one curve with a band.
+    let cpu = a
+        .cpu
+        .clone()
+        .map_or(ComputeCpu::MostRuns, ComputeCpu::Matching);
+    let mut runs = merge_replicates_on(runs, &cpu)?;
+    label_runs(&mut runs);
+    check_out(&out_dir(a), "--out")?;
+    let mut files = plot_runs(&runs, &out_dir(a))?;
+    let baseline = match &a.baseline {
+        Some(b) => {
+            let v = Variant::parse(b).map_err(|e| user(format!("--baseline: {e:#}")))?;
+            match on_link::baseline_of(&runs, Some(&v)) {
+                Some(r) => Some(r),
+                None => {
+                    return Err(user(format!(
+                        "--baseline {b} is not one group of the runs given"
+                    )))
+                }
+            }
+        }
+        None => on_link::baseline_of(&runs, None),
+    };
+    let target = match (a.target.as_deref(), baseline) {
+        (Some("baseline"), Some(b)) => Some(
+            on_link::worst_final(b)
+                .ok_or_else(|| user("--target baseline: the baseline group has no finished run"))?,
+        ),
+        (Some("baseline"), None) => {
+            return Err(user(
+                "--target baseline needs one baseline group: give --baseline PATTERN",
+            ))
+        }
+        _ => target_given,
+    };
+    for link in &links {
+        files.extend(plot_on_link(&runs, &out_dir(a), link, target, baseline)?);
+    }
     Ok(files)
 }
 
@@ -184,110 +303,7 @@ fn main() {
             check_out(&out_dir(&a), "--out")?;
             return plot_timeline(&a.runs, &out_dir(&a));
         }
-        let target_given = match a.target.as_deref() {
-            None | Some("baseline") => None,
-            Some(t) => match t.parse::<f64>() {
-                Ok(x) if x.is_finite() => Some(x),
-                _ => {
-                    return Err(user(
-                        "--target must be a finite val loss (e.g. --target 1.9) or `baseline` (the baseline's worst final val loss, which each of its seeds reaches)",
-                    ))
-                }
-            },
-        };
-        if a.x == XArg::Time && a.links.is_empty() {
-            return Err(user(
-                "--x time needs at least one --link: 10gbe, ib100, pcie4, nvlink4 or GBIT:LATENCY_US (Gbit/s, microseconds)",
-            ));
-        }
-        let links = a
-            .links
-            .iter()
-            .map(|l| parse_link(l))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        // Of a tuned sweep, only the runs its comparison keeps (each layout's report runs
-        // at its chosen values): its selection runs would be groups of their own.
-        let apart = tuning::load_study(&a.runs)?.set_apart;
-        if !apart.is_empty() {
-            eprintln!(
-                "tp-plot: note: {} runs of tuned sweeps left out (selection runs, and report runs at values not chosen)",
-                apart.len()
-            );
-        }
-        let runs = a
-            .runs
-            .iter()
-            .filter(|d| !apart.contains(d))
-            .map(|d| RunCurves::load(d))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        if runs.is_empty() {
-            return Err(user("no runs to plot: every run given is a tuned sweep's selection run; give its report runs, or tp-plot --penalty for the tuning figure"));
-        }
-        // Runs that emulated a link: what they measured against what the model predicts.
-        for r in &runs {
-            if let Some((measured, modelled)) = r.timing.as_ref().and_then(|t| t.emulation_check())
-            {
-                tp_harness::say!(
-                    "{}: {measured:.1} ms/step measured on its emulated link, {modelled:.1} ms/step modelled ({:+.1}%)",
-                    r.dir.display(),
-                    100.0 * (modelled / measured - 1.0)
-                );
-            }
-        }
-        // Runs still training (or stopped before their end) are drawn as far as they go;
-        // the figures of final losses and times leave them out, and this line says so.
-        let unfinished: Vec<String> = runs
-            .iter()
-            .filter(|r| !r.finished)
-            .map(|r| r.dir.display().to_string())
-            .collect();
-        if !unfinished.is_empty() {
-            eprintln!(
-                "tp-plot: note: {} of {} runs not finished (no summary.json yet: {}): their curves are drawn as far as they go; the tradeoff and time figures leave them out{}",
-                unfinished.len(),
-                runs.len(),
-                unfinished.join(", "),
-                if unfinished.len() == runs.len() { ", so only loss_curves is drawn" } else { "" }
-            );
-        }
-        // Runs that differ only in the seed become one curve with a band.
-        let cpu = a
-            .cpu
-            .clone()
-            .map_or(ComputeCpu::MostRuns, ComputeCpu::Matching);
-        let mut runs = merge_replicates_on(runs, &cpu)?;
-        label_runs(&mut runs);
-        check_out(&out_dir(&a), "--out")?;
-        let mut files = plot_runs(&runs, &out_dir(&a))?;
-        let baseline = match &a.baseline {
-            Some(b) => {
-                let v = Variant::parse(b).map_err(|e| user(format!("--baseline: {e:#}")))?;
-                match on_link::baseline_of(&runs, Some(&v)) {
-                    Some(r) => Some(r),
-                    None => {
-                        return Err(user(format!(
-                            "--baseline {b} is not one group of the runs given"
-                        )))
-                    }
-                }
-            }
-            None => on_link::baseline_of(&runs, None),
-        };
-        let target = match (a.target.as_deref(), baseline) {
-            (Some("baseline"), Some(b)) => Some(on_link::worst_final(b).ok_or_else(|| {
-                user("--target baseline: the baseline group has no finished run")
-            })?),
-            (Some("baseline"), None) => {
-                return Err(user(
-                    "--target baseline needs one baseline group: give --baseline PATTERN",
-                ))
-            }
-            _ => target_given,
-        };
-        for link in &links {
-            files.extend(plot_on_link(&runs, &out_dir(&a), link, target, baseline)?);
-        }
-        Ok(files)
+        curves(&a)
     };
     exit_on_error(
         "tp-plot",

@@ -25,6 +25,7 @@ fn main() {
     let run = || -> anyhow::Result<()> {
         let interrupts = Interrupts::install()?;
         let sweep = Sweep::load(&a.file)?;
+        sweep.launcher.check_available()?;
         let out = a
             .out
             .clone()

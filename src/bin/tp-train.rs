@@ -97,10 +97,22 @@ fn main() {
         .collect();
     let mut argv = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
     let program = argv.next().unwrap_or_else(|| "tp-train".into());
-    let run = take_key_flags(argv.collect(), &own).and_then(|(rest, keys)| {
+    let argv: Vec<String> = argv.collect();
+    // A resume writes into its own run directory (no --out): errors advise accordingly.
+    let resuming = argv
+        .iter()
+        .any(|a| a == "--resume" || a.starts_with("--resume="));
+    let run = take_key_flags(argv, &own).and_then(|(rest, keys)| {
         real_main(Args::parse_from(std::iter::once(program).chain(rest)), keys)
     });
-    exit_on_error("tp-train", run);
+    exit_on_error(
+        if resuming {
+            "tp-train --resume"
+        } else {
+            "tp-train"
+        },
+        run,
+    );
 }
 
 /// The config overrides the arguments give, in precedence order.

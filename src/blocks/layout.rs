@@ -76,6 +76,38 @@ impl BlockLayout {
         runs.iter().all(|r| r.1 == k).then_some(k)
     }
 
+    /// Why this layout at `tp` computes another function of the same weights than
+    /// `from` at `from_tp` (a model taken from one to the other), or `None` if it does
+    /// not: the kinds must agree layer by layer, and where s or p blocks are, so must the
+    /// tp (t and l compute the same function at every tp; s and p do not).
+    pub fn other_function_than(
+        &self,
+        tp: usize,
+        from: &BlockLayout,
+        from_tp: usize,
+    ) -> Option<String> {
+        let differ = self
+            .kinds
+            .iter()
+            .zip(&from.kinds)
+            .filter(|(a, b)| a != b)
+            .count();
+        if differ > 0 {
+            return Some(format!(
+                "its layer kinds differ from {}'s at {differ} of {} layers",
+                from.pattern,
+                self.kinds.len()
+            ));
+        }
+        let tp_dependent = self
+            .kinds
+            .iter()
+            .any(|k| matches!(k, BlockKind::S | BlockKind::P));
+        (tp_dependent && tp != from_tp).then(|| {
+            format!("its s/p blocks compute another function at tp {tp} than at tp {from_tp}")
+        })
+    }
+
     /// blocks.md's count: `2 * count(t) + 2 * count(l) + count(s) + number of maximal
     /// p-runs`.
     pub fn forward_allreduces(&self) -> usize {
@@ -122,6 +154,21 @@ impl std::fmt::Display for BlockLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layout_names_why_it_computes_another_function_of_the_same_weights() {
+        let l = |p: &str| BlockLayout::parse(p).unwrap();
+        assert_eq!(l("3xsppp").other_function_than(2, &l("3xsppp"), 2), None);
+        assert_eq!(l("12xt").other_function_than(4, &l("12xt"), 1), None);
+        assert_eq!(l("llll").other_function_than(1, &l("llll"), 2), None);
+        let kinds = l("12xt").other_function_than(2, &l("3xsppp"), 2).unwrap();
+        assert!(
+            kinds.contains("differ from 3xsppp's at 12 of 12 layers"),
+            "{kinds}"
+        );
+        let tp = l("sppp").other_function_than(4, &l("sppp"), 2).unwrap();
+        assert!(tp.contains("at tp 4 than at tp 2"), "{tp}");
+    }
 
     #[test]
     fn blocks_md_examples_have_the_stated_forward_allreduce_counts() {

@@ -17,6 +17,11 @@ use std::fmt;
 /// threads get 64 MiB, MPI ranks the main thread's 8 MiB).
 pub const MAX_LAYERS: usize = 1_000;
 
+/// The deepest a pattern's groups and repeats may nest (`((((t))))`, `2x2x2xt`): the
+/// parser recurses once per level, and a pattern nested thousands deep would overflow a
+/// thread's stack; no layout needs more than a few levels.
+pub const MAX_NESTING: usize = 64;
+
 /// Serialised (and parsed) as its pattern letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum BlockKind {
@@ -83,6 +88,8 @@ struct Parser<'a> {
     src: &'a str,
     chars: Vec<char>,
     pos: usize,
+    /// Sequences open now (groups and repeats), bounded by [`MAX_NESTING`].
+    depth: usize,
 }
 
 /// Expands a pattern into one block kind per layer.
@@ -91,6 +98,7 @@ pub fn parse(pattern: &str) -> Result<Vec<BlockKind>, PatternError> {
         src: pattern,
         chars: pattern.chars().collect(),
         pos: 0,
+        depth: 0,
     };
     if p.chars.is_empty() {
         return Err(p.err(0, "the pattern is empty".into()));
@@ -121,6 +129,19 @@ impl Parser<'_> {
 
     /// Parses elements until the end or a ')' (left unconsumed).
     fn seq(&mut self, open: Option<usize>) -> Result<Vec<BlockKind>, PatternError> {
+        if self.depth >= MAX_NESTING {
+            return Err(self.err(
+                self.pos,
+                format!("groups and repeats nest more than {MAX_NESTING} deep"),
+            ));
+        }
+        self.depth += 1;
+        let out = self.elements(open);
+        self.depth -= 1;
+        out
+    }
+
+    fn elements(&mut self, open: Option<usize>) -> Result<Vec<BlockKind>, PatternError> {
         let mut out = Vec::new();
         while let Some(c) = self.peek() {
             match c {
@@ -356,5 +377,23 @@ mod tests {
         let (pos, msg) = err_at(&"s".repeat(MAX_LAYERS + 1));
         assert_eq!(pos, MAX_LAYERS);
         assert!(msg.contains("more than 1000 layers"), "{msg}");
+    }
+
+    /// A pattern nested 20,000 deep (the hostile probe's, which overflowed the stack) is
+    /// one error at the level past the limit; 64 levels parse.
+    #[test]
+    fn nesting_deeper_than_the_limit_is_an_error_not_a_stack_overflow() {
+        let deep = format!("{}t{}", "(".repeat(20_000), ")".repeat(20_000));
+        let (pos, msg) = err_at(&deep);
+        assert_eq!(pos, MAX_NESTING);
+        assert!(msg.contains("nest more than 64 deep"), "{msg}");
+        let (_, msg) = err_at(&format!("{}t", "1x".repeat(20_000)));
+        assert!(msg.contains("nest more than 64 deep"), "{msg}");
+        let ok = format!(
+            "{}t{}",
+            "(".repeat(MAX_NESTING - 1),
+            ")".repeat(MAX_NESTING - 1)
+        );
+        assert_eq!(n_layer(&ok), 1);
     }
 }

@@ -206,7 +206,8 @@ impl CountedComm {
         let started = inside_collective(start)?;
         let returned = Instant::now();
         if background {
-            self.tally.add_blocked(returned - t0);
+            self.tally.add_blocked(t0, returned);
+            self.trace_blocked_start(kind, site, t0, returned);
         }
         let call = Issued {
             bytes,
@@ -214,7 +215,6 @@ impl CountedComm {
             kind,
             t0,
             returned: if background { returned } else { t0 },
-            blocked_before: self.tally.blocked(),
             due,
         };
         let group = self.clone();
@@ -241,8 +241,8 @@ impl CountedComm {
         // of the window an earlier collective of the group hid, as the link carries one
         // after another: buckets in flight together hide the same compute once) to the
         // wait (or the emulated link's end of it), less the time blocked in other
-        // collectives meanwhile (a ladder waits for the previous sum while this one is in
-        // flight).
+        // collectives inside that window (a ladder waits for the previous sum while this
+        // one is in flight; waits after the window are not taken off it).
         let (from, to) = {
             let mut hidden_to = self.hidden_to.lock().unwrap_or_else(|p| p.into_inner());
             let from = s.returned.max(*hidden_to);
@@ -250,10 +250,11 @@ impl CountedComm {
             *hidden_to = (*hidden_to).max(to);
             (from, to)
         };
-        let blocked = self.tally.blocked().saturating_sub(s.blocked_before);
+        let blocked = self.tally.blocked_within(from, to);
         let hidden = (to - from).saturating_sub(blocked);
-        let exposed = waited.elapsed();
-        self.tally.add_blocked(exposed);
+        let now = Instant::now();
+        let exposed = now - waited;
+        self.tally.add_blocked(waited, now);
         if self.tally.trace().is_on() {
             self.trace(&s, (from, to), waited, hidden, exposed);
         }
@@ -271,6 +272,24 @@ impl CountedComm {
             },
         );
     }
+    /// A started collective's start that blocked the rank (its lane busy with earlier
+    /// ones): a wait on the rank's compute track, as the tally counts it blocked.
+    fn trace_blocked_start(&self, kind: CommKind, site: Site, t0: Instant, returned: Instant) {
+        use crate::util::trace::{at_us, Span, Track};
+        let trace = self.tally.trace();
+        if !trace.is_on() || returned <= t0 {
+            return;
+        }
+        trace.record(Span {
+            name: format!("start {} {}", kind.label(), site.label()),
+            cat: "wait".into(),
+            track: Track::Compute,
+            start_us: at_us(t0),
+            dur_us: at_us(returned) - at_us(t0),
+            args: Default::default(),
+        });
+    }
+
     /// The collective on the rank's timeline: from its start to its result on the
     /// communication track, the window the rank computed through it (`hidden`), and the
     /// rank's wait for it on its compute track.
@@ -362,8 +381,6 @@ struct Issued {
     t0: Instant,
     /// When the start returned to the rank (the sum may be done by then).
     returned: Instant,
-    /// The rank's time blocked in collectives when it did.
-    blocked_before: Duration,
     /// When the emulated link is done with it, and its modelled seconds.
     due: Option<(Instant, f64)>,
 }

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// Named once: serde's name is strum's (`tp-forward`), the list is strum's iterator.
 #[derive(
@@ -218,6 +219,10 @@ struct Inner {
     snap: TallySnapshot,
 }
 
+/// How many blocked intervals a tally keeps: more than the collectives of a step of the
+/// deepest layouts (a window never spans more than one step).
+const BLOCKED_KEPT: usize = 8192;
+
 /// One rank's tally. Cheap to record into; shared by every counted group of the rank.
 pub struct Tally {
     inner: Mutex<Inner>,
@@ -225,6 +230,11 @@ pub struct Tally {
     /// for started ones), all groups together: what a started all-reduce's window did
     /// not compute.
     blocked_ns: std::sync::atomic::AtomicU64,
+    /// The latest intervals the rank was blocked in, oldest first (at most
+    /// [`BLOCKED_KEPT`]): a started collective's hidden time is its window less the parts
+    /// of these inside it, not less all blocked time since its start (which would take
+    /// off waits after its window ended).
+    blocked_at: Mutex<std::collections::VecDeque<(Instant, Instant)>>,
     /// The rank's timeline while a traced step runs (`trace: true`).
     trace: crate::util::trace::Trace,
 }
@@ -237,6 +247,7 @@ impl Default for Tally {
                 snap: TallySnapshot::default(),
             }),
             blocked_ns: std::sync::atomic::AtomicU64::new(0),
+            blocked_at: Default::default(),
             trace: Default::default(),
         }
     }
@@ -247,11 +258,24 @@ impl Tally {
         Self::default()
     }
 
-    /// Adds time the rank spent blocked in a collective.
-    pub fn add_blocked(&self, d: std::time::Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    /// Adds the interval `from..to` the rank spent blocked in a collective.
+    pub fn add_blocked(&self, from: Instant, to: Instant) {
+        let ns = u64::try_from((to - from).as_nanos()).unwrap_or(u64::MAX);
         self.blocked_ns
             .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        let mut at = self.blocked_at.lock().unwrap_or_else(|p| p.into_inner());
+        if at.len() == BLOCKED_KEPT {
+            at.pop_front();
+        }
+        at.push_back((from, to));
+    }
+
+    /// How long the rank was blocked in collectives within `from..to`.
+    pub fn blocked_within(&self, from: Instant, to: Instant) -> std::time::Duration {
+        let at = self.blocked_at.lock().unwrap_or_else(|p| p.into_inner());
+        at.iter()
+            .map(|&(a, b)| b.min(to).saturating_duration_since(a.max(from)))
+            .sum()
     }
 
     /// Time the rank has spent blocked in collectives so far.

@@ -93,6 +93,17 @@ pub fn resolve_resume(
         user_bail!("`{k}` {origin} cannot change when resuming: the checkpoint holds the run's model; start a new run for another {k}");
     }
     let cfg = apply(base, overrides)?;
+    // What the TP sums travel in is part of what the run computes (int8 sums round
+    // every activation they carry): a run whose steps summed in two formats would have
+    // one config.yaml and one comm.json claiming either for all of them.
+    if cfg.parallel.comm_dtype != base.parallel.comm_dtype {
+        user_bail!(
+            "comm_dtype cannot change when resuming: this run's steps so far summed in {}; start a new run from its weights for {} sums (tp-train --init-from RUN --set comm_dtype={})",
+            base.parallel.comm_dtype.label(),
+            cfg.parallel.comm_dtype.label(),
+            cfg.parallel.comm_dtype.label()
+        );
+    }
     cfg.validate()?;
     Ok(cfg)
 }

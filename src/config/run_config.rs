@@ -208,10 +208,16 @@ pub fn take_format_version(map: &mut Mapping, what: &str) -> Result<()> {
         return Ok(());
     };
     let shown = serde_yaml_ng::to_string(&v).unwrap_or_default();
-    match v.as_u64() {
+    // A whole number from 1 (not text, a fraction, a negative or null: those are damage,
+    // never a format of their own).
+    match v.as_u64().filter(|f| *f >= 1 && matches!(v, Value::Number(_))) {
         Some(f) if f <= u64::from(CONFIG_FORMAT) => Ok(()),
-        _ => crate::user_bail!(
+        Some(_) => crate::user_bail!(
             "{what} is of config format {}, newer than this build reads (up to {CONFIG_FORMAT}): use the tp-harness that wrote it, or a newer one",
+            shown.trim()
+        ),
+        None => crate::user_bail!(
+            "{what} has format_version {}, which is not a format number (a whole number from 1): the file is damaged or not a tp-harness config",
             shown.trim()
         ),
     }
@@ -229,6 +235,34 @@ fn keys_of(v: impl Serialize) -> Vec<String> {
 }
 
 impl RunConfig {
+    /// The keys whose values differ between this config and `other`: (key, this one's
+    /// value, the other's), each key once, as config.yaml writes them.
+    pub fn differences(&self, other: &RunConfig) -> Vec<(String, String, String)> {
+        let map = |c: &RunConfig| match serde_yaml_ng::to_value(c) {
+            Ok(Value::Mapping(m)) => m,
+            _ => Default::default(),
+        };
+        let text = |v: Option<&Value>| match v {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => serde_yaml_ng::to_string(v)
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            None => "unset".into(),
+        };
+        let (a, b) = (map(self), map(other));
+        let keys: Vec<&Value> = a.keys().chain(b.keys()).collect();
+        let mut out: Vec<(String, String, String)> = Vec::new();
+        for k in keys {
+            let (x, y) = (a.get(k), b.get(k));
+            let name = text(Some(k));
+            if x != y && !out.iter().any(|(n, _, _)| *n == name) {
+                out.push((name, text(x), text(y)));
+            }
+        }
+        out
+    }
+
     /// Every config key, in the order config.yaml lists them.
     pub fn known_keys() -> Vec<String> {
         keys_of(Self::default())
@@ -356,5 +390,26 @@ mod tests {
             "{msg}"
         );
         assert!(!msg.contains('\n'), "{msg}");
+        // Damage is not a format: never "newer", never read as another format.
+        for bad in ["-1", "~", "\"99\"", "99.5", "0"] {
+            let damaged = text.replace("format_version: 2", &format!("format_version: {bad}"));
+            let msg = format!(
+                "{:#}",
+                RunConfig::from_yaml(&damaged, "c.yaml").unwrap_err()
+            );
+            assert!(msg.contains("is not a format number"), "{bad}: {msg}");
+        }
+    }
+
+    #[test]
+    fn differing_keys_name_each_key_once_with_both_values() {
+        let a = RunConfig::default();
+        let mut b = a.clone();
+        b.optim.max_iters = a.optim.max_iters + 100;
+        b.model.pattern = crate::blocks::BlockLayout::parse("tttt").unwrap();
+        let d = a.differences(&b);
+        let names: Vec<&str> = d.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(names, ["pattern", "max_iters"], "{d:?}");
+        assert_eq!(d[1].2, (a.optim.max_iters + 100).to_string());
     }
 }

@@ -1,6 +1,7 @@
 //! Datasets: preparation into `datasets/<name>/`, the char vocabulary, and loaders that
 //! shard each global batch by data-parallel rank.
 
+pub mod hf_tokenizer;
 pub mod loader;
 pub mod prepare;
 pub mod source;

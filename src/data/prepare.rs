@@ -187,6 +187,7 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
             .with_context(|| format!("cannot read {}", f.display()))?
             .len();
         total += len;
+        check_text_shape(f)?;
         // By content: an edit that keeps a file's size must prepare it again.
         let sha = crate::util::hash::file_sha256_hex(f)
             .with_context(|| format!("cannot read {}", f.display()))?;
@@ -204,6 +205,56 @@ fn text_files(path: &Path) -> Result<(Vec<PathBuf>, String)> {
         )));
     }
     Ok((files, sig))
+}
+
+/// The longest stretch without whitespace GPT-2's BPE is given: its pre-tokenizer keeps
+/// such a stretch in one piece and merges within it in time and memory that grow with
+/// the square of its length (20 MB of one byte: still tokenizing after 100 s; 2 GB: 22 GB
+/// of memory, then the OOM killer). No real text has a "word" of 64 KiB.
+pub const MAX_UNBROKEN: usize = 64 * 1024;
+
+/// Refuses, before anything is tokenized, a file whose shape would make the tokenizer
+/// run away: one byte repeated (no text at all), or a stretch longer than
+/// [`MAX_UNBROKEN`] bytes without whitespace. Read in blocks, never whole.
+fn check_text_shape(f: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut file =
+        std::fs::File::open(f).with_context(|| format!("cannot read {}", f.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut run, mut at, mut first): (usize, u64, Option<u8>) = (0, 0, None);
+    let mut varied = false;
+    loop {
+        let n = file
+            .read(&mut buf)
+            .with_context(|| format!("cannot read {}", f.display()))?;
+        if n == 0 {
+            break;
+        }
+        for &b in &buf[..n] {
+            let first = *first.get_or_insert(b);
+            varied |= b != first;
+            if b.is_ascii_whitespace() {
+                run = 0;
+            } else {
+                run += 1;
+                if run > MAX_UNBROKEN {
+                    crate::user_bail!(
+                        "{} has {} bytes without whitespace before byte {at} (the tokenizer's time and memory grow with the square of such a stretch): not text to train on; remove or break it",
+                        f.display(),
+                        MAX_UNBROKEN,
+                    );
+                }
+            }
+            at += 1;
+        }
+    }
+    if let (Some(b), false, true) = (first, varied, at > 1) {
+        crate::user_bail!(
+            "{} is one byte (0x{b:02x}) repeated {at} times: not text to train on; give a text file",
+            f.display()
+        );
+    }
+    Ok(())
 }
 
 /// Prepares a `text` dataset: every file tokenized with GPT-2's BPE, documents joined by

@@ -17,9 +17,15 @@ pub struct ConsoleReporter {
 }
 
 impl ConsoleReporter {
-    pub fn new(dir: &RunDir, cfg: &RunConfig, show_progress: bool) -> Result<Self> {
+    /// `resumed_at`: the step a resumed run continues from.
+    pub fn new(
+        dir: &RunDir,
+        cfg: &RunConfig,
+        show_progress: bool,
+        resumed_at: Option<usize>,
+    ) -> Result<Self> {
         let metrics = if cfg.eval.tensorboard {
-            let m = Metrics::create(&tensorboard_dir(cfg, &dir.path))?;
+            let m = Metrics::create(&tensorboard_dir(cfg, &dir.path), resumed_at)?;
             crate::say!(
                 "tensorboard: {} (tensorboard --logdir {})",
                 m.path().display(),

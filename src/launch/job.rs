@@ -6,7 +6,7 @@ use super::report::{comm_report, run_summary};
 use crate::config::RunConfig;
 use crate::data::{data_root, prepare, prepare_text, Dataset, TEXT};
 use crate::error::user;
-use crate::run_dir::{self, default_run_path, Checkpoint, CommReport, EvalReport, LogLine, RunDir};
+use crate::run_dir::{self, Checkpoint, CommReport, EvalReport, RunDir};
 use crate::train::hooks::{self, Hooks, NoHooks};
 use crate::train::record::RankOutcome;
 use anyhow::Result;
@@ -160,6 +160,15 @@ pub enum OnOtherData {
     Accept,
 }
 
+impl Job {
+    /// The step a resumed run continues from (0 where no checkpoint was written before
+    /// it stopped); `None` for a new run.
+    pub fn resumed_at(&self) -> Option<usize> {
+        self.resumed
+            .then(|| self.checkpoint.as_ref().map_or(0, |c| c.meta.step))
+    }
+}
+
 /// The job `cfg` describes for `target`, checked without writing anything.
 pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
     let started = Instant::now();
@@ -290,49 +299,6 @@ fn history_gap(ck: &Checkpoint, cfg: &RunConfig) -> Option<String> {
     })
 }
 
-/// Rank 0: creates the run directory, or takes over a resumed one (its log cut back to
-/// the checkpoint's step), and writes the config.
-pub fn open_outputs(job: &Job, target: &Target) -> Result<RunDir> {
-    let dir = match target {
-        Target::New(out) => RunDir::create(
-            &out.clone()
-                .unwrap_or_else(|| default_run_path(job.cfg.model.pattern.as_str())),
-        )?,
-        Target::Resume(path, _) => {
-            let step = job.checkpoint.as_ref().map_or(0, |c| c.meta.step);
-            let (dir, repair) = RunDir::resume(path, step)?;
-            if let Some(note) = repair.torn_note(path) {
-                crate::say!("{note}");
-            }
-            if let Some(note) = &job.data_changed {
-                dir.log_writer()?
-                    .write(&LogLine::note(step, note.clone()))?;
-                crate::say!("note: {note}");
-            }
-            dir
-        }
-    };
-    dir.write_config(&job.cfg)?;
-    Ok(dir)
-}
-
-/// Rank 0 writes `trace.json` of every rank's traced steps (`trace: true`).
-pub fn write_trace(
-    cfg: &RunConfig,
-    dir: &Path,
-    ranks: &[(usize, String, Vec<crate::util::trace::Span>)],
-) -> Result<()> {
-    let path = crate::run_dir::trace_file::TraceFile::of(cfg, ranks)?.write(dir)?;
-    crate::say!(
-        "trace: {} (steps {}..{}; Perfetto or chrome://tracing; tp-plot --timeline {})",
-        path.display(),
-        cfg.eval.trace_start,
-        cfg.eval.trace_start + cfg.eval.trace_steps - 1,
-        dir.display()
-    );
-    Ok(())
-}
-
 /// The preset's name, followed by the model keys the run set away from it.
 fn preset_as_run(model: &crate::config::ModelPart) -> String {
     let changed = model.changed_from_preset();
@@ -345,6 +311,10 @@ fn preset_as_run(model: &crate::config::ModelPart) -> String {
 
 pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
     let (cfg, data) = (&job.cfg, &job.data);
+    let switches = super::switches::set_switches(|k| std::env::var(k).ok());
+    if let Some(line) = super::switches::announcement(&switches) {
+        crate::say!("{line}");
+    }
     crate::say!(
         "tp-train: {} on {} ({} tokens of vocab {}), {} rank(s) as {backend} x {threads} math thread(s) each, {} kernels, {} {}",
         preset_as_run(&cfg.model),

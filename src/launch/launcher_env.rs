@@ -2,16 +2,31 @@
 //! (mpirun's, or Slurm's under `srun`): whether an MPI launcher started it, and its place
 //! and its neighbours on its machine (to share the machine's cores and GPUs).
 
+/// The variables an MPI launcher sets, any of which says one started this process.
+const LAUNCHER_VARS: [&str; 4] = [
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "PMIX_RANK",
+    "MPI_LOCALNRANKS",
+];
+
 /// Whether this process was started by an MPI launcher.
 pub fn launched_by_mpirun() -> bool {
-    [
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_SIZE",
-        "PMIX_RANK",
-        "MPI_LOCALNRANKS",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some())
+    launcher_var().is_some()
+}
+
+/// The launcher variable that says so, as `NAME=value` (for a message when it may be a
+/// stray one left in a shell), as the environment had it when first asked: before MPI
+/// starts, which sets some of them itself (a singleton rank gets `PMIX_RANK=0`).
+pub fn launcher_var() -> Option<String> {
+    static FIRST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    FIRST
+        .get_or_init(|| {
+            LAUNCHER_VARS
+                .iter()
+                .find_map(|v| Some(format!("{v}={}", std::env::var(v).ok()?)))
+        })
+        .clone()
 }
 
 /// This process's index among the ranks on its machine, from the launcher's environment

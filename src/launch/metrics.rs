@@ -10,12 +10,44 @@ use crate::run_dir::LogLine;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
-/// Where a run's event files go: `RUN/tb`, or a named folder's subfolder for the run.
+/// The file in a shared TensorBoard folder's subfolder that names the run it belongs to.
+const OWNER_FILE: &str = ".tp-run";
+
+/// Where a run's event files go: `RUN/tb`, or a subfolder of `tensorboard_dir` named as
+/// the run's directory — unless another run's directory of that name (`pa/r1`, `pb/r1`)
+/// has it already: then the name with a short hash of this run's path, so that the two
+/// stay two runs in TensorBoard. Each such subfolder names its run in `.tp-run`.
 pub fn tensorboard_dir(cfg: &RunConfig, run: &Path) -> PathBuf {
-    match &cfg.eval.tensorboard_dir {
-        Some(d) => Path::new(d).join(run.file_name().unwrap_or(run.as_os_str())),
-        None => run.join("tb"),
+    let Some(d) = &cfg.eval.tensorboard_dir else {
+        return run.join("tb");
+    };
+    let name = run
+        .file_name()
+        .unwrap_or(run.as_os_str())
+        .to_string_lossy()
+        .to_string();
+    let me = std::path::absolute(run).unwrap_or_else(|_| run.to_path_buf());
+    let plain = Path::new(d).join(&name);
+    match std::fs::read_to_string(plain.join(OWNER_FILE)) {
+        Ok(owner) if Path::new(owner.trim()) != me => {
+            use sha2::Digest;
+            let hash = sha2::Sha256::digest(me.to_string_lossy().as_bytes());
+            let short: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+            Path::new(d).join(format!("{name}-{short}"))
+        }
+        _ => plain,
     }
+}
+
+/// Creates a run's TensorBoard folder and names the run in it (before the run directory
+/// exists, so that a folder that cannot be written stops the run with nothing made).
+pub fn claim_tensorboard_dir(tb: &Path, run: &Path) -> Result<()> {
+    std::fs::create_dir_all(tb)?;
+    let me = std::path::absolute(run).unwrap_or_else(|_| run.to_path_buf());
+    if tb.file_name().is_some_and(|n| n != "tb") {
+        crate::util::write_atomic(&tb.join(OWNER_FILE), me.to_string_lossy().as_bytes())?;
+    }
+    Ok(())
 }
 
 pub struct Metrics {
@@ -27,9 +59,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn create(dir: &Path) -> Result<Self> {
+    /// A new event file in `dir`; `resumed_at`: the step a resumed run continues from
+    /// (TensorBoard then drops what earlier files hold from it on).
+    pub fn create(dir: &Path, resumed_at: Option<usize>) -> Result<Self> {
+        let mut events = EventWriter::create(dir)?;
+        if let Some(step) = resumed_at {
+            events.restarted_at(step)?;
+        }
         Ok(Self {
-            events: EventWriter::create(dir)?,
+            events,
             grad_norm: None,
             previous: None,
         })

@@ -12,6 +12,8 @@ pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod orchestrate;
+pub mod outputs;
 pub mod report;
 pub mod run;
+pub mod switches;
 pub mod threads;

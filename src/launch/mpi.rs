@@ -6,9 +6,10 @@
 //! no rank is left waiting in a collective.
 
 use super::console::ConsoleReporter;
-use super::job::{announce, finish, open_outputs, prepare_job, Target};
+use super::job::{announce, finish, prepare_job, Target};
 use super::launcher_env::{local_rank, local_ranks};
 use super::orchestrate::run_rank;
+use super::outputs::open_outputs;
 use super::report::{comm_report, rank_compute_ms, ranks_compute};
 use super::threads::configure_threads;
 use crate::comm::mpi::{MpiComm, MpiGroups, MpiWorld};
@@ -96,8 +97,16 @@ fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
 fn fit_to_world(mut cfg: RunConfig, world_size: usize) -> Result<RunConfig> {
     let tp = cfg.parallel.tp;
     if tp == 0 || !world_size.is_multiple_of(tp) {
+        // One rank where tp asks for more is often no mpirun at all: a launcher's
+        // variable left in the shell.
+        let stray = match (world_size, super::launcher_env::launcher_var()) {
+            (1, Some(var)) => format!(
+                " — if no mpirun started this, {var} in the environment says one did: unset it, or give --backend threads"
+            ),
+            _ => String::new(),
+        };
         return Err(user(format!(
-            "mpirun started {world_size} rank(s), which do not divide into tensor-parallel groups of tp {}: launch a multiple of {} ranks (mpirun -n {}) or change --tp",
+            "mpirun started {world_size} rank(s), which do not divide into tensor-parallel groups of tp {}: launch a multiple of {} ranks (mpirun -n {}) or change --tp{stray}",
             tp,
             tp,
             2 * tp.max(1)
@@ -113,6 +122,31 @@ fn fit_to_world(mut cfg: RunConfig, world_size: usize) -> Result<RunConfig> {
     }
     cfg.parallel.dp = dp;
     Ok(cfg)
+}
+
+/// Every rank's resolved config, gathered: an error naming the first rank whose config
+/// is not rank 0's and the keys that differ (every rank reaches the same verdict).
+fn same_as_rank_0(mpi: &MpiWorld, cfg: &RunConfig) -> Result<()> {
+    let mine = cfg.to_yaml()?;
+    let all = mpi.all_gather_bytes(mine.as_bytes());
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    let root = RunConfig::from_yaml(&text(&all[0]), "rank 0's config")?;
+    for (r, bytes) in all.iter().enumerate().skip(1) {
+        if bytes == &all[0] {
+            continue;
+        }
+        let theirs = RunConfig::from_yaml(&text(bytes), &format!("rank {r}'s config"))?;
+        let keys: Vec<String> = theirs
+            .differences(&root)
+            .iter()
+            .map(|(k, a, b)| format!("{k} {a} (rank {r}) vs {b} (rank 0)"))
+            .collect();
+        return Err(user(format!(
+            "the ranks were started with different arguments: {}; give every rank the same ones (nothing was written)",
+            keys.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// This rank failed where the others may be waiting on it: says so and ends the whole
@@ -134,10 +168,17 @@ pub fn run_mpi(
     let (rank, world_size) = (mpi.rank(), mpi.size());
     let world = mpi.world_comm();
 
-    let setup = resolve()
-        .and_then(|cfg| fit_to_world(cfg, world_size))
-        .and_then(|cfg| prepare_job(&cfg, target));
-    let job = agree(&world, rank, setup)?;
+    let cfg = agree(
+        &world,
+        rank,
+        resolve().and_then(|cfg| fit_to_world(cfg, world_size)),
+    )?;
+    // Before anything depends on it: every rank must run rank 0's config (an MPMD
+    // launch, or a wrapper that varies the arguments, would otherwise train the TP ranks
+    // on different batches under records that claim rank 0's values).
+    let same = same_as_rank_0(&mpi, &cfg);
+    agree(&world, rank, same)?;
+    let job = agree(&world, rank, prepare_job(&cfg, target))?;
     let dir = agree(
         &world,
         rank,
@@ -172,7 +213,7 @@ pub fn run_mpi(
         device,
     );
     let mut reporter = match &dir {
-        Some(d) => Some(ConsoleReporter::new(d, cfg, progress)?),
+        Some(d) => Some(ConsoleReporter::new(d, cfg, progress, job.resumed_at())?),
         None => None,
     };
     let run_dir = dir.as_ref().map(|d| d.path.as_path());
@@ -203,7 +244,7 @@ pub fn run_mpi(
                 .enumerate()
                 .map(|(r, bytes)| Ok((r, outcome.hosts[r].clone(), serde_json::from_slice(bytes)?)))
                 .collect::<Result<Vec<_>>>()?;
-            super::job::write_trace(cfg, &d.path, &ranks)?;
+            super::outputs::write_trace(&job, &d.path, &ranks)?;
         }
     }
     let report = match &dir {

@@ -97,8 +97,25 @@ fn take_initial_weights(job: &Job, ctx: &RankContext, trainer: &mut Trainer) -> 
     };
     let unused = trainer.load_initial_weights(&init.checkpoint.weights)?;
     if ctx.mesh.rank == 0 {
+        let from = &init.checkpoint.meta.config;
+        // A model taken into another layout is another function of the same weights:
+        // its first loss is not the source's, which a user comparing the two must know.
+        let changed = job
+            .cfg
+            .layout()
+            .other_function_than(job.cfg.parallel.tp, from.layout(), from.parallel.tp)
+            .map(|why| {
+                format!(
+                    "; note: pattern {} at tp {} computes another function of these weights than {} at tp {} did ({why}): the first loss is not the source's, and training must recover it",
+                    job.cfg.model.pattern,
+                    job.cfg.parallel.tp,
+                    from.model.pattern,
+                    from.parallel.tp
+                )
+            })
+            .unwrap_or_default();
         crate::say!(
-            "initial weights from {} (step {}){}",
+            "initial weights from {} (step {}){}{changed}",
             init.checkpoint.dir.display(),
             init.checkpoint.meta.step,
             if unused.is_empty() {

@@ -178,6 +178,7 @@ pub fn run_summary(
             .map(|t| t.comm.iter().map(|c| c.bytes).sum()),
         wall_seconds,
         machine: Some(machine(cfg)),
+        environment: super::switches::set_switches(|k| std::env::var(k).ok()),
         data_sha256: None,
         sharing_slowdown: report.compute.as_ref().and_then(|c| {
             // Ranks on rank 0's host (every one with threads) share its cores.

@@ -2,7 +2,8 @@
 //! steps for both backends; with MPI each process is one rank and rank 0 writes.
 
 use super::console::ConsoleReporter;
-use super::job::{announce, finish, open_outputs, prepare_job, OnOtherData, Target};
+use super::job::{announce, finish, prepare_job, OnOtherData, Target};
+use super::outputs::open_outputs;
 use super::report::{rank_compute_ms, ranks_compute};
 use super::threads::{configure_threads, run_threads};
 use crate::config::{resolve_resume, Origin, RunConfig};
@@ -104,7 +105,7 @@ fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<Ru
     let dir = open_outputs(&job, target)?;
     let threads = configure_threads(cfg.parallel.tp * cfg.parallel.dp);
     announce(&job, "threads", threads, &dir.path);
-    let mut reporter = ConsoleReporter::new(&dir, cfg, progress)?;
+    let mut reporter = ConsoleReporter::new(&dir, cfg, progress, job.resumed_at())?;
     let mut outcomes = run_threads(&job, Some(&mut reporter), Some(&dir.path))?;
     // Threads: every rank is this process, on this host.
     outcomes[0].hosts = vec![crate::util::host::label(); outcomes.len()];
@@ -116,7 +117,7 @@ fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<Ru
             .iter()
             .map(|o| (o.rank, outcomes[0].hosts[o.rank].clone(), o.trace.clone()))
             .collect();
-        super::job::write_trace(cfg, &dir.path, &ranks)?;
+        super::outputs::write_trace(&job, &dir.path, &ranks)?;
     }
     Ok(RunResult {
         dir: dir.path.clone(),

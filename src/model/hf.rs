@@ -5,7 +5,8 @@
 //! (GPT-2's Conv1D), and `c_attn` is [Q | K | V] with heads in order, as ours. The LM head
 //! is tied to `wte` and, as `save_pretrained` does, not stored. GPT-2 always has biases:
 //! a model trained without them gets zero biases, which compute the same function. Only
-//! `t`-only models with LayerNorm export: `s` and `p` blocks are not GPT-2 blocks.
+//! `t`-only models with LayerNorm are GPT-2; every other model is exported under the same
+//! names with its own modelling code (`hf_remote`).
 //!
 //! Import reads `config.json` and `model.safetensors` (or the shards a
 //! `model.safetensors.index.json` lists) as `save_pretrained` writes them, and also the
@@ -54,22 +55,19 @@ pub fn name_map(n_layer: usize) -> Vec<(String, String)> {
     v
 }
 
-/// The Hugging Face tensors and `config.json` of a model given by its logical weights.
-pub fn to_hf(
+/// Whether a model is GPT-2 itself: t-only with LayerNorm (any other is exported with
+/// its own modelling code, `hf_remote`).
+pub fn is_gpt2(cfg: &ModelConfig, layout: &BlockLayout) -> bool {
+    layout.kinds.iter().all(|k| *k == BlockKind::T) && cfg.norm == NormKind::Layernorm
+}
+
+/// The tensors under GPT-2's names that `keep` keeps, as f32; biases the model was
+/// trained without are zeros (the same function).
+pub fn hf_tensors(
     weights: &HashMap<String, Tensor>,
     cfg: &ModelConfig,
-    layout: &BlockLayout,
-) -> Result<(HashMap<String, Tensor>, serde_json::Value)> {
-    if let Some(i) = layout.kinds.iter().position(|k| *k != BlockKind::T) {
-        user_bail!(
-            "pattern {} has a `{}` block at layer {i}: only t-only models are GPT-2 and can be exported",
-            layout.pattern,
-            layout.kinds[i].letter()
-        );
-    }
-    if cfg.norm != NormKind::Layernorm {
-        user_bail!("this model uses RMSNorm; Hugging Face's GPT-2 has LayerNorm only");
-    }
+    keep: impl Fn(&str) -> bool,
+) -> Result<HashMap<String, Tensor>> {
     let c = cfg.n_embd;
     let mut out = HashMap::new();
     // Missing biases are made where the weights are.
@@ -78,7 +76,7 @@ pub fn to_hf(
         .context("the checkpoint lacks `wte`")?
         .device()
         .clone();
-    for (ours, hf) in name_map(cfg.n_layer) {
+    for (ours, hf) in name_map(cfg.n_layer).into_iter().filter(|(o, _)| keep(o)) {
         let t = match weights.get(&ours) {
             Some(t) => t.to_dtype(DType::F32)?.contiguous()?,
             None if ours.ends_with(".b") => {
@@ -95,6 +93,24 @@ pub fn to_hf(
         };
         out.insert(hf, t);
     }
+    Ok(out)
+}
+
+/// The Hugging Face tensors and `config.json` of a GPT-2 ([`is_gpt2`]) given by its
+/// logical weights.
+pub fn to_hf(
+    weights: &HashMap<String, Tensor>,
+    cfg: &ModelConfig,
+    layout: &BlockLayout,
+) -> Result<(HashMap<String, Tensor>, serde_json::Value)> {
+    if !is_gpt2(cfg, layout) {
+        user_bail!(
+            "pattern {} with {:?} is not GPT-2: export it with its modelling code (hf_remote)",
+            layout.pattern,
+            cfg.norm
+        );
+    }
+    let out = hf_tensors(weights, cfg, |_| true)?;
     let activation = match cfg.activation {
         Activation::GeluTanh => "gelu_new",
         Activation::Gelu => "gelu",
@@ -126,46 +142,6 @@ pub fn to_hf(
         "torch_dtype": "float32"
     });
     Ok((out, config))
-}
-
-/// Marks a folder as an export's, so that exporting into it again may replace its files.
-pub const EXPORT_MARK: &str = ".tp-export";
-
-/// Writes `model.safetensors` and `config.json` into `dir`.
-pub fn write_hf(
-    dir: &std::path::Path,
-    tensors: &HashMap<String, Tensor>,
-    config: &serde_json::Value,
-) -> Result<()> {
-    // Replace only what an export wrote: a folder holding someone's model (a download,
-    // another tool's output) is refused whole, before anything is written.
-    let theirs = ["model.safetensors", "config.json"]
-        .into_iter()
-        .find(|f| dir.join(f).exists() && !dir.join(EXPORT_MARK).is_file());
-    if let Some(f) = theirs {
-        crate::user_bail!(
-            "{} already holds a {f} that tp-export did not write: name a new or empty --out (nothing was changed)",
-            dir.display()
-        );
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::write(
-        dir.join(EXPORT_MARK),
-        "written by tp-export: a later export may replace model.safetensors and config.json here\n",
-    )
-    .with_context(|| format!("cannot write into {}", dir.display()))?;
-    let tmp = dir.join(".model.safetensors.tmp");
-    candle_core::safetensors::save(tensors, &tmp)?;
-    std::fs::rename(&tmp, dir.join("model.safetensors"))?;
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_string_pretty(config)?,
-    )?;
-    // The weights readable as the config is (the safetensors writer makes its file
-    // private to its owner; an export is for others to load).
-    let readable = std::fs::metadata(dir.join("config.json"))?.permissions();
-    std::fs::set_permissions(dir.join("model.safetensors"), readable)?;
-    Ok(())
 }
 
 /// The keys of a transformers `GPT2Config` that fix the model (the rest, dropout rates

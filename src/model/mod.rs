@@ -3,6 +3,8 @@
 pub mod config;
 pub mod gpt;
 pub mod hf;
+pub mod hf_export;
+pub mod hf_remote;
 
 pub use config::ModelConfig;
 pub use gpt::Gpt;

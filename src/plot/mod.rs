@@ -28,12 +28,14 @@ macro_rules! both_formats {
 pub mod calibration;
 mod curves;
 mod penalty;
+mod plan;
 mod scan;
-mod timeline;
+pub mod timeline;
 mod tuning;
 
 pub use curves::{plot_on_link, plot_runs};
 pub use penalty::plot_penalty;
+pub use plan::plot_plan;
 pub use scan::plot_scan;
 pub use timeline::plot_timeline;
 pub use tuning::plot_tuning;

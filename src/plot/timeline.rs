@@ -69,13 +69,24 @@ fn panel(run: &Path, trace: &TraceFile) -> Result<Panel> {
             info.link
                 .as_ref()
                 .map_or(String::new(), |l| format!(", link {l}")),
-            info.trace_start,
+            trace.first_step(),
             (to - from) / 1e3
         ),
         rows,
         spans,
         length_ms: (to - from) / 1e3,
     })
+}
+
+/// What the figure draws of `trace`'s first step: (row, from ms, to ms, colour:
+/// `compute`, `exposed` or `hidden`) per span, for a check of the picture against the
+/// tally.
+pub fn drawn_spans(run: &Path, trace: &TraceFile) -> Result<Vec<(String, f64, f64, &'static str)>> {
+    let p = panel(run, trace)?;
+    Ok(p.spans
+        .iter()
+        .map(|(row, a, b, colour, _)| (p.rows[*row].0.clone(), *a, *b, *colour))
+        .collect())
 }
 
 fn draw_panel<DB: DrawingBackend>(

@@ -17,15 +17,26 @@ pub struct DirLock {
     _file: File,
 }
 
+/// Opens the lock file, never through a symbolic link (O_NOFOLLOW): a `.lock` that
+/// points elsewhere would have the owner's pid written into whatever it names.
 fn open(dir: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(LOCK_FILE);
-    OpenOptions::new()
+    let opened = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .with_context(|| format!("cannot open {}", path.display()))
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path);
+    match opened {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(user(format!(
+            "{} is a symbolic link, which the lock is never written through: remove it (rm {}) and run again (nothing was changed)",
+            path.display(),
+            path.display()
+        ))),
+        other => other.with_context(|| format!("cannot open {}", path.display())),
+    }
 }
 
 fn owner(file: &mut File) -> String {
@@ -120,6 +131,22 @@ mod tests {
         let again = DirLock::acquire(&dir);
         assert!(again.is_ok(), "the lock was not released on drop");
         drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A `.lock` that is a symbolic link is refused in one line, and what it points to is
+    /// left as it was (the hostile probe's resume truncated the outside file).
+    #[test]
+    fn a_lock_that_is_a_symbolic_link_is_refused_and_its_target_untouched() {
+        let dir = std::env::temp_dir().join(format!("tp-lock-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let outside = dir.join("precious.txt");
+        std::fs::write(&outside, "keep me").unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join(LOCK_FILE)).unwrap();
+        let e = DirLock::acquire(&dir).unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link") && e.contains("rm "), "{e}");
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -25,7 +25,9 @@ pub mod files;
 pub mod lock;
 pub mod log;
 pub mod out_guard;
+mod read;
 pub mod records;
+mod reports;
 pub mod tensorboard;
 pub mod trace_file;
 pub mod versioned;
@@ -37,9 +39,14 @@ pub use files::{COMM_FILE, CONFIG_FILE, DIVERGED_FILE, SAMPLE_FILE, SCAN_FILE, S
 pub use lock::DirLock;
 pub use log::{read_log, read_log_for_resume, LogLine, LogWriter, TornTail};
 pub use out_guard::check_out;
+pub use read::{read_comm, read_config, read_diverged, read_summary};
 pub use records::{
     CommReport, DivergedReport, EvalReport, LayerComm, PerStep, RankCompute, RunSummary,
     ScanReport, SiteComm,
+};
+pub use reports::{
+    eval_file, read_eval, read_scan, write_diverged, write_eval_into, write_eval_to,
+    write_scan_into,
 };
 
 use crate::config::RunConfig;
@@ -48,15 +55,6 @@ use crate::user_bail;
 use crate::util::write_atomic;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-
-/// `eval.json` for the validation split, `eval-<split>.json` for another.
-pub fn eval_file(split: &str) -> String {
-    if split == "val" {
-        "eval.json".into()
-    } else {
-        format!("eval-{split}.json")
-    }
-}
 
 /// `runs/<timestamp>-<pattern>`, the pattern made safe for a file name.
 pub fn default_run_path(pattern: &str) -> PathBuf {
@@ -220,62 +218,6 @@ fn remove_stale_temporaries(run_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes `report` into a finished run's directory from outside its writer (tp-eval):
-/// refused while another process owns the run. A report made at another tp than the
-/// run's goes beside the run's own, named by its tp (`eval-tp4.json`): the run's
-/// `eval.json` stays the number its `summary.json` gives. Returns the file written.
-pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<PathBuf> {
-    DirLock::check_free(dir)?;
-    let path = eval_path(dir, &report.split, Some(report.tp))?;
-    write_atomic(&path, versioned::to_json(report)?.as_bytes())?;
-    Ok(path)
-}
-
-/// Writes `report` to `file` outside any run (`tp-eval --out FILE`), never into a run's
-/// checkpoints.
-pub fn write_eval_to(file: &Path, report: &EvalReport) -> Result<()> {
-    if let Some(parent) = file.parent().filter(|p| !p.as_os_str().is_empty()) {
-        check_out(parent, "--out")?;
-    }
-    if file.is_dir() {
-        user_bail!(
-            "--out {} is a folder: name the file to write, e.g. {}",
-            file.display(),
-            file.join("eval.json").display()
-        );
-    }
-    write_atomic(file, versioned::to_json(report)?.as_bytes())
-}
-
-/// Writes a scan into a finished run's directory (`scan.json`), refused while another
-/// process owns the run.
-pub fn write_scan_into(dir: &Path, report: &ScanReport) -> Result<()> {
-    DirLock::check_free(dir)?;
-    write_atomic(&dir.join(SCAN_FILE), versioned::to_json(report)?.as_bytes())
-}
-
-/// A run's `scan.json`, if it was scanned.
-pub fn read_scan(dir: &Path) -> Result<Option<ScanReport>> {
-    read_json(&dir.join(SCAN_FILE))
-}
-
-/// Where a run's evaluation of `split` at `tp` lies: `eval.json` (or `eval-<split>.json`)
-/// at the run's own tp or when `tp` is `None`, `eval-tp4.json` beside it at another.
-fn eval_path(dir: &Path, split: &str, tp: Option<usize>) -> Result<PathBuf> {
-    let name = eval_file(split);
-    Ok(match tp {
-        Some(tp) if tp != read_config(dir)?.parallel.tp => {
-            dir.join(name.replace(".json", &format!("-tp{tp}.json")))
-        }
-        _ => dir.join(name),
-    })
-}
-
-/// A run's evaluation of `split` at `tp` (`None`: its own tp), if it has one.
-pub fn read_eval(dir: &Path, split: &str, tp: Option<usize>) -> Result<Option<EvalReport>> {
-    read_json(&eval_path(dir, split, tp)?)
-}
-
 /// What a tool needs of a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
@@ -370,55 +312,6 @@ pub fn inherit_init_from(
         .collect();
     out.extend(overrides);
     Ok(out)
-}
-
-/// A run's resolved `config.yaml`.
-pub fn read_config(dir: &Path) -> Result<RunConfig> {
-    if !dir.exists() {
-        user_bail!(
-            "{} does not exist: give a run directory (runs/<time>-<pattern>, a sweep's runs/<sweep>/<point>)",
-            dir.display()
-        );
-    }
-    let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|_| {
-        user(format!(
-            "{} has no {CONFIG_FILE}: not a tp-harness run directory",
-            dir.display()
-        ))
-    })?;
-    RunConfig::from_yaml(&text, &path.display().to_string())
-}
-
-/// A run's `comm.json`, if it has one.
-pub fn read_comm(dir: &Path) -> Result<Option<CommReport>> {
-    read_json(&dir.join(COMM_FILE))
-}
-
-/// Where training stopped on a non-finite value (the run's outcome until resumed),
-/// written by the process that owns the run `dir` (its rank 0).
-pub fn write_diverged(dir: &Path, report: &DivergedReport) -> Result<()> {
-    write_atomic(
-        &dir.join(DIVERGED_FILE),
-        versioned::to_json(report)?.as_bytes(),
-    )
-}
-
-/// A run's `diverged.json`, if its last attempt stopped on a non-finite value.
-pub fn read_diverged(dir: &Path) -> Result<Option<DivergedReport>> {
-    read_json(&dir.join(DIVERGED_FILE))
-}
-
-/// A run's `summary.json`, if it finished.
-pub fn read_summary(dir: &Path) -> Result<Option<RunSummary>> {
-    read_json(&dir.join(SUMMARY_FILE))
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(None);
-    };
-    versioned::from_json(&text, path).map(Some)
 }
 
 #[cfg(test)]

@@ -282,7 +282,7 @@ impl CommReport {
         if let Some(l) = &self.emulated_link {
             let _ = writeln!(
                 s,
-                "  emulated link: {} Gbit/s, {} us latency (modelled ms: the ring all-reduce time on it, which every collective waited for at least)",
+                "  emulated link: {} Gbit/s, {} us latency (modelled ms: the ring all-reduce time on it, which every collective's flight lasts at least; ms is the rank's own time on it, hidden + exposed, each moment counted once: a started collective's ms is less than its modelled time where its flight overlapped the rank's wait for another collective or a window an earlier one already counted as hidden)",
                 l.gbit_per_s, l.latency_us
             );
         }
@@ -457,6 +457,10 @@ pub struct RunSummary {
     /// avx512 kernels", "portable ops", "cuda"). Absent in runs made before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
+    /// The harness's environment switches set in that invocation (`TP_SIMD=avx2`,
+    /// `TP_STEP_PAUSE_MS=5`, ...: launch/switches.rs); empty for a plain run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<String>,
     /// The data it finished on ([`crate::data::Dataset::fingerprint`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_sha256: Option<String>,

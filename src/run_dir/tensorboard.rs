@@ -18,7 +18,7 @@ struct Event {
     wall_time: f64,
     #[prost(int64, tag = "2")]
     step: i64,
-    #[prost(oneof = "What", tags = "3, 5")]
+    #[prost(oneof = "What", tags = "3, 5, 7")]
     what: Option<What>,
 }
 
@@ -29,6 +29,19 @@ enum What {
     FileVersion(String),
     #[prost(message, tag = "5")]
     Summary(Summary),
+    /// Field 7 (6 is the deprecated `log_message`).
+    #[prost(message, tag = "7")]
+    SessionLog(SessionLog),
+}
+
+/// `tensorflow.SessionLog`: a START at a step tells TensorBoard's reader that the run
+/// restarted there, and it drops what the run's files hold from that step on (the steps
+/// a killed invocation logged after the checkpoint it resumes from).
+#[derive(Clone, PartialEq, Message)]
+struct SessionLog {
+    /// `SessionStatus`: 1 is START.
+    #[prost(int32, tag = "1")]
+    status: i32,
 }
 
 /// `tensorflow.Summary`.
@@ -106,6 +119,17 @@ impl EventWriter {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Marks a restart at `step` (a resume): TensorBoard drops the scalars of `step` and
+    /// later that earlier files of the run hold, so each step shows once.
+    pub fn restarted_at(&mut self, step: usize) -> Result<()> {
+        self.record(&Event {
+            wall_time: now(),
+            step: step as i64,
+            what: Some(What::SessionLog(SessionLog { status: 1 })),
+        })?;
+        self.flush()
     }
 
     fn record(&mut self, event: &Event) -> Result<()> {

@@ -42,6 +42,11 @@ pub struct TraceInfo {
     pub dp: usize,
     pub trace_start: usize,
     pub trace_steps: usize,
+    /// The first step the file holds: `trace_start`, or later where the run was resumed
+    /// inside the traced steps (the killed invocation's spans went with it). Absent in
+    /// older files: `trace_start`.
+    #[serde(default)]
+    pub held_from: Option<usize>,
     /// The emulated link, if the run had one (`link_gbps`, `link_latency_us`).
     pub link: Option<String>,
     /// The wall clock (Unix microseconds) of `ts` 0.
@@ -92,9 +97,36 @@ fn name_event(name: &str, pid: usize, tid: usize, value: String) -> TraceEvent {
     }
 }
 
+/// The parts of `from..to` outside every interval of `cuts` (sorted by start or not).
+pub fn outside(from: f64, to: f64, cuts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut cuts: Vec<(f64, f64)> = cuts
+        .iter()
+        .copied()
+        .filter(|&(a, b)| b > from && a < to)
+        .collect();
+    cuts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out = Vec::new();
+    let mut at = from;
+    for (a, b) in cuts {
+        if a > at {
+            out.push((at, a.min(to)));
+        }
+        at = at.max(b);
+    }
+    if to > at {
+        out.push((at, to));
+    }
+    out
+}
+
 impl TraceFile {
-    /// The file of `ranks` (each rank with its spans and host) of a run of `cfg`.
-    pub fn of(cfg: &RunConfig, ranks: &[(usize, String, Vec<Span>)]) -> Result<Self> {
+    /// The file of `ranks` (each rank with its spans and host) of a run of `cfg` whose
+    /// traced spans begin at step `held_from`.
+    pub fn of(
+        cfg: &RunConfig,
+        ranks: &[(usize, String, Vec<Span>)],
+        held_from: usize,
+    ) -> Result<Self> {
         let layout = cfg.layout();
         let epoch = ranks
             .iter()
@@ -103,69 +135,7 @@ impl TraceFile {
         let epoch = if epoch.is_finite() { epoch } else { 0.0 };
         let mut events = Vec::new();
         for (rank, host, spans) in ranks {
-            events.push(name_event(
-                "process_name",
-                *rank,
-                0,
-                format!("rank {rank} ({host})"),
-            ));
-            events.push(name_event("thread_name", *rank, 0, "compute".into()));
-            let mut ordered: Vec<&Span> = spans.iter().collect();
-            ordered.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-            let comm: Vec<&Span> = ordered
-                .iter()
-                .copied()
-                .filter(|s| s.track == Track::Comm && s.cat == "collective")
-                .collect();
-            let lane_of = lanes(&comm);
-            for lane in 0..lane_of.iter().copied().max().map_or(0, |m| m + 1) {
-                let name = if lane == 0 {
-                    "communication".to_string()
-                } else {
-                    format!("communication {}", lane + 1)
-                };
-                events.push(name_event("thread_name", *rank, 1 + lane, name));
-            }
-            for s in ordered {
-                let tid = match s.track {
-                    Track::Compute => 0,
-                    Track::Comm => {
-                        // A collective on its lane; a hidden window on the lane of the
-                        // collective it lies in.
-                        let owner = comm.iter().position(|c| {
-                            if s.cat == "collective" {
-                                std::ptr::eq(*c, s)
-                            } else {
-                                s.name.ends_with(&c.name)
-                                    && c.start_us <= s.start_us + 1e-3
-                                    && s.start_us + s.dur_us <= c.start_us + c.dur_us + 1e-3
-                            }
-                        });
-                        1 + owner.map_or(0, |i| lane_of[i])
-                    }
-                };
-                let mut args = s.args.clone();
-                if let Some(i) = args
-                    .get("site")
-                    .and_then(|v| v.as_str())
-                    .and_then(|l| l.strip_prefix("layer."))
-                    .and_then(|i| i.parse::<usize>().ok())
-                {
-                    if let Some(k) = layout.kinds.get(i) {
-                        args.insert("block".into(), k.letter().to_string().into());
-                    }
-                }
-                events.push(TraceEvent {
-                    name: s.name.clone(),
-                    cat: s.cat.clone(),
-                    ph: "X".into(),
-                    ts: s.start_us - epoch,
-                    dur: Some(s.dur_us),
-                    pid: *rank,
-                    tid,
-                    args,
-                });
-            }
+            rank_events(&mut events, layout, epoch, *rank, host, spans);
         }
         let e = &cfg.eval;
         Ok(Self {
@@ -178,6 +148,7 @@ impl TraceFile {
                 dp: cfg.parallel.dp,
                 trace_start: e.trace_start,
                 trace_steps: e.trace_steps,
+                held_from: Some(held_from),
                 link: cfg
                     .link()
                     .map(|l| format!("{} Gbit/s, {} us a message", l.gbit_per_s, l.latency_us)),
@@ -193,15 +164,151 @@ impl TraceFile {
         Ok(path)
     }
 
-    /// A run's `trace.json`, or one line saying how to make one.
+    /// A run's `trace.json`, or one line saying how to make one, or what is wrong with
+    /// the one there: its events' times must be finite, a duration not negative, and
+    /// every time within a day of the first (a figure is never drawn from impossible
+    /// values).
     pub fn read(run: &Path) -> Result<Self> {
+        use crate::error::user;
         let path = run.join(TRACE_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|_| {
-            crate::error::user(format!(
-                "{} has no {TRACE_FILE}: train it with --trace (trace_start, trace_steps choose the steps)",
-                run.display()
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(user(format!(
+                    "{} has no {TRACE_FILE}: train it with --trace (trace_start, trace_steps choose the steps)",
+                    run.display()
+                )))
+            }
+            Err(e) => return Err(user(format!("{} cannot be read: {e}", path.display()))),
+        };
+        let text = String::from_utf8(bytes).map_err(|_| {
+            user(format!(
+                "{} is not a trace (not JSON text): it is damaged; train the run again with --trace",
+                path.display()
             ))
         })?;
-        super::versioned::from_json(&text, &path)
+        let file: Self = super::versioned::from_json(&text, &path)?;
+        file.check(&path)?;
+        Ok(file)
+    }
+
+    /// The first step the file holds.
+    pub fn first_step(&self) -> usize {
+        self.info.held_from.unwrap_or(self.info.trace_start)
+    }
+
+    /// Refuses values no traced run makes.
+    fn check(&self, path: &Path) -> Result<()> {
+        const DAY_US: f64 = 86_400e6;
+        for (i, e) in self.events.iter().enumerate() {
+            let dur = e.dur.unwrap_or(0.0);
+            let why = if !e.ts.is_finite() || !dur.is_finite() {
+                Some("a time that is not a number")
+            } else if dur < 0.0 {
+                Some("a negative duration")
+            } else if e.ts < 0.0 || e.ts + dur > DAY_US {
+                Some("a time outside the day after the trace's start")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                crate::user_bail!(
+                    "{}: event {i} (`{}`) has {why} (ts {}, dur {dur}): the file is damaged; train the run again with --trace",
+                    path.display(),
+                    e.name.chars().take(40).collect::<String>(),
+                    e.ts
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One rank's events: its names, its spans in time order, each collective on a lane of
+/// its own while others are in flight, hidden windows only where the rank computed.
+fn rank_events(
+    events: &mut Vec<TraceEvent>,
+    layout: &crate::blocks::BlockLayout,
+    epoch: f64,
+    rank: usize,
+    host: &str,
+    spans: &[Span],
+) {
+    events.push(name_event(
+        "process_name",
+        rank,
+        0,
+        format!("rank {rank} ({host})"),
+    ));
+    events.push(name_event("thread_name", rank, 0, "compute".into()));
+    let mut ordered: Vec<&Span> = spans.iter().collect();
+    ordered.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let comm: Vec<&Span> = ordered
+        .iter()
+        .copied()
+        .filter(|s| s.track == Track::Comm && s.cat == "collective")
+        .collect();
+    let lane_of = lanes(&comm);
+    for lane in 0..lane_of.iter().copied().max().map_or(0, |m| m + 1) {
+        let name = if lane == 0 {
+            "communication".to_string()
+        } else {
+            format!("communication {}", lane + 1)
+        };
+        events.push(name_event("thread_name", rank, 1 + lane, name));
+    }
+    // The rank's waits: a hidden window is drawn only where the rank computed,
+    // not where it waited on another collective (as the tally counts it).
+    let waits: Vec<(f64, f64)> = ordered
+        .iter()
+        .filter(|s| s.track == Track::Compute && s.cat == "wait")
+        .map(|s| (s.start_us, s.start_us + s.dur_us))
+        .collect();
+    for s in ordered {
+        let pieces = if s.cat == "hidden" {
+            outside(s.start_us, s.start_us + s.dur_us, &waits)
+        } else {
+            vec![(s.start_us, s.start_us + s.dur_us)]
+        };
+        let tid = match s.track {
+            Track::Compute => 0,
+            Track::Comm => {
+                // A collective on its lane; a hidden window on the lane of the
+                // collective it lies in.
+                let owner = comm.iter().position(|c| {
+                    if s.cat == "collective" {
+                        std::ptr::eq(*c, s)
+                    } else {
+                        s.name.ends_with(&c.name)
+                            && c.start_us <= s.start_us + 1e-3
+                            && s.start_us + s.dur_us <= c.start_us + c.dur_us + 1e-3
+                    }
+                });
+                1 + owner.map_or(0, |i| lane_of[i])
+            }
+        };
+        let mut args = s.args.clone();
+        if let Some(i) = args
+            .get("site")
+            .and_then(|v| v.as_str())
+            .and_then(|l| l.strip_prefix("layer."))
+            .and_then(|i| i.parse::<usize>().ok())
+        {
+            if let Some(k) = layout.kinds.get(i) {
+                args.insert("block".into(), k.letter().to_string().into());
+            }
+        }
+        for (from, to) in pieces {
+            events.push(TraceEvent {
+                name: s.name.clone(),
+                cat: s.cat.clone(),
+                ph: "X".into(),
+                ts: from - epoch,
+                dur: Some(to - from),
+                pid: rank,
+                tid,
+                args: args.clone(),
+            });
+        }
     }
 }

@@ -55,7 +55,19 @@ pub fn from_value<T: DeserializeOwned>(mut value: serde_json::Value, what: &str)
         Some(fields) => fields.remove("format_version"),
         None => None,
     };
-    let version = version.and_then(|v| v.as_u64()).unwrap_or(1);
+    // Absent: format 1, from before it was kept. Present: a whole number from 1 — text,
+    // a fraction, a negative, null or a number past u64 is damage, not a format.
+    let version = match version {
+        None => 1,
+        Some(v) => match v.as_u64().filter(|n| *n >= 1) {
+            Some(n) => n,
+            None => {
+                return Err(user(format!(
+                    "{what} has format_version {v}, which is not a format number (a whole number from 1): the file is damaged or not a tp-harness record"
+                )))
+            }
+        },
+    };
     if version > u64::from(RECORD_FORMAT) {
         return Err(user(newer_message(what, version)));
     }
@@ -139,5 +151,27 @@ mod tests {
             "{msg}"
         );
         assert!(!msg.contains('\n'));
+    }
+
+    /// The hostile probe's format numbers: none is format 1, none is "newer"; each is one
+    /// line calling it damage.
+    #[test]
+    fn a_format_that_is_not_a_whole_number_from_one_is_refused_as_damage() {
+        for bad in [
+            "\"99\"",
+            "99.5",
+            "1e3",
+            "18446744073709551617",
+            "-1",
+            "null",
+            "0",
+        ] {
+            let text = format!("{{\"format_version\": {bad}, \"loss\": 1.0}}");
+            let e = from_json::<Record>(&text, Path::new("s.json"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("is not a format number"), "{bad}: {e}");
+            assert!(!e.contains('\n'));
+        }
     }
 }

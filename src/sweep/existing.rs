@@ -5,11 +5,9 @@
 //! running anything, naming the keys that differ.
 
 use super::spec::Point;
-use crate::config::RunConfig;
 use crate::run_dir::read_config;
 use crate::user_bail;
 use anyhow::Result;
-use serde_yaml_ng::Value;
 use std::path::Path;
 
 /// How a point relates to its run directory.
@@ -25,34 +23,6 @@ pub enum Existing {
     Shorter { trained_to: usize },
 }
 
-/// The keys whose values differ between the run's config and the point's: (key, run's
-/// value, point's value), each key once.
-fn differing_keys(run: &RunConfig, point: &RunConfig) -> Vec<(String, String, String)> {
-    let map = |c: &RunConfig| match serde_yaml_ng::to_value(c) {
-        Ok(Value::Mapping(m)) => m,
-        _ => Default::default(),
-    };
-    let text = |v: Option<&Value>| match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => serde_yaml_ng::to_string(v)
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-        None => "unset".into(),
-    };
-    let (a, b) = (map(run), map(point));
-    let keys: Vec<&Value> = a.keys().chain(b.keys()).collect();
-    let mut out: Vec<(String, String, String)> = Vec::new();
-    for k in keys {
-        let (x, y) = (a.get(k), b.get(k));
-        let name = text(Some(k));
-        if x != y && !out.iter().any(|(n, _, _)| *n == name) {
-            out.push((name, text(x), text(y)));
-        }
-    }
-    out
-}
-
 /// What `dir` holds for `point`, or one line refusing to go on: a run there of another
 /// config is some earlier result, not this point's.
 pub fn existing(point: &Point, dir: &Path) -> Result<Existing> {
@@ -63,7 +33,7 @@ pub fn existing(point: &Point, dir: &Path) -> Result<Existing> {
     if run == point.cfg {
         return Ok(Existing::Same);
     }
-    let diffs = differing_keys(&run, &point.cfg);
+    let diffs = run.differences(&point.cfg);
     let (was, now) = (run.optim.max_iters, point.cfg.optim.max_iters);
     let only_length = diffs.iter().all(|(k, _, _)| k == "max_iters");
     // The cosine schedule ends at lr_decay_iters, which follows max_iters unless set:
@@ -86,21 +56,4 @@ pub fn existing(point: &Point, dir: &Path) -> Result<Existing> {
         dir.display(),
         listed.join(", ")
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn differing_keys_name_each_key_once_with_both_values() {
-        let a = RunConfig::default();
-        let mut b = a.clone();
-        b.optim.max_iters = a.optim.max_iters + 100;
-        b.model.pattern = crate::blocks::BlockLayout::parse("tttt").unwrap();
-        let d = differing_keys(&a, &b);
-        let names: Vec<&str> = d.iter().map(|(k, _, _)| k.as_str()).collect();
-        assert_eq!(names, ["pattern", "max_iters"], "{d:?}");
-        assert_eq!(d[1].2, (a.optim.max_iters + 100).to_string());
-    }
 }

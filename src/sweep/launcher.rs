@@ -118,6 +118,35 @@ impl Launcher {
     }
 }
 
+impl Launcher {
+    /// Fails with one line where the launcher cannot start a run here: its program not
+    /// on the PATH, its hostfile missing (checked before anything runs: otherwise each
+    /// point would fail with the launcher's own error, or with "cannot start tp-train").
+    pub fn check_available(&self) -> anyhow::Result<()> {
+        let on_path = |program: &str| {
+            std::env::var_os("PATH").is_some_and(|paths| {
+                std::env::split_paths(&paths).any(|d| d.join(program).is_file())
+            })
+        };
+        match self {
+            Launcher::Threads => Ok(()),
+            Launcher::Srun { .. } if !on_path("srun") => Err(crate::error::user(
+                "launcher {srun: N}: srun is not on the PATH here: run the sweep on a Slurm machine (or inside an allocation), or use launcher: threads / {mpirun: N}",
+            )),
+            Launcher::Mpirun { .. } if !on_path("mpirun") => Err(crate::error::user(
+                "launcher {mpirun: N}: mpirun is not on the PATH here: install OpenMPI (scripts/setup.sh) or use launcher: threads",
+            )),
+            Launcher::Mpirun {
+                hostfile: Some(h), ..
+            } if !h.is_file() => Err(crate::error::user(format!(
+                "launcher hostfile {} does not exist (or is not a file): give the path of the file that lists the hosts",
+                h.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +184,22 @@ mod tests {
         assert!(parse("slurm")
             .unwrap_err()
             .contains("unknown launcher `slurm`"));
+    }
+
+    #[test]
+    fn a_launcher_that_cannot_start_here_is_one_line_before_anything_runs() {
+        assert!(Launcher::Threads.check_available().is_ok());
+        let e = Launcher::Mpirun {
+            ranks: 2,
+            hostfile: Some("/nonexistent/hosts".into()),
+        }
+        .check_available()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("/nonexistent/hosts does not exist")
+                || e.contains("mpirun is not on the PATH"),
+            "{e}"
+        );
     }
 }

@@ -7,7 +7,9 @@ pub mod more_seeds;
 pub mod runner;
 pub mod spec;
 pub mod summary;
+pub mod tune_spec;
 pub mod tuned;
+mod yaml;
 
 pub use interrupts::Interrupts;
 pub use runner::{run_sweep, PointResult, Status};
@@ -78,7 +80,7 @@ pub fn sweep_and_report(
         if t.from.is_none() {
             md += &format!(
                 "\n## Tuning\n\n{}",
-                crate::analysis::tuning::markdown(&tuned::choices(&results, t)?)
+                crate::analysis::tuned_study::markdown(&tuned::choices(&results, t)?)
             );
         }
     }

@@ -154,6 +154,48 @@ fn copy_records(from: &Path, dir: &Path) -> Result<()> {
     crate::util::write_atomic(&dir.join(run_dir::SUMMARY_FILE), &summary)
 }
 
+/// The point's result where it needs no run: finished earlier, diverged earlier, or
+/// finished in a `reuse` sweep (its records copied in); each says so in one line.
+fn ended_before(
+    point: &Point,
+    found: &Existing,
+    dir: &Path,
+    tag: &str,
+    reuse: &[PathBuf],
+) -> Result<Option<PointResult>> {
+    let result = |status, summary| PointResult {
+        point: point.clone(),
+        dir: dir.to_path_buf(),
+        status,
+        summary,
+    };
+    let summary = read_summary(dir).filter(|_| *found == Existing::Same);
+    let diverged = run_dir::read_diverged(dir).ok().flatten();
+    if let (None, Some(d), Existing::Same) = (&summary, &diverged, found) {
+        crate::say!(
+            "{tag}: diverged earlier ({} became {} at step {}), skipped",
+            d.what,
+            d.value,
+            d.step
+        );
+        return Ok(Some(result(Status::Diverged(d.step), None)));
+    }
+    // A finished run of exactly this config elsewhere (`reuse:`) is its result.
+    let reused = match (&summary, found) {
+        (None, Existing::Nothing) if !dir.exists() => reusable(point, reuse),
+        _ => None,
+    };
+    if let Some(from) = &reused {
+        copy_records(from, dir)?;
+        crate::say!("{tag}: finished in {}, its records copied", from.display());
+    }
+    let summary = summary.or_else(|| reused.and_then(|_| read_summary(dir)));
+    Ok(summary.map(|s| {
+        crate::say!("{tag}: finished earlier, skipped");
+        result(Status::Skipped, Some(s))
+    }))
+}
+
 /// Runs every point not yet finished under `out`; prints a line per run. The caller owns
 /// `out` (see [`crate::sweep::sweep_and_report`]). A signal in `interrupts` stops the
 /// sweep once the run under way has ended ([`Interrupts::check`]).
@@ -177,41 +219,8 @@ pub fn run_sweep(sweep: &Sweep, out: &Path, interrupts: &Interrupts) -> Result<V
         interrupts.check()?;
         let dir = out.join(&point.name);
         let tag = format!("[{}/{n}] {}", i + 1, point.name);
-        let summary = read_summary(&dir).filter(|_| found == Existing::Same);
-        let diverged = run_dir::read_diverged(&dir).ok().flatten();
-        if let (None, Some(d), Existing::Same) = (&summary, &diverged, &found) {
-            crate::say!(
-                "{tag}: diverged earlier ({} became {} at step {}), skipped",
-                d.what,
-                d.value,
-                d.step
-            );
-            results.push(PointResult {
-                point: point.clone(),
-                dir,
-                status: Status::Diverged(d.step),
-                summary: None,
-            });
-            continue;
-        }
-        // A finished run of exactly this config elsewhere (`reuse:`) is its result.
-        let reused = match (&summary, &found) {
-            (None, Existing::Nothing) if !dir.exists() => reusable(point, &sweep.reuse),
-            _ => None,
-        };
-        if let Some(from) = &reused {
-            copy_records(from, &dir)?;
-            crate::say!("{tag}: finished in {}, its records copied", from.display());
-        }
-        let summary = summary.or_else(|| reused.and_then(|_| read_summary(&dir)));
-        if let Some(summary) = summary {
-            crate::say!("{tag}: finished earlier, skipped");
-            results.push(PointResult {
-                point: point.clone(),
-                dir,
-                status: Status::Skipped,
-                summary: Some(summary),
-            });
+        if let Some(done) = ended_before(point, &found, &dir, &tag, &sweep.reuse)? {
+            results.push(done);
             continue;
         }
         let mut cmd = sweep.launcher.command(&tp_train);

@@ -20,8 +20,9 @@
 //! Points that differ only in `seed` (from `seeds`, or `seed` in the grid) are
 //! replicates: the summary gives their mean, standard deviation and 95% interval.
 
-use crate::analysis::tuning::{TuneDecl, TunedValues, TuningRecord};
-use crate::analysis::Variant;
+use super::tune_spec::{at_values_from, tune_of, SweepParts, TuneFile};
+use super::yaml::{key_of, safe, scalar_text, value_of};
+use crate::analysis::tuning::TunedValues;
 use crate::config::{resolve, Origin, Override, RunConfig};
 use crate::error::user;
 use crate::user_bail;
@@ -31,6 +32,7 @@ use serde_yaml_ng::{Mapping, Value};
 use std::path::Path;
 
 pub use super::launcher::Launcher;
+pub use super::tune_spec::Tune;
 
 /// The most runs one sweep file may ask for (a day of 10-second runs is 8,640): a bigger
 /// grid is a typo or a study to split, refused before its points are resolved.
@@ -45,36 +47,6 @@ pub struct MoreSeeds {
     pub until_ci95: f64,
     /// Never more than this many seeds a point (failed runs count: they were tried).
     pub max_seeds: usize,
-}
-
-/// `tune:` as a sweep file writes it.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TuneFile {
-    #[serde(default)]
-    grid: Mapping,
-    #[serde(default)]
-    seeds: Vec<u64>,
-    #[serde(default)]
-    extend: usize,
-    from: Option<std::path::PathBuf>,
-}
-
-/// A tuned sweep: each layout (each point of the grid) over the values of `grid` on the
-/// selection seeds, then the report seeds (the sweep's `seeds`) at the values with the
-/// lowest mean final val loss ([`crate::analysis::tuning`]); or, with `from`, each layout
-/// at the values another tuned sweep chose for its family.
-#[derive(Debug, Clone)]
-pub struct Tune {
-    pub decl: TuneDecl,
-    /// The tuned keys' values to try, per key.
-    pub grid: Vec<(String, Vec<Value>)>,
-    /// How many values may be added past each edge a layout's best lies at.
-    pub extend: usize,
-    /// The seeds the layouts are compared on.
-    pub report_seeds: Vec<u64>,
-    /// The sweep directory whose `tuning.json` gave the values (`tune.from`).
-    pub from: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,34 +104,6 @@ pub struct Sweep {
     pub(crate) base: Vec<Override>,
     /// Where the sweep file's keys come from, for errors.
     pub(crate) origin: Origin,
-}
-
-fn key_of(k: &Value, file: &Path) -> Result<String> {
-    k.as_str()
-        .map(String::from)
-        .ok_or_else(|| user(format!("{}: key {k:?} is not a string", file.display())))
-}
-
-fn scalar_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => serde_yaml_ng::to_string(other)
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-    }
-}
-
-fn safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "=.,-_".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// The grid's keys with their values (a scalar is a list of one), then `seed` over
@@ -255,36 +199,47 @@ fn point_of(
     })
 }
 
-/// A config value as a sweep file would write it: a number where the text is one.
-fn value_of(text: &str) -> Value {
-    if let Ok(i) = text.parse::<i64>() {
-        return Value::from(i);
+/// The stopping rule checked against the rest of the file.
+fn check_more_seeds(spec: &SweepFile, file: &Path) -> Result<()> {
+    let Some(m) = &spec.more_seeds else {
+        return Ok(());
+    };
+    let f = file.display();
+    if spec.baseline.is_none() || spec.seeds.is_empty() {
+        user_bail!("more_seeds in {f} needs seeds: [...] and a baseline: pattern to pair with");
     }
-    match text.parse::<f64>() {
-        Ok(x) => Value::from(x),
-        Err(_) => Value::String(text.to_string()),
+    if !(m.until_ci95 > 0.0 && m.until_ci95.is_finite()) {
+        user_bail!("more_seeds.until_ci95 in {f} must be a positive val loss, e.g. 0.005");
     }
+    if m.max_seeds < spec.seeds.len() {
+        user_bail!(
+            "more_seeds.max_seeds in {f} is {} but seeds lists {}: raise max_seeds",
+            m.max_seeds,
+            spec.seeds.len()
+        );
+    }
+    Ok(())
 }
 
-impl Tune {
-    /// How many of `values`' key `key` lie past the grid's lowest (`low`) or highest
-    /// value of it: what an edge has been extended by so far.
-    pub fn beyond_grid(&self, tried: &[TunedValues], key: &str, low: bool) -> usize {
-        let Some((i, (_, grid))) = self.grid.iter().enumerate().find(|(_, (k, _))| k == key) else {
-            return 0;
-        };
-        let nums: Vec<f64> = grid.iter().filter_map(|v| v.as_f64()).collect();
-        let (lo, hi) = nums
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
-                (l.min(*v), h.max(*v))
-            });
-        tried
-            .iter()
-            .filter_map(|t| t.number(i))
-            .filter(|x| if low { *x < lo } else { *x > hi })
-            .count()
+/// A tuned sweep's axes: the selection runs — the grid, then the tuned keys, over the
+/// selection seeds (report runs come once each layout's values are chosen); with
+/// `from`, the grid over the report seeds (the values are added per point).
+fn tuned_axes(
+    mut axes: Vec<(String, Vec<Value>)>,
+    tune: Option<&Tune>,
+) -> Vec<(String, Vec<Value>)> {
+    let Some(t) = tune else {
+        return axes;
+    };
+    let seed = axes.pop().filter(|(k, _)| k == "seed");
+    if t.from.is_none() {
+        axes.extend(t.grid.iter().cloned());
+        let seeds = t.decl.selection_seeds.iter().map(|&s| Value::from(s));
+        axes.push(("seed".into(), seeds.collect()));
+    } else {
+        axes.extend(seed);
     }
+    axes
 }
 
 impl Sweep {
@@ -312,35 +267,31 @@ impl Sweep {
                 .map(|s| s.to_string_lossy().to_string())
                 .unwrap_or_else(|| "sweep".into())
         });
+        // The name is a directory under runs/: `..` would write the sweep's summary,
+        // plots and runs into the working directory, `.` and "" into runs/ itself.
+        let name = safe(&name);
+        if name.is_empty() || name.chars().all(|c| c == '.') {
+            user_bail!(
+                "sweep name `{name}` in {} is not a directory name of its own: name the sweep (name: my_sweep)",
+                file.display()
+            );
+        }
         let origin = |part: &str| Origin::File(format!("{} ({part})", file.display()));
         let mut base = Vec::new();
         for (k, v) in &spec.base {
             base.push((key_of(k, file)?, v.clone(), origin("base")));
         }
+        let parts = SweepParts {
+            grid: &spec.grid,
+            seeds: &spec.seeds,
+            baseline: spec.baseline.as_deref(),
+            more_seeds: spec.more_seeds.is_some(),
+        };
         let tune = match &spec.tune {
-            Some(t) => Some(tune_of(t, &spec, file)?),
+            Some(t) => Some(tune_of(t, &parts, file)?),
             None => None,
         };
-        let mut axes = axes(&spec, file)?;
-        if let Some(t) = &tune {
-            // Selection runs: the grid, then the tuned keys, over the selection seeds
-            // (report runs come once each layout's values are chosen); with `from`, the
-            // grid over the report seeds at the values given.
-            let seed = axes.pop().filter(|(k, _)| k == "seed");
-            if t.from.is_none() {
-                axes.extend(t.grid.iter().cloned());
-                axes.push((
-                    "seed".into(),
-                    t.decl
-                        .selection_seeds
-                        .iter()
-                        .map(|&s| Value::from(s))
-                        .collect(),
-                ));
-            } else {
-                axes.extend(seed);
-            }
-        }
+        let axes = tuned_axes(axes(&spec, file)?, tune.as_ref());
         // Counted before any point is resolved: a grid of millions would otherwise spend
         // minutes and gigabytes saying nothing.
         let total = axes
@@ -365,7 +316,10 @@ impl Sweep {
         if let Some(from) = tune.as_ref().and_then(|t| t.from.as_ref()) {
             points = points
                 .iter()
-                .map(|p| at_values_from(p, from, &base, &spec.launcher, &origin("tune.from")))
+                .map(|p| {
+                    let keys = at_values_from(&p.keys, &p.cfg, from)?;
+                    point_of(keys, &base, &spec.launcher, &origin("tune.from"))
+                })
                 .collect::<Result<Vec<_>>>()?;
         }
         let mut names: Vec<&str> = points.iter().map(|p| p.name.as_str()).collect();
@@ -382,26 +336,9 @@ impl Sweep {
                 );
             }
         }
-        if let Some(m) = &spec.more_seeds {
-            let f = file.display();
-            if spec.baseline.is_none() || spec.seeds.is_empty() {
-                user_bail!(
-                    "more_seeds in {f} needs seeds: [...] and a baseline: pattern to pair with"
-                );
-            }
-            if !(m.until_ci95 > 0.0 && m.until_ci95.is_finite()) {
-                user_bail!("more_seeds.until_ci95 in {f} must be a positive val loss, e.g. 0.005");
-            }
-            if m.max_seeds < spec.seeds.len() {
-                user_bail!(
-                    "more_seeds.max_seeds in {f} is {} but seeds lists {}: raise max_seeds",
-                    m.max_seeds,
-                    spec.seeds.len()
-                );
-            }
-        }
+        check_more_seeds(&spec, file)?;
         Ok(Self {
-            name: safe(&name),
+            name,
             launcher: spec.launcher,
             points,
             baseline: spec.baseline,
@@ -412,121 +349,4 @@ impl Sweep {
             origin: origin("grid"),
         })
     }
-}
-
-/// `tune:` checked against the rest of the sweep file.
-fn tune_of(t: &TuneFile, spec: &SweepFile, file: &Path) -> Result<Tune> {
-    let f = file.display();
-    if spec.seeds.is_empty() {
-        user_bail!(
-            "tune in {f} needs seeds: [...], the report seeds the layouts are compared on at their chosen values"
-        );
-    }
-    let mut grid: Vec<(String, Vec<Value>)> = Vec::new();
-    for (k, v) in &t.grid {
-        let key = key_of(k, file)?;
-        let values = match v {
-            Value::Sequence(s) => s.clone(),
-            other => vec![other.clone()],
-        };
-        if values.is_empty() {
-            user_bail!("tune.grid key `{key}` in {f} has no values");
-        }
-        if ["seed", "pattern"].contains(&key.as_str()) || spec.grid.contains_key(key.as_str()) {
-            user_bail!(
-                "tune.grid key `{key}` in {f} is the layout, the seed or a grid key: tune keys the layouts share, e.g. learning_rate"
-            );
-        }
-        grid.push((key, values));
-    }
-    let keys: Vec<String> = match &t.from {
-        Some(dir) => {
-            if !t.grid.is_empty() || !t.seeds.is_empty() || t.extend > 0 {
-                user_bail!(
-                    "tune in {f} gives from and a grid, seeds or extend: from takes the values another sweep chose; keep one"
-                );
-            }
-            match TuningRecord::read(dir)? {
-                Some(r) => r.decl.keys,
-                None => user_bail!(
-                    "tune.from in {f}: {} holds no tuning.json (the record of a tuned sweep): run that sweep first, or name its directory (runs/<sweep>)",
-                    dir.display()
-                ),
-            }
-        }
-        None => {
-            if grid.is_empty() || t.seeds.is_empty() {
-                user_bail!(
-                    "tune in {f} needs a grid of values (grid: {{learning_rate: [1.0e-3, 2.0e-3, 4.0e-3]}}) and selection seeds (seeds: [101, 102]), or from: runs/<tuned sweep>"
-                );
-            }
-            grid.iter().map(|(k, _)| k.clone()).collect()
-        }
-    };
-    if let Some(s) = t.seeds.iter().find(|s| spec.seeds.contains(s)) {
-        user_bail!(
-            "seed {s} in {f} is both a selection seed (tune.seeds) and a report seed (seeds): a value chosen on a seed is favoured there, so keep them apart"
-        );
-    }
-    if spec.more_seeds.is_some() && spec.baseline.is_none() {
-        user_bail!("more_seeds in {f} needs a baseline: pattern to pair with");
-    }
-    Ok(Tune {
-        decl: TuneDecl {
-            keys,
-            selection_seeds: t.seeds.clone(),
-        },
-        grid,
-        extend: t.extend,
-        report_seeds: spec.seeds.clone(),
-        from: t.from.clone(),
-    })
-}
-
-/// Report point `p` at the values the tuned sweep in `from` chose for its layout's
-/// family: the same layout, or one whose kinds run in the same order at another depth
-/// (`s5xp` takes `s11xp`'s).
-fn at_values_from(
-    p: &Point,
-    from: &Path,
-    base: &[Override],
-    launcher: &Launcher,
-    origin: &Origin,
-) -> Result<Point> {
-    let Some(record) = TuningRecord::read(from)? else {
-        user_bail!(
-            "{} holds no tuning.json any more: run that sweep again",
-            from.display()
-        );
-    };
-    let variant = Variant::of(&p.cfg)?;
-    let family: Vec<_> = record
-        .choices
-        .iter()
-        .filter(|c| Variant::parse(&c.pattern).is_ok_and(|v| v.stretches_to(&variant)))
-        .collect();
-    let chosen = match family.as_slice() {
-        [one] => one.chosen.clone(),
-        [] => user_bail!(
-            "{} chose no values for {variant}'s family (layouts of the same kinds in the same order): its layouts are {}",
-            from.display(),
-            record.choices.iter().map(|c| c.pattern.as_str()).collect::<Vec<_>>().join(", ")
-        ),
-        many => user_bail!(
-            "{} has several layouts of {variant}'s family ({}): tune from a sweep with one",
-            from.display(),
-            many.iter().map(|c| c.pattern.as_str()).collect::<Vec<_>>().join(", ")
-        ),
-    };
-    let Some(values) = chosen else {
-        user_bail!(
-            "{} has not chosen {}'s values yet (its selection runs are unfinished): finish that sweep first",
-            from.display(),
-            family[0].pattern
-        );
-    };
-    let mut point_keys: Vec<(String, Value)> = p.keys.clone();
-    point_keys.extend(values.0.iter().map(|(k, v)| (k.clone(), value_of(v))));
-    point_keys.push(("seed".into(), Value::from(p.cfg.optim.seed)));
-    point_of(point_keys, base, launcher, origin)
 }

@@ -8,7 +8,8 @@
 use super::interrupts::Interrupts;
 use super::runner::{run_sweep, PointResult, Status};
 use super::spec::{Point, Sweep, Tune};
-use crate::analysis::tuning::{choose, Choice, ChoiceRecord, Outcome, TuneRun, TuningRecord};
+use crate::analysis::tuning::{choose, Choice, Outcome, TuneRun};
+use crate::analysis::tuning_record::{ChoiceRecord, TuningRecord};
 use crate::analysis::Variant;
 use anyhow::Result;
 use std::path::Path;
@@ -144,7 +145,7 @@ pub fn compared<'a>(results: &'a [PointResult], sweep: &Sweep) -> Vec<&'a PointR
 /// Writes `record` as the sweep's `tuning.json`, read back by [`TuningRecord::read`].
 pub fn write_record(record: &TuningRecord, sweep_dir: &Path) -> Result<()> {
     crate::util::write_atomic(
-        &sweep_dir.join(crate::analysis::tuning::TUNING_FILE),
+        &sweep_dir.join(crate::analysis::tuning_record::TUNING_FILE),
         crate::run_dir::versioned::to_json(record)?.as_bytes(),
     )
 }

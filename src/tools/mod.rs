@@ -1,11 +1,12 @@
 //! The library behind the tools that use runs and checkpoints rather than train them:
 //! evaluation over a whole split (`tp-eval`), sampling (`tp-sample`), SPD's sensitivity
-//! scan (`tp-scan`), importing Hugging Face models (`tp-import`) and the benchmark
-//! (`tp-train --bench`).
+//! scan (`tp-scan`), importing Hugging Face models (`tp-import`), the benchmark
+//! (`tp-train --bench`) and the cluster planner (`tp-plan`).
 
 pub mod bench;
 pub mod bench_run;
 pub mod eval;
 pub mod import;
+pub mod plan;
 pub mod sample;
 pub mod scan;

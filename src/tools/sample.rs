@@ -11,6 +11,16 @@ use anyhow::Result;
 /// The most tokens tp-sample generates in one call.
 pub const MAX_SAMPLE_TOKENS: usize = 1_000_000;
 
+/// The tokenizer a run's ids belong to. GPT-2's BPE needs no corpus: an imported model
+/// samples (and exports) before any text is named.
+pub fn run_tokenizer(cfg: &crate::config::RunConfig) -> Result<Tokenizer> {
+    Ok(if cfg.model.dataset == TEXT {
+        Tokenizer::Gpt2Bpe
+    } else {
+        load_dataset(cfg)?.tokenizer().clone()
+    })
+}
+
 /// Generates text from a run's latest checkpoint (or `checkpoint` if given) with the
 /// model sharded over `tp` ranks as threads. Returns the prompt's continuation, and hands
 /// it to `each` piece by piece as it is generated (a million tokens take minutes).
@@ -40,12 +50,7 @@ pub fn sample_run(
         "sample from",
         crate::run_dir::Need::Weights,
     )?;
-    // GPT-2's BPE needs no corpus: an imported model samples before any text is named.
-    let tok = if cfg.model.dataset == TEXT {
-        Tokenizer::Gpt2Bpe
-    } else {
-        load_dataset(&cfg)?.tokenizer().clone()
-    };
+    let tok = run_tokenizer(&cfg)?;
     let mcfg = cfg.model_config(tok.vocab_size())?;
     let tp = tp.unwrap_or(ck.meta.config.parallel.tp);
     mcfg.check(tp).map_err(crate::error::user)?;

@@ -53,8 +53,9 @@ fn init_from_loads_another_runs_weights_and_a_p_pattern_leaves_its_biases_out() 
     same.extend(FROZEN);
     let o = train(&d, "b", &same);
     assert_ok(&o);
-    assert!(String::from_utf8_lossy(&o.stdout)
-        .contains("initial weights from a/checkpoints/step-000030"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("initial weights from a/checkpoints/step-000030"));
+    assert!(!out.contains("another function"), "{out}");
     assert_eq!(eval_loss(&d.join("b")), eval_loss(&d.join("a")));
 
     let mut to_p = vec!["--init-from", "a", "--pattern", "pppp"];
@@ -64,6 +65,11 @@ fn init_from_loads_another_runs_weights_and_a_p_pattern_leaves_its_biases_out() 
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("pattern pppp has no use for h.0.o.b, h.0.pr.b, h.1.o.b"),
+        "{out}"
+    );
+    // The same weights, another function: said, with why.
+    assert!(
+        out.contains("pattern pppp at tp 2 computes another function of these weights than tttt at tp 2 did (its layer kinds differ from tttt's at 4 of 4 layers)"),
         "{out}"
     );
     assert!(eval_loss(&d.join("c")).is_finite());

@@ -104,6 +104,8 @@ fn outcome(run: &Path) -> Outcome {
                 "compute_ms_per_step",
                 "wall_seconds",
                 "sharing_slowdown",
+                // The invocation's environment switches (the kills' own pause).
+                "environment",
             ],
         ),
         // Timings: each invocation measures its own (`compute` its steps' CPU time).

@@ -11,7 +11,8 @@ use std::path::Path;
 /// layouts must find its family there.
 #[test]
 fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
-    use tp_harness::analysis::tuning::{ChoiceRecord, TuneDecl, TunedValues, TuningRecord};
+    use tp_harness::analysis::tuning::{TuneDecl, TunedValues};
+    use tp_harness::analysis::tuning_record::{ChoiceRecord, TuningRecord};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/sweeps");
     let scratch = crate::common::scratch("shipped-sweeps");
     let mut checked = 0;

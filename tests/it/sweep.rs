@@ -399,13 +399,14 @@ fn a_hostfile_launcher_runs_on_the_hosts_it_lists() {
     )
     .unwrap();
     assert_eq!(comm["hosts"].as_array().unwrap().len(), 2, "{comm}");
-    // A hostfile that is not there is mpirun's error, reported as a failed run.
+    // A hostfile that is not there: one line before anything runs.
     let e = scratch("sweep-hostfile-missing");
     let o = sweep(
         &e,
         "grid: {pattern: [tttt]}\nlauncher: {mpirun: 2, hostfile: nowhere}\n",
     );
-    assert_eq!(o.status.code(), Some(1));
+    one_clear_error(&o, "launcher hostfile nowhere does not exist");
+    assert!(!e.join("out").exists());
 }
 
 /// `reuse:` takes a finished run of exactly a point's config from another sweep (its

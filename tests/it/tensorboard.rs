@@ -147,3 +147,106 @@ fn tensorboard_sees_a_run_while_it_trains() {
     assert!(seen >= 5, "TensorBoard saw {seen} steps");
     assert!(running, "the run had ended: nothing was read live");
 }
+
+/// A run killed after its checkpoint at step 20 (a fault at step 26) and resumed: its
+/// log holds each step once, and so does TensorBoard's view of its event files — the
+/// resume's SessionLog START at step 20 makes TensorBoard drop what the first invocation
+/// logged from step 20 on.
+#[test]
+fn a_resumed_run_shows_each_step_once_in_tensorboard() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no Python with the tensorboard package (pip install tensorboard, or set TP_TB_PYTHON)");
+        return;
+    };
+    let d = scratch("tb-resume");
+    let args = [
+        "--tensorboard",
+        "--set",
+        "n_embd=32",
+        "--set",
+        "max_iters=40",
+        "--set",
+        "log_interval=1",
+        "--set",
+        "eval_interval=10",
+        "--set",
+        "eval_iters=2",
+        "--set",
+        "checkpoint_interval=10",
+        "--set",
+        "sample_tokens=0",
+        "--quiet",
+        "--out",
+        "run",
+    ];
+    let first = bin("tp-train", &d, &args, &[("TP_INJECT_FAULT", "0:26")]);
+    assert!(!first.status.success());
+    let again = bin("tp-train", &d, &["--resume", "run", "--quiet"], &[]);
+    assert_ok(&again);
+    let tb = read(&py, &d.join("run/tb"));
+    assert_log_equals(&d.join("run"), &tb);
+    for (tag, points) in &tb {
+        let mut steps: Vec<i64> = points.iter().map(|p| p.0).collect();
+        steps.dedup();
+        assert_eq!(
+            steps.len(),
+            points.len(),
+            "{tag}: a step shown twice: {points:?}"
+        );
+    }
+    assert_eq!(tb["loss/train"].len(), 40);
+}
+
+/// Two runs whose directories share a name (`pa/r1`, `pb/r1`) and one tensorboard_dir
+/// are two runs in TensorBoard, each with its own values.
+#[test]
+fn runs_of_one_name_in_one_tensorboard_dir_stay_apart() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no Python with the tensorboard package (pip install tensorboard, or set TP_TB_PYTHON)");
+        return;
+    };
+    let d = scratch("tb-twins");
+    for (out, seed) in [("pa/r1", "1"), ("pb/r1", "2")] {
+        let o = bin(
+            "tp-train",
+            &d,
+            &[
+                "--tensorboard",
+                "--set",
+                "tensorboard_dir=tb",
+                "--set",
+                "n_embd=32",
+                "--set",
+                "max_iters=12",
+                "--set",
+                "log_interval=1",
+                "--set",
+                "eval_interval=6",
+                "--set",
+                "eval_iters=2",
+                "--set",
+                "sample_tokens=0",
+                "--seed",
+                seed,
+                "--quiet",
+                "--out",
+                out,
+            ],
+            &[],
+        );
+        assert_ok(&o);
+    }
+    let mut subs: Vec<String> = std::fs::read_dir(d.join("tb"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    subs.sort();
+    assert_eq!(subs.len(), 2, "{subs:?}");
+    assert_eq!(subs[0], "r1");
+    assert!(subs[1].starts_with("r1-"), "{subs:?}");
+    let owner = |s: &str| std::fs::read_to_string(d.join("tb").join(s).join(".tp-run")).unwrap();
+    let (a, b) = (owner(&subs[0]), owner(&subs[1]));
+    assert!(a.ends_with("pa/r1") && b.ends_with("pb/r1"), "{a} {b}");
+    assert_log_equals(&d.join("pa/r1"), &read(&py, &d.join("tb").join(&subs[0])));
+    assert_log_equals(&d.join("pb/r1"), &read(&py, &d.join("tb").join(&subs[1])));
+}

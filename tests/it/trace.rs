@@ -89,6 +89,32 @@ fn a_trace_holds_every_collective_comm_json_counts_with_its_hidden_and_exposed_t
         by_kind["tp-forward"].1 > 0.0 && by_kind["tp-backward"].1 > 0.0,
         "{by_kind:?}"
     );
+    // The drawing's green is the tally's hidden: over the first traced step, the hidden
+    // spans it paints on rank 0's rows add up to what rank 0's collectives of that step
+    // say they hid (it painted windows the rank spent waiting on another lane before).
+    let drawn = tp_harness::plot::timeline::drawn_spans(&run, &trace).unwrap();
+    let painted: f64 = drawn
+        .iter()
+        .filter(|s| s.3 == "hidden" && s.0.starts_with("rank 0 "))
+        .map(|s| s.2 - s.1)
+        .sum();
+    let step = trace
+        .events
+        .iter()
+        .filter(|e| e.cat == "step" && e.pid == 0)
+        .min_by(|a, b| a.ts.total_cmp(&b.ts))
+        .unwrap();
+    let (from, to) = (step.ts, step.ts + step.dur.unwrap());
+    let tallied: f64 = trace
+        .events
+        .iter()
+        .filter(|e| e.pid == 0 && e.cat == "collective" && e.ts >= from && e.ts < to)
+        .map(|e| e.args["hidden_us"].as_f64().unwrap() / 1e3)
+        .sum();
+    assert!(
+        (painted - tallied).abs() <= 0.05 * tallied + 0.05,
+        "painted {painted:.3} ms hidden, the tally says {tallied:.3} ms"
+    );
     // Each collective names its layer and block kind.
     let fwd = trace
         .events
@@ -184,4 +210,56 @@ fn a_trace_range_outside_the_run_is_one_clear_line() {
     );
     one_clear_error(&o, "trace no step of a run of max_iters 5");
     assert!(!d.join("run").exists());
+}
+
+/// The picture agrees with the tally: a started collective's window is green only where
+/// the rank computed. Here collective A is in flight from 0 to 100 us and the rank
+/// computes through it except 20..80, where it waits for collective B: the tally counts
+/// 40 us of A hidden, and so must the drawing (it painted all 100 green before).
+#[test]
+fn a_hidden_window_is_drawn_only_where_the_rank_computes_not_where_it_waits_on_another() {
+    use tp_harness::util::trace::{Span, Track};
+    let span = |name: &str, cat: &str, track, from: f64, to: f64| Span {
+        name: name.into(),
+        cat: cat.into(),
+        track,
+        start_us: 1e6 + from,
+        dur_us: to - from,
+        args: Default::default(),
+    };
+    let spans = vec![
+        span("step 0", "step", Track::Compute, 0.0, 200.0),
+        span("layer 0", "layer", Track::Compute, 0.0, 20.0),
+        span("tp-forward A", "collective", Track::Comm, 0.0, 100.0),
+        span("hidden tp-forward A", "hidden", Track::Comm, 0.0, 100.0),
+        span("tp-forward B", "collective", Track::Comm, 10.0, 80.0),
+        span("wait tp-forward B", "wait", Track::Compute, 20.0, 80.0),
+        span("layer 1", "layer", Track::Compute, 80.0, 100.0),
+        span("wait tp-forward A", "wait", Track::Compute, 100.0, 110.0),
+    ];
+    let cfg = tp_harness::config::RunConfig::default();
+    let trace = TraceFile::of(&cfg, &[(0, "host".into(), spans)], 0).unwrap();
+    let drawn =
+        tp_harness::plot::timeline::drawn_spans(std::path::Path::new("run"), &trace).unwrap();
+    let hidden: Vec<(f64, f64)> = drawn
+        .iter()
+        .filter(|s| s.3 == "hidden")
+        .map(|s| (s.1 * 1e3, s.2 * 1e3))
+        .collect();
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+    assert_eq!(hidden.len(), 2, "{hidden:?}");
+    assert!(
+        close(hidden[0].0, 0.0) && close(hidden[0].1, 20.0),
+        "{hidden:?}"
+    );
+    assert!(
+        close(hidden[1].0, 80.0) && close(hidden[1].1, 100.0),
+        "{hidden:?}"
+    );
+    // Where the rank waited, its compute row is red: never green on top of it.
+    let waits: Vec<_> = drawn
+        .iter()
+        .filter(|s| s.3 == "exposed" && s.0.contains("compute"))
+        .collect();
+    assert_eq!(waits.len(), 2);
 }

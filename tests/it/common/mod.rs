@@ -322,6 +322,7 @@ pub fn command(name: &str, dir: &std::path::Path) -> std::process::Command {
         "tp-eval" => env!("CARGO_BIN_EXE_tp-eval"),
         "tp-scan" => env!("CARGO_BIN_EXE_tp-scan"),
         "tp-import" => env!("CARGO_BIN_EXE_tp-import"),
+        "tp-plan" => env!("CARGO_BIN_EXE_tp-plan"),
         other => panic!("unknown binary {other}"),
     };
     let mut c = std::process::Command::new(exe);

@@ -146,3 +146,66 @@ fn a_trace_under_mpirun_holds_every_ranks_timeline() {
         assert!(mine("collective") > 0, "rank {rank}");
     }
 }
+
+/// Ranks started with different arguments (an MPMD launch, or a wrapper that varies
+/// them): one line naming the keys that differ, exit 2, nothing written — never a run
+/// that trains its TP ranks on different batches under rank 0's records, nor OpenMPI's
+/// "read past end of buffer".
+#[test]
+fn ranks_started_with_different_arguments_are_one_line_naming_the_keys() {
+    let d = scratch("mpmd");
+    let exe = env!("CARGO_BIN_EXE_tp-train");
+    for (a, b, needle) in [
+        ("seed=1", "seed=2", "seed 2 (rank 1) vs 1 (rank 0)"),
+        (
+            "comm_dtype=int8",
+            "comm_dtype=f32",
+            "comm_dtype f32 (rank 1) vs int8 (rank 0)",
+        ),
+        (
+            "max_iters=6",
+            "max_iters=8",
+            "max_iters 8 (rank 1) vs 6 (rank 0)",
+        ),
+        (
+            "pattern=tttt",
+            "pattern=ssss",
+            "pattern ssss (rank 1) vs tttt (rank 0)",
+        ),
+    ] {
+        let mut c = with_env(Command::new("mpirun"), &d);
+        c.args([
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "-n",
+            "1",
+            exe,
+            "--set",
+            a,
+        ])
+        .args([
+            "--set",
+            "n_embd=32",
+            "--out",
+            "run",
+            "--quiet",
+            ":",
+            "-n",
+            "1",
+            exe,
+        ])
+        .args(["--set", b, "--set", "n_embd=32", "--out", "run", "--quiet"]);
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let ours: Vec<_> = err.lines().filter(|l| l.contains("tp-train")).collect();
+        assert_eq!(ours.len(), 1, "{a} / {b}: {err}");
+        assert!(
+            ours[0].contains("the ranks were started with different arguments"),
+            "{err}"
+        );
+        assert!(ours[0].contains(needle), "{a} / {b}: {err}");
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(!d.join("run").exists());
+    }
+}

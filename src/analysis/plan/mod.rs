@@ -1,0 +1,287 @@
+//! `tp-plan`: what a layout would mean on a real cluster, from the harness's own counts
+//! and link model. For each tp, layout and link: compute per step, each collective
+//! kind's calls and bytes (latency and bandwidth parts apart), hidden and exposed time,
+//! the step time and the speed-up over Megatron's `t` everywhere under the same
+//! assumptions, the bandwidth below which the layout pays (>= 1.10x) and the one its
+//! communication needs to cost under 5% of the step; and the study's measured loss
+//! penalty nearest to the request, never an extrapolated one.
+
+pub mod catalog;
+pub mod evidence;
+pub mod request;
+pub mod schedule;
+
+use catalog::PlanLink;
+use evidence::Evidence;
+use request::{FlopConvention, Request, StepFlops};
+use schedule::{at_bandwidth, crossing, plan_step, StepPlan};
+
+/// A speed-up over t-only worth a layout's loss risk: the break-even line.
+pub const PAYS: f64 = 1.10;
+/// Communication this small a share of the step is "hidden enough".
+pub const NEGLIGIBLE: f64 = 0.05;
+
+/// The device's rate, and where it came from.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Rate {
+    pub flops_per_s: f64,
+    pub source: String,
+}
+
+/// One row of the answer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PlanRow {
+    pub step: StepPlan,
+    pub step_s: f64,
+    pub hidden_s: f64,
+    pub exposed_s: f64,
+    /// Over the t-only layout at the same tp, link and device.
+    pub speedup: f64,
+    /// Below this bandwidth (Gbit/s, this link's latency) the layout is >= PAYS x
+    /// faster than t-only; `None`: at every bandwidth searched.
+    pub pays_below_gbit: Option<f64>,
+    /// Above this bandwidth its exposed communication is under NEGLIGIBLE of the step.
+    pub negligible_above_gbit: Option<f64>,
+    pub evidence: Option<Evidence>,
+}
+
+/// The whole answer: its assumptions and its rows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Plan {
+    pub model: request::Shape,
+    pub params: f64,
+    pub batch: usize,
+    pub dp: usize,
+    pub comm_dtype: String,
+    pub flops: FlopConvention,
+    pub rate: Rate,
+    pub dp_link: Option<String>,
+    pub links: Vec<PlanLink>,
+    pub rows: Vec<PlanRow>,
+    /// How many study runs the evidence was looked for in.
+    pub study_runs: usize,
+    /// Step time against the TP link's bandwidth at the first link's latency, per tp and
+    /// layout (t-only included): the crossover figure's data.
+    pub curves: Vec<Curve>,
+}
+
+/// One layout's step time (ms) at each bandwidth (Gbit/s).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Curve {
+    pub pattern: String,
+    pub tp: usize,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// `r`'s curve over 0.1 to 10,000 Gbit/s at `link`'s latency.
+pub fn curve(
+    r: &Request,
+    conv: FlopConvention,
+    rate: f64,
+    link: &PlanLink,
+    dp_link: Option<&PlanLink>,
+) -> Curve {
+    let points = (0..=50)
+        .map(|i| {
+            let g = 10f64.powf(-1.0 + 5.0 * i as f64 / 50.0);
+            let l = at_bandwidth(link, g);
+            (
+                g,
+                step_on(r, conv, rate, &l, dp_link.or(Some(link))).step_s() * 1e3,
+            )
+        })
+        .collect();
+    Curve {
+        pattern: r.layout.pattern.clone(),
+        tp: r.tp,
+        points,
+    }
+}
+
+/// The step of `r` at `rate` on `link` (its DP group on `dp_link`, or the same link).
+pub fn step_on(
+    r: &Request,
+    conv: FlopConvention,
+    rate: f64,
+    link: &PlanLink,
+    dp_link: Option<&PlanLink>,
+) -> StepPlan {
+    let flops = StepFlops::of(r, conv);
+    plan_step(r, &flops, rate, link, dp_link.unwrap_or(link))
+}
+
+/// A row: `r`'s step against `baseline`'s (t-only) and its break-even bandwidths.
+pub fn row(
+    r: &Request,
+    baseline: &Request,
+    conv: FlopConvention,
+    rate: f64,
+    link: &PlanLink,
+    dp_link: Option<&PlanLink>,
+    evidence: Option<Evidence>,
+) -> PlanRow {
+    let step = step_on(r, conv, rate, link, dp_link);
+    let base = step_on(baseline, conv, rate, link, dp_link);
+    let at = |req: &Request, g: f64| {
+        let l = at_bandwidth(link, g);
+        step_on(req, conv, rate, &l, dp_link.or(Some(link))).step_s()
+    };
+    let speedup_at = |g: f64| at(baseline, g) / at(r, g);
+    let share_at = |g: f64| {
+        let s = step_on(
+            r,
+            conv,
+            rate,
+            &at_bandwidth(link, g),
+            dp_link.or(Some(link)),
+        );
+        s.exposed_s() / s.step_s()
+    };
+    PlanRow {
+        step_s: step.step_s(),
+        hidden_s: step.hidden_s(),
+        exposed_s: step.exposed_s(),
+        speedup: base.step_s() / step.step_s(),
+        pays_below_gbit: crossing(speedup_at, PAYS),
+        negligible_above_gbit: crossing(share_at, NEGLIGIBLE),
+        evidence,
+        step,
+    }
+}
+
+/// Where a layout pays (>= PAYS x over t-only): below a bandwidth, at every one (its
+/// latency alone makes the difference), or at none.
+fn pays(g: Option<f64>) -> String {
+    match g {
+        None => "every bandwidth".into(),
+        Some(g) if g <= 0.01 => "never".into(),
+        Some(g) => format!("{g:.3}"),
+    }
+}
+
+/// Above which bandwidth its exposed communication is under NEGLIGIBLE of the step.
+fn negligible(g: Option<f64>) -> String {
+    match g {
+        None => "never (latency alone)".into(),
+        Some(g) if g <= 0.01 => "every bandwidth".into(),
+        Some(g) => format!("{g:.3}"),
+    }
+}
+
+impl Plan {
+    /// The answer as Markdown: the assumptions, a table per link, each row's
+    /// collectives, the evidence and every flag.
+    pub fn markdown(&self) -> String {
+        let m = &self.model;
+        let mut s = format!(
+            "# tp-plan: {} ({} layers, {} heads, width {}, vocab {}, {:.1} M parameters)\n\n",
+            m.name,
+            m.n_layer,
+            m.n_head,
+            m.n_embd,
+            m.vocab,
+            self.params / 1e6
+        );
+        s += &format!(
+            "Per step and rank: {} sequences of {} tokens, dp {}, TP sums in {}; compute at {:.1} TFLOP/s ({}); FLOPs counted the {} way (Megatron halves causal attention's score and value matmuls, torchtitan does not: {}). Hidden time assumes communication takes no compute from the rank.\n\n",
+            self.batch,
+            m.block,
+            self.dp,
+            self.comm_dtype,
+            self.rate.flops_per_s / 1e12,
+            self.rate.source,
+            match self.flops {
+                FlopConvention::Megatron => "Megatron",
+                FlopConvention::Full => "full (torchtitan)",
+            },
+            "`--flops full` for the other"
+        );
+        for l in &self.links {
+            s += &format!(
+                "## {} — {}: {} Gbit/s a direction ({}; {}), {} us a message ({})\n\n",
+                l.name,
+                l.label,
+                l.gbit_per_s,
+                l.scope,
+                l.bandwidth_source,
+                l.latency_us,
+                l.latency_source
+            );
+            s += "| pattern | tp | compute ms | comm ms (latency + bandwidth) | hidden ms | exposed ms | step ms | x over t-only | pays (>= 1.10x) below Gbit/s | comm < 5% above Gbit/s |\n|---|---|---|---|---|---|---|---|---|---|\n";
+            for r in self.rows.iter().filter(|r| r.step.link == l.name) {
+                let lat: f64 = r.step.kinds.iter().map(|k| k.latency_s).sum();
+                let bw: f64 = r.step.kinds.iter().map(|k| k.bandwidth_s).sum();
+                s += &format!(
+                    "| {} | {} | {:.2} | {:.2} ({:.2} + {:.2}) | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |\n",
+                    r.step.pattern,
+                    r.step.tp,
+                    r.step.compute_s * 1e3,
+                    (lat + bw) * 1e3,
+                    lat * 1e3,
+                    bw * 1e3,
+                    r.hidden_s * 1e3,
+                    r.exposed_s * 1e3,
+                    r.step_s * 1e3,
+                    r.speedup,
+                    pays(r.pays_below_gbit),
+                    negligible(r.negligible_above_gbit),
+                );
+            }
+            s += "\n";
+        }
+        s + &self.details()
+    }
+
+    fn details(&self) -> String {
+        let mut s = String::from("## Collectives per step (first link)\n\n| pattern | tp | kind | calls | MiB | latency ms | bandwidth ms | hidden ms |\n|---|---|---|---|---|---|---|---|\n");
+        let first = self
+            .links
+            .first()
+            .map(|l| l.name.clone())
+            .unwrap_or_default();
+        let mut flags = std::collections::BTreeSet::new();
+        for r in self.rows.iter().filter(|r| r.step.link == first) {
+            for k in &r.step.kinds {
+                s += &format!(
+                    "| {} | {} | {} | {:.0} | {:.2} | {:.3} | {:.3} | {:.3} |\n",
+                    r.step.pattern,
+                    r.step.tp,
+                    k.kind.label(),
+                    k.calls,
+                    k.bytes / (1024.0 * 1024.0),
+                    k.latency_s * 1e3,
+                    k.bandwidth_s * 1e3,
+                    k.hidden_s.max(0.0) * 1e3
+                );
+            }
+        }
+        for r in &self.rows {
+            flags.extend(r.step.kinds.iter().filter_map(|k| k.flag.clone()));
+        }
+        s += "\n## Loss: the study's measured penalty (val loss vs t-only, paired by seed)\n\n";
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &self.rows {
+            if !seen.insert((r.step.pattern.clone(), r.step.tp)) {
+                continue;
+            }
+            s += &match &r.evidence {
+                None if self.study_runs == 0 => format!("- {} at tp {}: no study runs given (--study DIR, or run from the repository, whose plots/study/runs it reads)\n", r.step.pattern, r.step.tp),
+                None => format!("- {} at tp {}: no run of this layout or its family among the {} study runs given\n", r.step.pattern, r.step.tp, self.study_runs),
+                Some(e) => format!(
+                    "- {} at tp {}: {:+.4} ± {:.4} (95%, n {}) for {} ({}); measured at n_layer {}-{}, n_embd {}-{}, tp {}-{}, {}-{} iterations{}\n",
+                    r.step.pattern, r.step.tp, e.penalty, e.ci95, e.n, e.setting, e.relation,
+                    e.measured[0].0, e.measured[0].1, e.measured[1].0, e.measured[1].1,
+                    e.measured[2].0, e.measured[2].1, e.measured[3].0, e.measured[3].1,
+                    e.outside.as_ref().map_or(String::new(), |o| format!(". {o}"))
+                ),
+            };
+        }
+        if !flags.is_empty() {
+            s += "\n## Priced without calibration\n\n";
+            for f in flags {
+                s += &format!("- {f}\n");
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,193 @@
+//! `tp-plan`: what a layout would mean on a real cluster — per step compute, each
+//! collective kind's calls and bytes, hidden and exposed time, step time, the speed-up
+//! over t-only, the bandwidth below which the layout pays, and the study's measured
+//! loss penalty nearest to the request. Writes plan.md, plan.json and the figure.
+
+use clap::Parser;
+use std::path::PathBuf;
+use tp_harness::analysis::plan::request::{FlopConvention, Shape};
+use tp_harness::comm::CommDtype;
+use tp_harness::error::{exit_on_error, user};
+use tp_harness::run_dir::check_out;
+use tp_harness::tools::plan::{plan, Question};
+use tp_harness::util::fs::write_atomic;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tp-plan",
+    version,
+    about = "Plan a layout's step on a real cluster"
+)]
+struct Args {
+    /// A named model: mini, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl, or another
+    /// harness preset; or give its shape with --n-layer etc.
+    #[arg(long, default_value = "gpt2")]
+    model: String,
+    #[arg(long)]
+    n_layer: Option<usize>,
+    #[arg(long)]
+    n_head: Option<usize>,
+    #[arg(long)]
+    n_embd: Option<usize>,
+    #[arg(long)]
+    vocab: Option<usize>,
+    #[arg(long)]
+    block: Option<usize>,
+    /// Layouts to plan (repeat); t-only at the same depth is always planned beside them.
+    #[arg(long = "pattern", required = true)]
+    patterns: Vec<String>,
+    /// Tensor-parallel sizes (repeat).
+    #[arg(long = "tp", default_value = "2")]
+    tps: Vec<usize>,
+    #[arg(long, default_value_t = 1)]
+    dp: usize,
+    /// Sequences per rank per step.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// What TP activation sums travel in: f32, bf16, fp8, int8.
+    #[arg(long, default_value = "f32")]
+    comm_dtype: String,
+    #[arg(long, default_value_t = 25.0)]
+    bucket_mb: f64,
+    /// The TP group's link (repeat to compare): a name (`--link list` names them) or
+    /// GBIT:US.
+    #[arg(long = "link", default_values = ["nvlink4", "100gbe"])]
+    links: Vec<String>,
+    /// The data-parallel group's link (default: the TP link).
+    #[arg(long)]
+    dp_link: Option<String>,
+    /// cpu (this CPU's matmuls, timed now), a GPU (a100, h100, h200, b200) with --mfu,
+    /// tflops:X, or a run directory whose measured compute is scaled by FLOPs.
+    #[arg(long, default_value = "h100")]
+    device: String,
+    /// The share of the GPU's bf16 peak the step reaches (you state it).
+    #[arg(long)]
+    mfu: Option<f64>,
+    /// How attention FLOPs count: megatron (causal halved) or full (torchtitan).
+    #[arg(long, default_value = "megatron")]
+    flops: String,
+    /// Study runs to take loss evidence from: run directories or folders of them (repeat;
+    /// default: plots/study/runs where present).
+    #[arg(long)]
+    study: Vec<PathBuf>,
+    /// Output folder (default plots/plan).
+    #[arg(long, default_value = "plots/plan")]
+    out: PathBuf,
+}
+
+fn shape(a: &Args) -> anyhow::Result<Shape> {
+    let mut s = Shape::named(&a.model)?;
+    s.n_layer = a.n_layer.unwrap_or(s.n_layer);
+    s.n_head = a.n_head.unwrap_or(s.n_head);
+    s.n_embd = a.n_embd.unwrap_or(s.n_embd);
+    s.vocab = a.vocab.unwrap_or(s.vocab);
+    s.block = a.block.unwrap_or(s.block);
+    if [s.n_layer, s.n_head, s.n_embd, s.vocab, s.block].contains(&0) {
+        return Err(user(
+            "--n-layer, --n-head, --n-embd, --vocab and --block must be at least 1",
+        ));
+    }
+    if !s.n_embd.is_multiple_of(s.n_head) {
+        return Err(user(format!(
+            "--n-embd {} is not a multiple of --n-head {}",
+            s.n_embd, s.n_head
+        )));
+    }
+    Ok(s)
+}
+
+/// The runs among `dirs`: each a run directory, or a folder of them (a sweep, or
+/// plots/study/runs with its sweeps), searched two levels down.
+fn runs_in(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    fn visit(d: &std::path::Path, depth: usize, out: &mut Vec<PathBuf>) {
+        if d.join("config.yaml").is_file() {
+            out.push(d.to_path_buf());
+        } else if depth > 0 {
+            for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    visit(&e.path(), depth - 1, out);
+                }
+            }
+        }
+    }
+    let mut runs = Vec::new();
+    for d in dirs {
+        visit(d, 2, &mut runs);
+    }
+    runs.sort();
+    runs
+}
+
+fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
+    if a.links.iter().any(|l| l == "list") {
+        for l in tp_harness::analysis::plan::catalog::links() {
+            tp_harness::say!(
+                "{:<11} {:>7} Gbit/s {:>5} us  {} ({}; {})",
+                l.name,
+                l.gbit_per_s,
+                l.latency_us,
+                l.label,
+                l.bandwidth_source,
+                l.latency_source
+            );
+        }
+        return Ok(Vec::new());
+    }
+    let flops = match a.flops.as_str() {
+        "megatron" => FlopConvention::Megatron,
+        "full" => FlopConvention::Full,
+        other => return Err(user(format!("--flops {other}: megatron or full"))),
+    };
+    let comm_dtype = CommDtype::all()
+        .find(|d| d.label() == a.comm_dtype)
+        .ok_or_else(|| {
+            user(format!(
+                "--comm-dtype {}: f32, bf16, fp8 or int8",
+                a.comm_dtype
+            ))
+        })?;
+    if !(a.bucket_mb > 0.0 && a.bucket_mb.is_finite()) {
+        return Err(user("--bucket-mb must be a positive number of MiB"));
+    }
+    let q = Question {
+        shape: shape(a)?,
+        patterns: a.patterns.clone(),
+        tps: a.tps.clone(),
+        dp: a.dp,
+        batch: a.batch,
+        comm_dtype,
+        bucket_mb: a.bucket_mb,
+        links: a.links.clone(),
+        dp_link: a.dp_link.clone(),
+        device: a.device.clone(),
+        mfu: a.mfu,
+        flops,
+        study: match a.study.is_empty() {
+            true => runs_in(&[PathBuf::from("plots/study/runs")]),
+            false => runs_in(&a.study),
+        },
+    };
+    let p = plan(&q)?;
+    check_out(&a.out, "--out")?;
+    std::fs::create_dir_all(&a.out)?;
+    let md = p.markdown();
+    tp_harness::say_raw!("{md}");
+    let (md_path, json_path) = (a.out.join("plan.md"), a.out.join("plan.json"));
+    write_atomic(&md_path, md.as_bytes())?;
+    write_atomic(&json_path, serde_json::to_string_pretty(&p)?.as_bytes())?;
+    let mut files = vec![md_path, json_path];
+    files.extend(tp_harness::plot::plot_plan(&p, &a.out)?);
+    Ok(files)
+}
+
+fn main() {
+    let a = Args::parse();
+    exit_on_error(
+        "tp-plan",
+        real_main(&a).map(|files| {
+            for f in files {
+                tp_harness::say!("wrote {}", f.display());
+            }
+        }),
+    );
+}

@@ -1,0 +1,128 @@
+//! Any layout for transformers: the weights under GPT-2's names, a `config.json` naming
+//! the layer kinds and the tp, and a self-contained PyTorch modelling file
+//! (`hf_remote/modeling_tp_harness.py`) that computes docs/blocks.md's forward pass in one
+//! process, loaded with `trust_remote_code=True`. `s` and `p` compute another function at
+//! another tp, so the tp the model was trained at is part of its config.
+
+use super::config::ModelConfig;
+use super::hf::hf_tensors;
+use crate::blocks::{BlockKind, BlockLayout};
+use crate::ops::NormKind;
+use anyhow::Result;
+use candle_core::Tensor;
+use std::collections::HashMap;
+
+/// The modelling file's name in an export, and its text.
+pub const MODELING_FILE: &str = "modeling_tp_harness.py";
+pub const MODELING_CODE: &str = include_str!("hf_remote/modeling_tp_harness.py");
+
+/// Our tensors a model of `layout` has under GPT-2's names: `p` blocks have no output
+/// biases and RMSNorm has no bias; every other bias is kept (zeros when trained without).
+fn stored(ours: &str, cfg: &ModelConfig, layout: &BlockLayout) -> bool {
+    let layer = ours
+        .strip_prefix("h.")
+        .and_then(|r| r.split('.').next())
+        .and_then(|i| i.parse::<usize>().ok());
+    let is_norm_bias = ours.ends_with("ln1.b") || ours.ends_with("ln2.b") || ours == "lnf.b";
+    if is_norm_bias && cfg.norm == NormKind::Rmsnorm {
+        return false;
+    }
+    let out_bias = ours.ends_with(".o.b") || ours.ends_with(".pr.b");
+    !(out_bias && layer.is_some_and(|i| layout.kinds[i] == BlockKind::P))
+}
+
+/// The tensors and `config.json` of a model of any layout trained at `tp`.
+pub fn to_remote(
+    weights: &HashMap<String, Tensor>,
+    cfg: &ModelConfig,
+    layout: &BlockLayout,
+    tp: usize,
+) -> Result<(HashMap<String, Tensor>, serde_json::Value)> {
+    let tensors = hf_tensors(weights, cfg, |ours| stored(ours, cfg, layout))?;
+    let kinds = layout.expanded();
+    // s and p depend on the tp; a model with neither is the same function at any tp.
+    let depends_on_tp = layout
+        .kinds
+        .iter()
+        .any(|k| matches!(k, BlockKind::S | BlockKind::P));
+    let module = MODELING_FILE.trim_end_matches(".py");
+    let config = serde_json::json!({
+        "architectures": ["TpHarnessForCausalLM"],
+        "model_type": "tp_harness_gpt",
+        "auto_map": {
+            "AutoConfig": format!("{module}.TpHarnessConfig"),
+            "AutoModelForCausalLM": format!("{module}.TpHarnessForCausalLM"),
+        },
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.block_size,
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "pattern": layout.pattern,
+        "kinds": kinds,
+        "tp": if depends_on_tp { tp } else { 1 },
+        "trained_at_tp": tp,
+        "bias": cfg.bias,
+        "norm": cfg.norm,
+        "activation": cfg.activation,
+        "norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": false,
+        "torch_dtype": "float32"
+    });
+    Ok((tensors, config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    fn weights(cfg: &ModelConfig) -> HashMap<String, Tensor> {
+        let mut w = HashMap::new();
+        let c = cfg.n_embd;
+        let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, &Device::Cpu).unwrap();
+        w.insert("wte".to_string(), z(&[cfg.vocab_size, c]));
+        w.insert("wpe".to_string(), z(&[cfg.block_size, c]));
+        for i in 0..cfg.n_layer {
+            for (n, s) in [("qkv.w", vec![c, 3 * c]), ("o.w", vec![c, c])] {
+                w.insert(format!("h.{i}.{n}"), z(&s));
+            }
+            for (n, s) in [("fc.w", vec![c, 4 * c]), ("pr.w", vec![4 * c, c])] {
+                w.insert(format!("h.{i}.{n}"), z(&s));
+            }
+            for n in ["ln1.w", "ln2.w"] {
+                w.insert(format!("h.{i}.{n}"), z(&[c]));
+            }
+        }
+        w.insert("lnf.w".to_string(), z(&[c]));
+        w
+    }
+
+    #[test]
+    fn p_blocks_lose_their_output_biases_and_the_config_names_kinds_and_tp() {
+        let cfg = ModelConfig {
+            vocab_size: 10,
+            block_size: 8,
+            n_layer: 4,
+            n_head: 2,
+            n_embd: 4,
+            ..ModelConfig::default()
+        };
+        let layout = BlockLayout::parse("sppp").unwrap();
+        let (t, c) = to_remote(&weights(&cfg), &cfg, &layout, 2).unwrap();
+        assert!(t.contains_key("transformer.h.0.attn.c_proj.bias"));
+        assert!(!t.contains_key("transformer.h.1.attn.c_proj.bias"));
+        assert!(!t.contains_key("transformer.h.3.mlp.c_proj.bias"));
+        assert!(t.contains_key("transformer.h.3.mlp.c_fc.bias"));
+        assert_eq!(t.len(), 2 + 12 * 4 - 2 * 3 + 2);
+        assert_eq!(c["kinds"], "sppp");
+        assert_eq!(c["tp"], 2);
+        // A ladder is the same function at every tp: it loads at tp 1.
+        let layout = BlockLayout::parse("llll").unwrap();
+        let (_, c) = to_remote(&weights(&cfg), &cfg, &layout, 2).unwrap();
+        assert_eq!(
+            (c["tp"].as_u64(), c["trained_at_tp"].as_u64()),
+            (Some(1), Some(2))
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! Reading a run directory's records back: its config and each JSON record through the
+//! one versioned reader (a record that is not there is `None`, a damaged one an error
+//! naming it).
+
+use super::files::{COMM_FILE, CONFIG_FILE, DIVERGED_FILE, SUMMARY_FILE};
+use super::records::{CommReport, DivergedReport, RunSummary};
+use super::versioned;
+use crate::config::RunConfig;
+use crate::error::user;
+use crate::user_bail;
+use anyhow::Result;
+use std::path::Path;
+
+/// A run's resolved `config.yaml`.
+pub fn read_config(dir: &Path) -> Result<RunConfig> {
+    if !dir.exists() {
+        user_bail!(
+            "{} does not exist: give a run directory (runs/<time>-<pattern>, a sweep's runs/<sweep>/<point>)",
+            dir.display()
+        );
+    }
+    let path = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|_| {
+        user(format!(
+            "{} has no {CONFIG_FILE}: not a tp-harness run directory",
+            dir.display()
+        ))
+    })?;
+    RunConfig::from_yaml(&text, &path.display().to_string())
+}
+
+/// A run's `comm.json`, if it has one.
+pub fn read_comm(dir: &Path) -> Result<Option<CommReport>> {
+    read_json(&dir.join(COMM_FILE))
+}
+
+/// A run's `diverged.json`, if its last attempt stopped on a non-finite value.
+pub fn read_diverged(dir: &Path) -> Result<Option<DivergedReport>> {
+    read_json(&dir.join(DIVERGED_FILE))
+}
+
+/// A run's `summary.json`, if it finished.
+pub fn read_summary(dir: &Path) -> Result<Option<RunSummary>> {
+    read_json(&dir.join(SUMMARY_FILE))
+}
+
+pub(super) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(None);
+    };
+    versioned::from_json(&text, path).map(Some)
+}

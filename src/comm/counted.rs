@@ -10,13 +10,13 @@ use super::collectives::{Comm, Started};
 use super::compressed;
 use super::link::{EmulatedLink, LinkModel};
 use super::quantise::CommDtype;
-use super::tally::{Call, CommKind, Phase, Site, Tally};
+use super::tally::{Call, CommKind, Site, Tally};
 use super::turns::inside_collective;
 use super::worker::Lane;
 use anyhow::{bail, Result};
 use candle_core::Tensor;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What a collective computes over the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub enum Reduce {
 #[derive(Clone)]
 pub struct CountedComm {
     lane: Arc<Lane>,
-    tally: Arc<Tally>,
+    pub(super) tally: Arc<Tally>,
     link: Option<EmulatedLink>,
     /// What activation and activation-gradient sums travel in (blocks.md's `comm_dtype`).
     comm_dtype: CommDtype,
@@ -272,91 +272,6 @@ impl CountedComm {
             },
         );
     }
-    /// A started collective's start that blocked the rank (its lane busy with earlier
-    /// ones): a wait on the rank's compute track, as the tally counts it blocked.
-    fn trace_blocked_start(&self, kind: CommKind, site: Site, t0: Instant, returned: Instant) {
-        use crate::util::trace::{at_us, Span, Track};
-        let trace = self.tally.trace();
-        if !trace.is_on() || returned <= t0 {
-            return;
-        }
-        trace.record(Span {
-            name: format!("start {} {}", kind.label(), site.label()),
-            cat: "wait".into(),
-            track: Track::Compute,
-            start_us: at_us(t0),
-            dur_us: at_us(returned) - at_us(t0),
-            args: Default::default(),
-        });
-    }
-
-    /// The collective on the rank's timeline: from its start to its result on the
-    /// communication track, the window the rank computed through it (`hidden`), and the
-    /// rank's wait for it on its compute track.
-    fn trace(
-        &self,
-        s: &Issued,
-        window: (Instant, Instant),
-        waited: Instant,
-        hidden: Duration,
-        exposed: Duration,
-    ) {
-        use crate::util::trace::{at_us, wall_us, Span, Track};
-        let trace = self.tally.trace();
-        let name = format!("{} {}", s.kind.label(), s.site.label());
-        let mut args = serde_json::Map::new();
-        args.insert("site".into(), s.site.label().into());
-        args.insert("kind".into(), s.kind.label().into());
-        args.insert("bytes".into(), s.bytes.into());
-        args.insert("group".into(), self.size().into());
-        let phase = match self.tally.phase() {
-            Phase::Train => "train",
-            Phase::Eval => "eval",
-        };
-        args.insert("phase".into(), phase.into());
-        args.insert("hidden_us".into(), (hidden.as_secs_f64() * 1e6).into());
-        args.insert("exposed_us".into(), (exposed.as_secs_f64() * 1e6).into());
-        // On an emulated link the collective ends when the link is done with it, however
-        // much later the rank takes the result (a bucket's sum is taken before the norm).
-        let (start, end) = (at_us(s.t0), wall_us());
-        let done = s.due.map_or(end, |(due, _)| at_us(due).min(end));
-        let span = |name: String, cat: &str, track, from: f64, to: f64, args| Span {
-            name,
-            cat: cat.into(),
-            track,
-            start_us: from,
-            dur_us: (to - from).max(0.0),
-            args,
-        };
-        trace.record(span(
-            name.clone(),
-            "collective",
-            Track::Comm,
-            start,
-            done,
-            args,
-        ));
-        if !hidden.is_zero() {
-            let (from, to) = (at_us(window.0), at_us(window.1));
-            trace.record(span(
-                format!("hidden {name}"),
-                "hidden",
-                Track::Comm,
-                from,
-                to,
-                Default::default(),
-            ));
-        }
-        let wait_from = at_us(waited);
-        trace.record(span(
-            format!("wait {name}"),
-            "wait",
-            Track::Compute,
-            wait_from,
-            end,
-            Default::default(),
-        ));
-    }
 }
 
 /// The element-wise maximum of `t` over `m`'s group from its sum: each member places `t`
@@ -374,15 +289,15 @@ fn max_from_sum(m: &dyn Comm, t: &Tensor) -> Result<Tensor> {
 }
 
 /// What is known of a collective when it starts.
-struct Issued {
-    bytes: u64,
-    site: Site,
-    kind: CommKind,
-    t0: Instant,
+pub(super) struct Issued {
+    pub(super) bytes: u64,
+    pub(super) site: Site,
+    pub(super) kind: CommKind,
+    pub(super) t0: Instant,
     /// When the start returned to the rank (the sum may be done by then).
-    returned: Instant,
+    pub(super) returned: Instant,
     /// When the emulated link is done with it, and its modelled seconds.
-    due: Option<(Instant, f64)>,
+    pub(super) due: Option<(Instant, f64)>,
 }
 
 /// Runs `f` on each member of an `n`-rank thread group, each with a counted handle and

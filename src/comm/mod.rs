@@ -5,6 +5,7 @@
 pub mod collectives;
 pub mod compressed;
 pub mod counted;
+mod counted_trace;
 pub mod link;
 pub mod mesh;
 pub mod quantise;

@@ -104,7 +104,7 @@ pub fn evidence(rows: &[PenaltyRow], r: &Request) -> Option<Evidence> {
         measured,
         outside: (!outside.is_empty()).then(|| {
             format!(
-                "the request lies outside every measured range: {}; the figure above is the nearest measurement, not a prediction",
+                "the request lies outside the measured range: {}; the figure is the nearest measurement, not a prediction",
                 outside.join(", ")
             )
         }),

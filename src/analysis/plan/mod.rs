@@ -196,6 +196,7 @@ impl Plan {
             },
             "`--flops full` for the other"
         );
+        let t_only = format!("{}xt", m.n_layer);
         for l in &self.links {
             s += &format!(
                 "## {} — {}: {} Gbit/s a direction ({}; {}), {} us a message ({})\n\n",
@@ -219,11 +220,14 @@ impl Plan {
                     (lat + bw) * 1e3,
                     lat * 1e3,
                     bw * 1e3,
-                    r.hidden_s * 1e3,
+                    r.hidden_s.max(0.0) * 1e3,
                     r.exposed_s * 1e3,
                     r.step_s * 1e3,
                     r.speedup,
-                    pays(r.pays_below_gbit),
+                    match r.step.pattern == t_only {
+                        true => "(the baseline)".to_string(),
+                        false => pays(r.pays_below_gbit),
+                    },
                     negligible(r.negligible_above_gbit),
                 );
             }
@@ -262,6 +266,13 @@ impl Plan {
         let mut seen = std::collections::BTreeSet::new();
         for r in &self.rows {
             if !seen.insert((r.step.pattern.clone(), r.step.tp)) {
+                continue;
+            }
+            if r.step.pattern == format!("{}xt", self.model.n_layer) {
+                s += &format!(
+                    "- {} at tp {}: the baseline (Megatron's layout; penalties are against it)\n",
+                    r.step.pattern, r.step.tp
+                );
                 continue;
             }
             s += &match &r.evidence {

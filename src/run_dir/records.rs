@@ -176,8 +176,11 @@ impl CommReport {
     }
 
     /// Whether some collective was started before it was waited for (a column for it).
+    /// Whether any collective was hidden: a layer's (the ladder's) or any kind's per step
+    /// (the gradient buckets DDP overlaps with backprop are outside the layers).
     fn any_hidden(&self) -> bool {
         self.layers.iter().any(|l| l.hidden_seconds > 0.0)
+            || self.per_step.values().any(|v| v.hidden_seconds > 0.0)
     }
 
     /// The per-layer rows of [`Self::table`], with their header.

@@ -141,3 +141,33 @@ fn the_first_gradient_bucket_is_one_mib_as_pytorch_ddps() {
         assert_eq!(c["bytes"], 3_216_384.0, "ddp_bucket_mb={mb}: {c}");
     }
 }
+
+/// The communication table shows what DDP hid: gradient buckets live outside the layers,
+/// and a run whose layers hid nothing (t-only) but whose buckets hid some time printed
+/// no hidden column before (under MPI as with threads).
+#[test]
+fn the_table_has_a_hidden_column_when_only_the_gradient_buckets_hid_time() {
+    let d = scratch("overlap-hidden-column");
+    let o = tp_train(&d, &overlap_args("tttt", "overlap_grad_reduce=true", "run"));
+    assert_ok(&o);
+    let mut report = tp_harness::run_dir::read_comm(&d.join("run"))
+        .unwrap()
+        .unwrap();
+    assert!(report.layers.iter().all(|l| l.hidden_seconds == 0.0));
+    for v in report.per_step.values_mut() {
+        v.hidden_seconds = 0.0;
+    }
+    assert!(!report.table().contains("hidden ms"));
+    let dp = report
+        .per_step
+        .get_mut(&tp_harness::comm::CommKind::DpGrad)
+        .unwrap();
+    dp.hidden_seconds = 0.002;
+    let table = report.table();
+    assert!(table.contains("hidden ms"), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("dp-grad"))
+        .unwrap();
+    assert!(row.trim_end().ends_with("2.000"), "{row}");
+}

@@ -73,6 +73,7 @@ impl RunConfig {
                 pattern: BlockLayout::parse(p.pattern).expect("a preset's pattern parses"),
                 dataset: p.dataset.into(),
                 text_path: None,
+                text_tokenizer: None,
                 arch: p.model(),
             },
             optim: r.optim(),

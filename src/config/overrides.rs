@@ -78,7 +78,36 @@ pub fn resolve(overrides: &[(String, Value, Origin)]) -> Result<RunConfig> {
         cfg.model.arch.n_layer = cfg.layout().n_layer();
     }
     cfg.validate()?;
+    choose_text_tokenizer(&mut cfg);
     Ok(cfg)
+}
+
+/// A new run on a `text` corpus that does not say how to tokenize it: by character if
+/// the corpus is under `CHAR_TEXT_MAX_BYTES`, else GPT-2's BPE — written into its
+/// config, so that every later reader (a resume, tp-sample, tp-export) agrees.
+fn choose_text_tokenizer(cfg: &mut RunConfig) {
+    use crate::data::{TextTokenizer, CHAR_TEXT_MAX_BYTES, TEXT};
+    let m = &mut cfg.model;
+    if m.dataset != TEXT || m.text_tokenizer.is_some() {
+        return;
+    }
+    let Some(path) = &m.text_path else { return };
+    fn bytes(p: &Path, depth: usize) -> u64 {
+        match std::fs::metadata(p) {
+            Ok(md) if md.is_file() => md.len(),
+            Ok(md) if md.is_dir() && depth > 0 => std::fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| bytes(&e.path(), depth - 1))
+                .sum(),
+            _ => 0,
+        }
+    }
+    m.text_tokenizer = Some(match bytes(Path::new(path), 8) < CHAR_TEXT_MAX_BYTES {
+        true => TextTokenizer::Char,
+        false => TextTokenizer::Gpt2,
+    });
 }
 
 /// The configuration of a resumed run: the run's own, with `overrides` (e.g. a larger

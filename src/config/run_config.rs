@@ -21,8 +21,14 @@ pub struct ModelPart {
     /// is the layer count.
     pub pattern: BlockLayout,
     pub dataset: String,
-    /// For `dataset: text`: a UTF-8 file or a folder of them, tokenized with GPT-2's BPE.
+    /// For `dataset: text`: a UTF-8 file or a folder of them.
     pub text_path: Option<String>,
+    /// For `dataset: text`: `char` or `gpt2`. Unset in a new run, it is resolved when the
+    /// run starts (char for a corpus under `CHAR_TEXT_MAX_BYTES`, else gpt2) and written
+    /// into the run's config; unset in a stored config it is gpt2, what every text run
+    /// used before the key existed.
+    #[serde(default)]
+    pub text_tokenizer: Option<crate::data::TextTokenizer>,
     #[serde(flatten)]
     pub arch: ModelConfig,
 }
@@ -354,7 +360,17 @@ impl RunConfig {
             }
         }
         serde_yaml_ng::from_value(value)
+            .map(Self::as_stored)
             .map_err(|e| user(format!("{what} is not a valid run config: {e}")))
+    }
+
+    /// A stored config read with the defaults of its time: a `text` run without
+    /// `text_tokenizer` was tokenized with GPT-2's BPE (the only way before the key).
+    pub fn as_stored(mut self) -> Self {
+        if self.model.dataset == crate::data::TEXT && self.model.text_tokenizer.is_none() {
+            self.model.text_tokenizer = Some(crate::data::TextTokenizer::Gpt2);
+        }
+        self
     }
 }
 

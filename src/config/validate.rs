@@ -63,6 +63,12 @@ impl RunConfig {
                 arch.n_layer
             );
         }
+        if self.model.text_tokenizer.is_some() && self.model.dataset != crate::data::TEXT {
+            user_bail!(
+                "text_tokenizer chooses how a `text` corpus is tokenized, but the dataset is {}: drop it, or set dataset=text with text_path",
+                self.model.dataset
+            );
+        }
         let o = &self.optim;
         let e = &self.eval;
         if e.trace && (e.trace_steps == 0 || e.trace_start >= o.max_iters) {

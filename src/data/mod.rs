@@ -10,5 +10,7 @@ pub mod vocab;
 
 pub use loader::{Batcher, Dataset, Split, EVAL_STREAM};
 pub use prepare::{data_root, prepare, prepare_text, Meta, DATASETS, TEXT};
-pub use tokenizer::{TextStream, Tokenizer, GPT2_EOT, GPT2_VOCAB};
+pub use tokenizer::{
+    TextStream, TextTokenizer, Tokenizer, CHAR_TEXT_MAX_BYTES, GPT2_EOT, GPT2_VOCAB,
+};
 pub use vocab::CharVocab;

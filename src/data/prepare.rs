@@ -2,7 +2,7 @@
 //! (little-endian u16 token ids) and `meta.json` (the vocabulary).
 
 use super::source::{fetch, RawSource};
-use super::tokenizer::Tokenizer;
+use super::tokenizer::{TextTokenizer, Tokenizer};
 use super::vocab::CharVocab;
 use crate::util::write_atomic;
 use anyhow::{Context, Result};
@@ -257,31 +257,32 @@ fn check_text_shape(f: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Prepares a `text` dataset: every file tokenized with GPT-2's BPE, documents joined by
-/// `<|endoftext|>`, the first 90% of tokens train and the rest val, in
-/// `root/text-<hash of the path>/`. Prepared again when a file's contents change.
-pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
+/// Prepares a `text` dataset: every file tokenized by character (the files' characters
+/// the vocabulary, files joined by a line break) or with GPT-2's BPE (documents joined by
+/// `<|endoftext|>`), the first 90% of tokens train and the rest val, in
+/// `root/text-<hash of the path>/` (BPE) or `root/text-char-<hash>/`. Prepared again when
+/// a file's contents change.
+pub fn prepare_text(path: &Path, root: &Path, how: TextTokenizer) -> Result<PathBuf> {
     let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let (files, signature) = text_files(&canonical)?;
     let h = crate::util::fnv1a(&canonical.to_string_lossy());
-    let dir = root.join(format!("{TEXT}-{h:016x}"));
+    let dir = match how {
+        TextTokenizer::Gpt2 => root.join(format!("{TEXT}-{h:016x}")),
+        TextTokenizer::Char => root.join(format!("{TEXT}-char-{h:016x}")),
+    };
     if is_prepared(&dir) && prepared_from(&dir).as_deref() == Some(signature.as_str()) {
         return Ok(dir);
     }
-    let tok = Tokenizer::Gpt2Bpe;
-    let mut ids: Vec<u32> = Vec::new();
-    for (i, f) in files.iter().enumerate() {
-        let text = std::fs::read_to_string(f).map_err(|e| {
+    let mut texts = Vec::with_capacity(files.len());
+    for f in &files {
+        texts.push(std::fs::read_to_string(f).map_err(|e| {
             crate::error::user(format!(
                 "{} is not readable UTF-8 text ({e}); remove it from text_path",
                 f.display()
             ))
-        })?;
-        if i > 0 {
-            ids.push(super::tokenizer::GPT2_EOT);
-        }
-        ids.extend(tok.encode(&text)?);
+        })?);
     }
+    let (tok, ids) = tokenize_texts(&texts, how, path)?;
     if ids.len() < 20 {
         return Err(crate::error::user(format!(
             "text_path {} holds only {} tokens: too little to train on",
@@ -289,7 +290,6 @@ pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
             ids.len()
         )));
     }
-    let ids: Vec<u16> = ids.into_iter().map(|i| i as u16).collect();
     let n = ids.len() * 9 / 10;
     // Only now, with the text read and found usable: a refused text_path leaves nothing.
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -307,4 +307,38 @@ pub fn prepare_text(path: &Path, root: &Path) -> Result<PathBuf> {
         serde_json::to_string_pretty(&meta)?.as_bytes(),
     )?;
     Ok(dir)
+}
+
+/// The ids of `texts` joined (see [`prepare_text`]) and the tokenizer that made them.
+fn tokenize_texts(
+    texts: &[String],
+    how: TextTokenizer,
+    path: &Path,
+) -> Result<(Tokenizer, Vec<u16>)> {
+    match how {
+        TextTokenizer::Char => {
+            let joined = texts.join("\n");
+            let vocab = CharVocab::from_text(&joined);
+            if vocab.len() > u16::MAX as usize {
+                crate::user_bail!(
+                    "text_path {} holds {} distinct characters, more than a character vocabulary stores: --set text_tokenizer=gpt2",
+                    path.display(),
+                    vocab.len()
+                );
+            }
+            let ids = vocab.encode(&joined)?;
+            Ok((Tokenizer::Char(vocab), ids))
+        }
+        TextTokenizer::Gpt2 => {
+            let tok = Tokenizer::Gpt2Bpe;
+            let mut ids: Vec<u32> = Vec::new();
+            for (i, text) in texts.iter().enumerate() {
+                if i > 0 {
+                    ids.push(super::tokenizer::GPT2_EOT);
+                }
+                ids.extend(tok.encode(text)?);
+            }
+            Ok((tok, ids.into_iter().map(|i| i as u16).collect()))
+        }
+    }
 }

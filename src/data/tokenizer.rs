@@ -16,6 +16,20 @@ pub enum Tokenizer {
     Gpt2Bpe,
 }
 
+/// How a `text` corpus is tokenized (`text_tokenizer`): each character a token (the
+/// corpus's own characters its vocabulary), or GPT-2's BPE (50257 entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TextTokenizer {
+    Char,
+    Gpt2,
+}
+
+/// The largest text corpus a new run tokenizes by character unless told otherwise
+/// (10 MB: tiny Shakespeare is 1 MB): over it, GPT-2's BPE. A small corpus has few
+/// distinct characters, and a 50257-entry head makes a small model ~10x slower a step.
+pub const CHAR_TEXT_MAX_BYTES: u64 = 10_000_000;
+
 fn bpe() -> &'static tiktoken_rs::CoreBPE {
     tiktoken_rs::r50k_base_singleton()
 }

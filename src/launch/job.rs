@@ -4,7 +4,7 @@
 
 use super::report::{comm_report, run_summary};
 use crate::config::RunConfig;
-use crate::data::{data_root, prepare, prepare_text, Dataset, TEXT};
+use crate::data::{data_root, prepare, prepare_text, Dataset, TextTokenizer, TEXT};
 use crate::error::user;
 use crate::run_dir::{self, Checkpoint, CommReport, EvalReport, RunDir};
 use crate::train::hooks::{self, Hooks, NoHooks};
@@ -81,7 +81,9 @@ pub fn load_dataset(cfg: &RunConfig) -> Result<Dataset> {
                 "dataset `text` needs text_path: a UTF-8 file or folder (--set text_path=PATH)"
             );
         };
-        prepare_text(Path::new(path), &data_root())?
+        // A stored config without the key is a run from before it: GPT-2's BPE.
+        let how = cfg.model.text_tokenizer.unwrap_or(TextTokenizer::Gpt2);
+        prepare_text(Path::new(path), &data_root(), how)?
     } else {
         prepare(&cfg.model.dataset, &data_root())?
     };
@@ -116,6 +118,7 @@ fn check_init_compatible(cfg: &RunConfig, from: &RunConfig, dir: &Path) -> Resul
         m.preset.clear();
         if m.dataset == TEXT {
             m.text_path = None;
+            m.text_tokenizer = Some(m.text_tokenizer.unwrap_or(TextTokenizer::Gpt2));
         }
     }
     if a == b {
@@ -245,6 +248,20 @@ fn other_data(
         &now[..12],
         &was[..was.len().min(12)]
     );
+    // A character vocabulary is the corpus's own: edited, it may hold other characters,
+    // which no flag lets the trained model read.
+    let trained = ck
+        .meta
+        .params
+        .iter()
+        .find(|p| p.name == "wte")
+        .map(|p| p.shape[0]);
+    if let Some(v) = trained.filter(|v| *v != data.vocab_size()) {
+        crate::user_bail!(
+            "{what}, and its vocabulary now has {} tokens where the model has {v} (a character corpus whose characters changed): resume on the original corpus, or start a new run (text_tokenizer=gpt2 keeps one vocabulary for every corpus)",
+            data.vocab_size()
+        );
+    }
     match on_other {
         OnOtherData::Accept => Ok(Some(format!(
             "resumed at step {} on other data: {what}",

@@ -52,6 +52,10 @@ fn run_config(model: crate::model::ModelConfig, data: &ImportData) -> Result<Run
     cfg.model.pattern = crate::blocks::BlockLayout::parse(&pattern).map_err(crate::error::user)?;
     cfg.model.dataset = data.dataset.clone().unwrap_or_else(|| TEXT.into());
     cfg.model.text_path = data.text_path.clone();
+    if cfg.model.dataset == TEXT {
+        // A transformers GPT-2 reads GPT-2's BPE, whatever the corpus's size.
+        cfg.model.text_tokenizer = Some(crate::data::TextTokenizer::Gpt2);
+    }
     cfg.model.arch = model;
     if cfg.model.dataset == TEXT && cfg.model.arch.vocab_size < GPT2_VOCAB {
         user_bail!(

@@ -14,7 +14,8 @@ pub const MAX_SAMPLE_TOKENS: usize = 1_000_000;
 /// The tokenizer a run's ids belong to. GPT-2's BPE needs no corpus: an imported model
 /// samples (and exports) before any text is named.
 pub fn run_tokenizer(cfg: &crate::config::RunConfig) -> Result<Tokenizer> {
-    Ok(if cfg.model.dataset == TEXT {
+    let bpe = cfg.model.text_tokenizer != Some(crate::data::TextTokenizer::Char);
+    Ok(if cfg.model.dataset == TEXT && bpe {
         Tokenizer::Gpt2Bpe
     } else {
         load_dataset(cfg)?.tokenizer().clone()

@@ -196,7 +196,9 @@ fn read_meta(bytes: &[u8]) -> serde_json::Result<CheckpointMeta> {
             }
         }
     }
-    serde_json::from_value(value)
+    let mut meta: CheckpointMeta = serde_json::from_value(value)?;
+    meta.config = meta.config.as_stored();
+    Ok(meta)
 }
 
 impl Checkpoint {

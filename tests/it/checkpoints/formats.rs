@@ -6,7 +6,7 @@ use crate::common::*;
 use candle_core::{Device, Tensor, Var};
 use std::collections::HashMap;
 use tp_harness::blocks::{BlockLayout, Fwd};
-use tp_harness::data::{prepare_text, Dataset, Tokenizer};
+use tp_harness::data::{prepare_text, Dataset, TextTokenizer, Tokenizer};
 use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
 use tp_harness::run_dir::{latest, read_config as read_run_config, Checkpoint};
@@ -17,7 +17,12 @@ fn the_bpe_text_dataset_round_trips_a_text_file_and_trains() {
     let d = scratch("bpe");
     let text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak. Ünïcödé — ok?\n".repeat(40);
     std::fs::write(d.join("corpus.txt"), &text).unwrap();
-    let dir = prepare_text(&d.join("corpus.txt"), &d.join("datasets")).unwrap();
+    let dir = prepare_text(
+        &d.join("corpus.txt"),
+        &d.join("datasets"),
+        TextTokenizer::Gpt2,
+    )
+    .unwrap();
     let data = Dataset::load(&dir).unwrap();
     assert_eq!(data.tokenizer(), &Tokenizer::Gpt2Bpe);
     assert_eq!(data.vocab_size(), 50257);
@@ -39,6 +44,8 @@ fn the_bpe_text_dataset_round_trips_a_text_file_and_trains() {
             "--set",
             &format!("text_path={corpus}"),
             "--set",
+            "text_tokenizer=gpt2",
+            "--set",
             "n_embd=32",
             "--set",
             "block_size=32",
@@ -56,6 +63,86 @@ fn the_bpe_text_dataset_round_trips_a_text_file_and_trains() {
         &[],
     );
     assert_ok(&o);
+    // A config stored before text_tokenizer existed resumes with GPT-2's BPE, the data it
+    // trained on (a char-level corpus would be other data, and the resume refused).
+    let config = d.join("run/config.yaml");
+    let old: String = std::fs::read_to_string(&config)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("text_tokenizer:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&config, old).unwrap();
+    let o = bin(
+        "tp-train",
+        &d,
+        &["--quiet", "--resume", "run", "--set", "max_iters=4"],
+        &[],
+    );
+    assert_ok(&o);
+}
+
+/// A small custom corpus is tokenized by character unless told otherwise: its own
+/// characters the vocabulary (not GPT-2's 50257 entries), written into the run's config,
+/// and tp-sample decodes it.
+#[test]
+fn a_small_text_corpus_trains_char_level_by_default_and_says_so_in_its_config() {
+    let d = scratch("text-char");
+    let text = "To be, or not to be, that is the question:\n".repeat(200);
+    std::fs::write(d.join("corpus.txt"), &text).unwrap();
+    let corpus = d.join("corpus.txt").to_string_lossy().to_string();
+    let path = format!("text_path={corpus}");
+    let args = [
+        "--quiet",
+        "--set",
+        "dataset=text",
+        "--set",
+        &path,
+        "--set",
+        "n_embd=32",
+        "--set",
+        "block_size=32",
+        "--set",
+        "max_iters=3",
+        "--set",
+        "eval_interval=3",
+        "--set",
+        "eval_iters=1",
+        "--set",
+        "sample_tokens=0",
+        "--out",
+        "run",
+    ];
+    assert_ok(&bin("tp-train", &d, &args, &[]));
+    let cfg = read_run_config(&d.join("run")).unwrap();
+    assert_eq!(cfg.model.text_tokenizer, Some(TextTokenizer::Char));
+    let ck = Checkpoint::load(&latest(&d.join("run")).unwrap().unwrap()).unwrap();
+    let distinct = {
+        let mut c: Vec<char> = text.chars().collect();
+        c.sort_unstable();
+        c.dedup();
+        c.len()
+    };
+    assert_eq!(ck.weights["wte"].dim(0).unwrap(), distinct);
+    let o = bin(
+        "tp-sample",
+        &d,
+        &["run", "--prompt", "To be", "--tokens", "20"],
+        &[],
+    );
+    assert_ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("To be"));
+    // The key belongs to text corpora alone.
+    let o = bin(
+        "tp-train",
+        &d,
+        &["--set", "text_tokenizer=char", "--out", "other"],
+        &[],
+    );
+    one_clear_error(
+        &o,
+        "text_tokenizer chooses how a `text` corpus is tokenized",
+    );
 }
 
 #[test]

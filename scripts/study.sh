@@ -86,6 +86,7 @@ restore() {
     rm -rf "$to" && mkdir -p "$to"
     cp "$run"/* "$to/"
   done
+  return 0
 }
 # The finished runs' records into the kept folder (a record replaced only by a newer run).
 keep() {
@@ -102,6 +103,9 @@ keep() {
       [ -f "$run/$f" ] && cp -p "$run/$f" "$to/$f"
     done
   done
+  # A missing record ends the loop on a false test: under `set -e` that would stop the
+  # whole script, silently, before it keeps the next sweep.
+  return 0
 }
 # The ended runs of a sweep (finished or diverged): kept ones, and any in runs/ not kept
 # yet.

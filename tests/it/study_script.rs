@@ -33,7 +33,14 @@ fn study_keep_keeps_only_settled_records() {
         "name: study_tuned\nbase: {max_iters: 2}\ngrid: {pattern: [tt]}\n",
     );
     let runs = d.join("runs/study_tuned");
-    for (point, steps, iters) in [("pattern=a", 600, 600), ("pattern=b", 600, 1000)] {
+    // The last run kept lacks a record (no eval.json): a false test that ended the
+    // script under `set -e` before its closing line (and the next sweep's keep).
+    let points = [
+        ("pattern=a", 600, 600),
+        ("pattern=b", 600, 1000),
+        ("pattern=c", 5, 5),
+    ];
+    for (point, steps, iters) in points {
         let run = runs.join(point);
         std::fs::create_dir_all(&run).unwrap();
         std::fs::write(
@@ -53,6 +60,12 @@ fn study_keep_keeps_only_settled_records() {
     let kept = d.join("plots/study/runs/study_tuned");
     assert!(kept.join("pattern=a/summary.json").is_file());
     assert!(!kept.join("pattern=b").exists());
+    assert!(kept.join("pattern=c/summary.json").is_file());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("records of the finished runs"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     assert!(String::from_utf8_lossy(&o.stdout)
         .contains("pattern=b/ is being extended or its records disagree"));
 }

@@ -265,3 +265,54 @@ fn dense_logits(
         .matmul(&vars["wte"].as_tensor().t().unwrap())
         .unwrap()
 }
+
+/// A character vocabulary is its corpus's own: a resume on an edited corpus with other
+/// characters is one line even with --accept-other-data (the model cannot read them),
+/// not a shape error from the middle of a rank.
+#[test]
+fn a_char_level_resume_on_a_corpus_with_other_characters_is_one_line() {
+    let d = scratch("text-char-changed");
+    let corpus = d.join("corpus.txt");
+    std::fs::write(&corpus, "line of the corpus says aaa.\n".repeat(300)).unwrap();
+    let path = format!("text_path={}", corpus.display());
+    let args = [
+        "--quiet",
+        "--set",
+        "dataset=text",
+        "--set",
+        &path,
+        "--set",
+        "text_tokenizer=char",
+        "--set",
+        "n_embd=32",
+        "--set",
+        "block_size=16",
+        "--set",
+        "max_iters=4",
+        "--set",
+        "eval_interval=4",
+        "--set",
+        "eval_iters=1",
+        "--set",
+        "sample_tokens=0",
+        "--set",
+        "checkpoint_interval=2",
+        "--out",
+        "run",
+    ];
+    assert_ok(&bin("tp-train", &d, &args, &[]));
+    std::fs::write(&corpus, "line of the corpus says zzz!\n".repeat(300)).unwrap();
+    let o = bin(
+        "tp-train",
+        &d,
+        &[
+            "--resume",
+            "run",
+            "--set",
+            "max_iters=6",
+            "--accept-other-data",
+        ],
+        &[],
+    );
+    one_clear_error(&o, "a character corpus whose characters changed");
+}

@@ -2,7 +2,7 @@
 //! (each maximal run of `p` or `l` blocks is one), the synchronisations a forward pass
 //! makes and those a rank waits for.
 
-use super::pattern::{parse, BlockKind, PatternError};
+use super::pattern::{parse, BlockKind, PatternError, Syncs};
 
 /// A parsed pattern: the source text and one kind per layer. In a config it is the text
 /// as typed, parsed once when the config is read.
@@ -99,23 +99,15 @@ impl BlockLayout {
                 self.kinds.len()
             ));
         }
-        let tp_dependent = self
-            .kinds
-            .iter()
-            .any(|k| matches!(k, BlockKind::S | BlockKind::P));
-        (tp_dependent && tp != from_tp).then(|| {
+        (self.depends_on_tp() && tp != from_tp).then(|| {
             format!("its s/p blocks compute another function at tp {tp} than at tp {from_tp}")
         })
     }
 
     /// blocks.md's count: `2 * count(t) + 2 * count(l) + count(s) + number of maximal
-    /// p-runs`.
+    /// p-runs`, from each kind's [`BlockKind::syncs`].
     pub fn forward_allreduces(&self) -> usize {
-        let count = |kind| self.kinds.iter().filter(|k| **k == kind).count();
-        2 * count(BlockKind::T)
-            + 2 * count(BlockKind::L)
-            + count(BlockKind::S)
-            + self.p_runs().len()
+        self.count(BlockKind::syncs)
     }
 
     /// Forward all-reduces a rank waits for with nothing to compute meanwhile: `t`'s two,
@@ -123,11 +115,26 @@ impl BlockLayout {
     /// which no module follows inside the run; every other `l` all-reduce runs while the
     /// next module computes). Equal to [`BlockLayout::forward_allreduces`] without `l`.
     pub fn exposed_allreduces(&self) -> usize {
-        let count = |kind| self.kinds.iter().filter(|k| **k == kind).count();
-        2 * count(BlockKind::T)
-            + count(BlockKind::S)
-            + self.p_runs().len()
-            + self.runs_of(BlockKind::L).len()
+        self.count(BlockKind::exposed_syncs)
+    }
+
+    /// Whether the layout computes another function at another tp (some kind does).
+    pub fn depends_on_tp(&self) -> bool {
+        self.kinds.iter().any(|k| k.depends_on_tp())
+    }
+
+    /// A per-kind count over the layout: per block, or per maximal run of the kind.
+    fn count(&self, of: fn(BlockKind) -> Syncs) -> usize {
+        let mut total = 0;
+        for (i, k) in self.kinds.iter().enumerate() {
+            let run_starts = i == 0 || self.kinds[i - 1] != *k;
+            total += match of(*k) {
+                Syncs::PerBlock(n) => n,
+                Syncs::PerRun(n) if run_starts => n,
+                Syncs::PerRun(_) => 0,
+            };
+        }
+        total
     }
 }
 

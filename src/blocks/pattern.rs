@@ -45,6 +45,16 @@ impl fmt::Display for BlockKind {
     }
 }
 
+/// How many forward all-reduces a kind synchronises with (blocks.md's count): so many
+/// per block, or one per maximal run of consecutive blocks of the kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syncs {
+    PerBlock(usize),
+    PerRun(usize),
+}
+
+// Every per-kind fact is an exhaustive match here: a new kind fails to compile until
+// each is decided (issue 50).
 impl BlockKind {
     pub fn letter(self) -> char {
         match self {
@@ -52,6 +62,33 @@ impl BlockKind {
             BlockKind::S => 's',
             BlockKind::P => 'p',
             BlockKind::L => 'l',
+        }
+    }
+
+    /// Forward all-reduces (and as many backward): blocks.md's count.
+    pub fn syncs(self) -> Syncs {
+        match self {
+            BlockKind::T | BlockKind::L => Syncs::PerBlock(2),
+            BlockKind::S => Syncs::PerBlock(1),
+            BlockKind::P => Syncs::PerRun(1),
+        }
+    }
+
+    /// Of those, the ones a rank waits for with nothing to compute meanwhile: a ladder
+    /// waits only at the end of its run (its last MLP sum); the others wait for each.
+    pub fn exposed_syncs(self) -> Syncs {
+        match self {
+            BlockKind::L => Syncs::PerRun(1),
+            k => k.syncs(),
+        }
+    }
+
+    /// Whether the kind computes another function of the same weights at another tp (its
+    /// ranks' paths are not summed exactly): s and p; t and l are the same at every tp.
+    pub fn depends_on_tp(self) -> bool {
+        match self {
+            BlockKind::S | BlockKind::P => true,
+            BlockKind::T | BlockKind::L => false,
         }
     }
 }

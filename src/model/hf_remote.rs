@@ -41,10 +41,7 @@ pub fn to_remote(
     let tensors = hf_tensors(weights, cfg, |ours| stored(ours, cfg, layout))?;
     let kinds = layout.expanded();
     // s and p depend on the tp; a model with neither is the same function at any tp.
-    let depends_on_tp = layout
-        .kinds
-        .iter()
-        .any(|k| matches!(k, BlockKind::S | BlockKind::P));
+    let depends_on_tp = layout.depends_on_tp();
     let module = MODELING_FILE.trim_end_matches(".py");
     let config = serde_json::json!({
         "architectures": ["TpHarnessForCausalLM"],

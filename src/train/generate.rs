@@ -86,12 +86,7 @@ pub fn generate_each(
 /// `s` and `p` blocks compute a different function at another tp; say so on stderr.
 /// (`t` and `l` blocks are the same function at every tp.)
 pub fn warn_if_other_function(layout: &crate::blocks::BlockLayout, trained_tp: usize, tp: usize) {
-    use crate::blocks::BlockKind;
-    let tp_dependent = layout
-        .kinds
-        .iter()
-        .any(|k| matches!(k, BlockKind::S | BlockKind::P));
-    if tp_dependent && tp != trained_tp {
+    if layout.depends_on_tp() && tp != trained_tp {
         eprintln!(
             "note: pattern {} has s/p blocks, which compute a different function at tp {tp} than at tp {trained_tp} (the checkpoint's); only t and l blocks are the same at every tp",
             layout.pattern

@@ -13,9 +13,10 @@ target/py; Rust with rustup), prepares the datasets, checks formatting and lints
 every test in a release build, the kernel and equivalence tests again at the AVX2 and
 scalar SIMD levels, and the CUDA compile check (no GPU needed).
 
-How long, on a 2-core machine: about 25 minutes from a cold start (CI's fresh clone
-reaches the end of the main suite in 18; the SIMD reruns and the CUDA check add ~6),
-about 15 with a warm build. Quicker, while you work:
+How long, on a 2-core machine: about 25 minutes from a cold start (CI's fresh clone, a
+2-core VM whose CPU varies, reaches the end of the main suite in 18; the SIMD reruns and
+the CUDA check add ~6), about 15 with a warm build (the main suite alone: 8-9 minutes
+on a 2-core AMD EPYC, family 25 model 1, Zen 3, 2026-11-27). Quicker, while you work:
   cargo test --release --test it -- NAME     one group of tests (e.g. t_equals_gpt2::)
   TP_SKIP_CUDA_LINT=1 scripts/test.sh        everything but the CUDA compile check
 The GPU itself is never needed; docs/gpus.md says how its own checks run.

@@ -273,7 +273,12 @@ impl Tally {
     /// How long the rank was blocked in collectives within `from..to`.
     pub fn blocked_within(&self, from: Instant, to: Instant) -> std::time::Duration {
         let at = self.blocked_at.lock().unwrap_or_else(|p| p.into_inner());
+        // Each interval is pushed when it ends, so the ends grow along the queue: walk back
+        // from the newest and stop at the first that ended before the window (a step's
+        // few, not all the kept ones, on every collective's finish).
         at.iter()
+            .rev()
+            .take_while(|&&(_, b)| b >= from)
             .map(|&(a, b)| b.min(to).saturating_duration_since(a.max(from)))
             .sum()
     }

@@ -27,7 +27,7 @@ pub enum TextTokenizer {
 
 /// The largest text corpus a new run tokenizes by character unless told otherwise
 /// (10 MB: tiny Shakespeare is 1 MB): over it, GPT-2's BPE. A small corpus has few
-/// distinct characters, and a 50257-entry head makes a small model ~10x slower a step.
+/// distinct characters, and a 50257-entry head makes a small model far slower a step.
 pub const CHAR_TEXT_MAX_BYTES: u64 = 10_000_000;
 
 fn bpe() -> &'static tiktoken_rs::CoreBPE {

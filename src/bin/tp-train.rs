@@ -3,6 +3,7 @@
 
 use clap::{CommandFactory, Parser};
 use std::path::PathBuf;
+use tp_harness::blocks::BlockKind;
 use tp_harness::config::{
     parse_assignment, read_config_file, resolve, take_key_flags, Origin, Override,
 };
@@ -29,7 +30,7 @@ struct Args {
     #[arg(long)]
     preset: Option<String>,
     /// Block pattern, e.g. sppp, tstt, 3xsppp.
-    #[arg(long)]
+    #[arg(long, long_help = BlockKind::pattern_help())]
     pattern: Option<String>,
     /// Tensor-parallel size.
     #[arg(long)]

@@ -21,7 +21,7 @@
 //! the forward pass computes each piece (the norm, the module, the join) from a leaf of
 //! its own and [`join_hand_backward`] joins the run to the graph as one node.
 
-use super::{BlockConfig, BlockParams, DropSite, Fwd};
+use super::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::comm::{CommKind, CountedComm, Reduce, Site, Started};
 use crate::ops::hand_backward::{join_hand_backward, Backward};
 use crate::tp::{into_candle, ParamBuilder};
@@ -29,6 +29,9 @@ use anyhow::Result;
 use candle_core::{Tensor, TensorId, Var};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+
+/// As `t`'s: every replicated parameter is used on replicated values only.
+pub const TAGS: BlockTags = super::t::TAGS;
 
 /// A maximal run of `l` blocks: layers `first .. first + len`.
 pub struct LadderRun {
@@ -64,7 +67,7 @@ impl LadderRun {
         len: usize,
         tp: &CountedComm,
     ) -> Result<Self> {
-        let blocks = BlockParams::build_run(b, cfg, first, len, super::t::TAGS)?;
+        let blocks = BlockParams::build_run(b, cfg, first, len, TAGS)?;
         Ok(Self {
             blocks,
             tp: tp.clone(),

@@ -2,7 +2,8 @@
 //! (each maximal run of `p` or `l` blocks is one), the synchronisations a forward pass
 //! makes and those a rank waits for.
 
-use super::pattern::{parse, BlockKind, PatternError, Syncs};
+use super::kind::{BlockKind, Syncs};
+use super::pattern::{parse, PatternError};
 
 /// A parsed pattern: the source text and one kind per layer. In a config it is the text
 /// as typed, parsed once when the config is read.
@@ -50,11 +51,9 @@ impl BlockLayout {
         let (kinds, mut out, mut i) = (&self.kinds, Vec::new(), 0);
         while i < kinds.len() {
             let kind = kinds[i];
-            let len = match kind {
-                BlockKind::T | BlockKind::S => 1,
-                BlockKind::P | BlockKind::L => {
-                    kinds[i..].iter().take_while(|k| **k == kind).count()
-                }
+            let len = match kind.staged_by_run() {
+                false => 1,
+                true => kinds[i..].iter().take_while(|k| **k == kind).count(),
             };
             out.push((kind, i, len));
             i += len;

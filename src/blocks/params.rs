@@ -20,6 +20,22 @@ pub struct BlockTags {
     pub b_pr: Option<ParamKind>,
 }
 
+impl BlockTags {
+    /// How many output biases the kind has (`b_o`, `b_pr`).
+    pub fn out_biases(&self) -> usize {
+        [self.b_o, self.b_pr].iter().flatten().count()
+    }
+
+    /// Whether the norms' gradients are partial on each rank, and how many output biases'
+    /// are: what the step sums over the TP group once.
+    pub fn partial(&self) -> (bool, usize) {
+        let partial = |k: &ParamKind| *k == ParamKind::ReplicatedPartial;
+        let biases = [self.b_o, self.b_pr];
+        let biases = biases.iter().flatten().filter(|k| partial(k)).count();
+        (partial(&self.norms), biases)
+    }
+}
+
 /// A block's parameters on this rank: its norms, its attention and MLP shards, and the
 /// output biases (present only with `bias: true` and a kind that has them).
 pub struct BlockParams {

@@ -4,10 +4,11 @@
 //! pattern := seq
 //! seq     := element*
 //! element := kind | "(" seq ")" | count "x" "(" seq ")" | count "x" seq   (rest of seq)
-//! kind    := "t" | "s" | "p" | "l"
+//! kind    := a letter of BlockKind: "t" | "s" | "p" | "l"
 //! count   := decimal integer >= 1
 //! ```
 
+use super::kind::BlockKind;
 use std::fmt;
 
 /// The most layers a pattern may expand to: ten times GPT-3's 96. It bounds the expansion
@@ -21,77 +22,6 @@ pub const MAX_LAYERS: usize = 1_000;
 /// parser recurses once per level, and a pattern nested thousands deep would overflow a
 /// thread's stack; no layout needs more than a few levels.
 pub const MAX_NESTING: usize = 64;
-
-/// Serialised (and parsed) as its pattern letter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum BlockKind {
-    /// TPBlock: two forward all-reduces.
-    #[serde(rename = "t")]
-    T,
-    /// SPDBlock: one forward all-reduce.
-    #[serde(rename = "s")]
-    S,
-    /// ParallelBlock: one forward all-reduce per maximal run.
-    #[serde(rename = "p")]
-    P,
-    /// LadderBlock: two forward all-reduces, each waited for one module later.
-    #[serde(rename = "l")]
-    L,
-}
-
-impl fmt::Display for BlockKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.letter())
-    }
-}
-
-/// How many forward all-reduces a kind synchronises with (blocks.md's count): so many
-/// per block, or one per maximal run of consecutive blocks of the kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Syncs {
-    PerBlock(usize),
-    PerRun(usize),
-}
-
-// Every per-kind fact is an exhaustive match here: a new kind fails to compile until
-// each is decided (issue 50).
-impl BlockKind {
-    pub fn letter(self) -> char {
-        match self {
-            BlockKind::T => 't',
-            BlockKind::S => 's',
-            BlockKind::P => 'p',
-            BlockKind::L => 'l',
-        }
-    }
-
-    /// Forward all-reduces (and as many backward): blocks.md's count.
-    pub fn syncs(self) -> Syncs {
-        match self {
-            BlockKind::T | BlockKind::L => Syncs::PerBlock(2),
-            BlockKind::S => Syncs::PerBlock(1),
-            BlockKind::P => Syncs::PerRun(1),
-        }
-    }
-
-    /// Of those, the ones a rank waits for with nothing to compute meanwhile: a ladder
-    /// waits only at the end of its run (its last MLP sum); the others wait for each.
-    pub fn exposed_syncs(self) -> Syncs {
-        match self {
-            BlockKind::L => Syncs::PerRun(1),
-            k => k.syncs(),
-        }
-    }
-
-    /// Whether the kind computes another function of the same weights at another tp (its
-    /// ranks' paths are not summed exactly): s and p; t and l are the same at every tp.
-    pub fn depends_on_tp(self) -> bool {
-        match self {
-            BlockKind::S | BlockKind::P => true,
-            BlockKind::T | BlockKind::L => false,
-        }
-    }
-}
 
 /// A pattern error: what is wrong and at which character (0-based byte offset).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,10 +41,11 @@ impl fmt::Display for PatternError {
         };
         write!(
             f,
-            "bad pattern \"{}\": {} at position {} (use t, s, p, l, groups \"(..)\" and repeats like \"3xsppp\")",
+            "bad pattern \"{}\": {} at position {} (use {}, groups \"(..)\" and repeats like \"3xsppp\")",
             shown,
             self.message,
-            self.position + 1
+            self.position + 1,
+            BlockKind::letters()
         )
     }
 }
@@ -190,14 +121,9 @@ impl Parser<'_> {
                     }
                     break;
                 }
-                't' | 's' | 'p' | 'l' => {
+                c if BlockKind::from_letter(c).is_some() => {
                     self.room(&out, 1, 1, self.pos)?;
-                    out.push(match c {
-                        't' => BlockKind::T,
-                        's' => BlockKind::S,
-                        'p' => BlockKind::P,
-                        _ => BlockKind::L,
-                    });
+                    out.extend(BlockKind::from_letter(c));
                     self.pos += 1;
                 }
                 '(' => out.extend(self.group()?),
@@ -248,7 +174,10 @@ impl Parser<'_> {
                 other => {
                     return Err(self.err(
                         self.pos,
-                        format!("unknown block kind '{other}' (blocks are t, s, p and l)"),
+                        format!(
+                            "unknown block kind '{other}' (blocks are {})",
+                            BlockKind::letters()
+                        ),
                     ))
                 }
             }
@@ -339,7 +268,11 @@ mod tests {
         assert_eq!(expand("2x(lt)3xl"), "ltltlll");
         let (pos, msg) = err_at("ll0xl");
         assert_eq!(pos, 2);
-        assert!(msg.contains("0x") && msg.contains("t, s, p, l"), "{msg}");
+        assert!(
+            msg.contains("0x") && msg.contains(&BlockKind::letters()),
+            "{msg}"
+        );
+        assert!(BlockKind::letters().starts_with("t, s, p, l"));
         let (pos, msg) = err_at("lL");
         assert_eq!(pos, 1);
         assert!(msg.contains("'L'"), "{msg}");

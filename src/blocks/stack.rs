@@ -1,17 +1,21 @@
 //! The block stack a pattern describes: `t` and `s` blocks one by one, each maximal run of
 //! `p` blocks as one [`ParallelRun`], each maximal run of `l` blocks as one [`LadderRun`].
 
+use super::replicas::ReplicaProbe;
 use super::{BlockConfig, BlockKind, BlockLayout, Fwd, LadderRun, ParallelRun, SpdBlock, TpBlock};
 use crate::comm::CountedComm;
 use crate::tp::{trace_mark, MarkAt, ParamBuilder};
 use anyhow::Result;
 use candle_core::Tensor;
+use std::sync::Arc;
 
 enum Stage {
     T(TpBlock),
     S(SpdBlock),
     P(ParallelRun),
     L(LadderRun),
+    #[cfg(test)]
+    X(super::private_channel::PrivateChannelBlock),
 }
 
 pub struct BlockStack {
@@ -20,6 +24,8 @@ pub struct BlockStack {
     labels: Vec<String>,
     /// The rank's group, whose tally holds its trace.
     tp: CountedComm,
+    /// Where each stage's output is recorded for the replicated-activation check (tests).
+    probe: Option<Arc<ReplicaProbe>>,
 }
 
 /// A stage of `len` blocks of `kind` from layer `first`, as a trace names it.
@@ -44,6 +50,10 @@ impl BlockStack {
                 BlockKind::S => Stage::S(SpdBlock::build(b, cfg, i, tp)?),
                 BlockKind::P => Stage::P(ParallelRun::build(b, cfg, i, len, tp)?),
                 BlockKind::L => Stage::L(LadderRun::build(b, cfg, i, len, tp)?),
+                #[cfg(test)]
+                BlockKind::X => Stage::X(super::private_channel::PrivateChannelBlock::build(
+                    b, cfg, i, tp,
+                )?),
             });
             labels.push(label(i, len, kind));
         }
@@ -51,7 +61,13 @@ impl BlockStack {
             stages,
             labels,
             tp: tp.clone(),
+            probe: None,
         })
+    }
+
+    /// Records every stage's output in `probe` (the replicated-activation check).
+    pub fn watch(&mut self, probe: Arc<ReplicaProbe>) {
+        self.probe = Some(probe);
     }
 
     /// Each stage in turn; on a traced step, each as a span of the rank's timeline, its
@@ -67,8 +83,13 @@ impl BlockStack {
                 Stage::S(b) => b.forward(&input, fwd)?,
                 Stage::P(r) => r.forward(&input, fwd)?,
                 Stage::L(r) => r.forward(&input, fwd)?,
+                #[cfg(test)]
+                Stage::X(b) => b.forward(&input, fwd)?,
             };
             x = trace_mark(&out, &self.tp, label, MarkAt::Output)?;
+            if let Some(probe) = &self.probe {
+                probe.record(self.tp.rank(), label, &x)?;
+            }
         }
         Ok(x)
     }

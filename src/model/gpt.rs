@@ -97,6 +97,11 @@ impl Gpt {
         self.wte.device()
     }
 
+    /// Records every stage's output in `probe`: the replicated-activation check.
+    pub fn watch_replicas(&mut self, probe: std::sync::Arc<crate::blocks::ReplicaProbe>) {
+        self.stack.watch(probe);
+    }
+
     /// `idx (B, T)` u32 -> token + position embeddings `(B, T, C)`.
     pub fn embed(&self, idx: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let (b, t) = idx.dims2()?;

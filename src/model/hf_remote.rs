@@ -6,7 +6,7 @@
 
 use super::config::ModelConfig;
 use super::hf::hf_tensors;
-use crate::blocks::{BlockKind, BlockLayout};
+use crate::blocks::BlockLayout;
 use crate::ops::NormKind;
 use anyhow::Result;
 use candle_core::Tensor;
@@ -28,7 +28,7 @@ fn stored(ours: &str, cfg: &ModelConfig, layout: &BlockLayout) -> bool {
         return false;
     }
     let out_bias = ours.ends_with(".o.b") || ours.ends_with(".pr.b");
-    !(out_bias && layer.is_some_and(|i| layout.kinds[i] == BlockKind::P))
+    !(out_bias && layer.is_some_and(|i| layout.kinds[i].tags().out_biases() == 0))
 }
 
 /// The tensors and `config.json` of a model of any layout trained at `tp`.
@@ -38,6 +38,17 @@ pub fn to_remote(
     layout: &BlockLayout,
     tp: usize,
 ) -> Result<(HashMap<String, Tensor>, serde_json::Value)> {
+    // A kind the modelling file has no run for would load and fail at its first forward.
+    if let Some(k) = layout
+        .kinds
+        .iter()
+        .find(|k| !MODELING_CODE.contains(&format!("def run_{}(", k.letter())))
+    {
+        crate::user_bail!(
+            "{MODELING_FILE} has no forward for block kind {k}: add its `run_{k}` (docs/architecture.md, \"Adding a block kind\") before exporting pattern {}",
+            layout.pattern
+        );
+    }
     let tensors = hf_tensors(weights, cfg, |ours| stored(ours, cfg, layout))?;
     let kinds = layout.expanded();
     // s and p depend on the tp; a model with neither is the same function at any tp.
@@ -120,6 +131,24 @@ mod tests {
         assert_eq!(
             (c["tp"].as_u64(), c["trained_at_tp"].as_u64()),
             (Some(1), Some(2))
+        );
+    }
+
+    #[test]
+    fn a_kind_the_modelling_file_cannot_run_is_refused_by_name() {
+        let cfg = ModelConfig {
+            vocab_size: 10,
+            block_size: 8,
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 4,
+            ..ModelConfig::default()
+        };
+        let layout = BlockLayout::parse("tx").unwrap();
+        let err = to_remote(&weights(&cfg), &cfg, &layout, 2).unwrap_err();
+        assert!(
+            err.to_string().contains("no forward for block kind x"),
+            "{err}"
         );
     }
 }

@@ -154,7 +154,7 @@ fn the_readme_is_a_front_door_of_at_most_200_lines_that_indexes_every_docs_page(
 #[test]
 fn docs_blocks_md_defines_every_block_kind_and_equals_the_design_copy_where_present() {
     let ours = std::fs::read_to_string(root().join("docs/blocks.md")).unwrap();
-    for kind in ["t", "s", "p"] {
+    for kind in ["t", "s", "p", "l"] {
         assert!(
             ours.contains(&format!("## `{kind}` ")),
             "docs/blocks.md has no section for `{kind}`"

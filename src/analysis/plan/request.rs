@@ -3,7 +3,7 @@
 //! counts a run's tally is held to (`BlockLayout::forward_allreduces`, the gradient
 //! buckets' rule of `train/grad_buckets.rs`), the FLOPs by a stated convention.
 
-use crate::blocks::{BlockKind, BlockLayout};
+use crate::blocks::BlockLayout;
 use crate::comm::{CommDtype, CommKind};
 use crate::config::PRESETS;
 use crate::error::user;
@@ -157,9 +157,9 @@ impl Request {
             .kinds
             .iter()
             .map(|k| {
-                // Two LayerNorms; the output biases, which p blocks do not have.
-                let out_biases = if *k == BlockKind::P { 0.0 } else { b * 2.0 * c };
-                sharded / t + 2.0 * c * (1.0 + b) + out_biases
+                // Two norms, and the output biases the kind has.
+                let out_biases = k.tags().out_biases() as f64;
+                sharded / t + 2.0 * c * (1.0 + b) + out_biases * b * c
             })
             .sum();
         (s.vocab + s.block) as f64 * c + per_layer + c * (1.0 + b)
@@ -173,10 +173,10 @@ impl Request {
         self.layout
             .kinds
             .iter()
-            .map(|k| match k {
-                BlockKind::S => 2.0 * c * (1.0 + b) + b * c,
-                BlockKind::P => 2.0 * c * (1.0 + b),
-                _ => 0.0,
+            .map(|k| {
+                let (norms, biases) = k.tags().partial();
+                let norms = if norms { 2.0 * c * (1.0 + b) } else { 0.0 };
+                norms + biases as f64 * b * c
             })
             .sum()
     }

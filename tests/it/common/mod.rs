@@ -132,8 +132,11 @@ pub fn tp_logical_on(
     let layout = BlockLayout::parse(pattern).unwrap();
     let idx = &idx.to_device(device).unwrap();
     let tgt = &tgt.to_device(device).unwrap();
+    // Every equivalence test checks the replicated-activation invariant on the way.
+    let probe = std::sync::Arc::new(tp_harness::blocks::ReplicaProbe::default());
     let per_rank = run_tp(tp, |comm| {
-        let model = Gpt::build_on(cfg, &layout, source, &comm, device).unwrap();
+        let mut model = Gpt::build_on(cfg, &layout, source, &comm, device).unwrap();
+        model.watch_replicas(probe.clone());
         let fwd = Fwd::eval();
         let loss = model.loss(idx, tgt, &fwd).unwrap();
         let grads = loss.backward().unwrap();
@@ -161,6 +164,9 @@ pub fn tp_logical_on(
             .unwrap();
         (loss.to_scalar::<f32>().unwrap(), local, xg)
     });
+    if let Err(e) = probe.verify() {
+        panic!("{pattern} at tp {tp}: {e}");
+    }
     let mut grads = HashMap::new();
     for (i, (name, kind, _)) in per_rank[0].1.iter().enumerate() {
         let shards: Vec<Tensor> = per_rank.iter().map(|r| r.1[i].2.clone()).collect();

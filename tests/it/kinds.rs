@@ -1,0 +1,107 @@
+//! The block kinds' facts against the documents: blocks.md's counting formula and
+//! examples from `BlockKind::syncs`, and docs/architecture.md's list of the files that
+//! decide a kind against the files where the test-only kind `x` has its arms.
+
+use std::path::{Path, PathBuf};
+use strum::IntoEnumIterator;
+use tp_harness::blocks::kind::Syncs;
+use tp_harness::blocks::{BlockKind, BlockLayout};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap()
+}
+
+/// blocks.md's term for a kind's forward all-reduces.
+fn term(k: BlockKind) -> String {
+    match k.syncs() {
+        Syncs::PerBlock(1) => format!("count({k})"),
+        Syncs::PerBlock(n) => format!("{n} * count({k})"),
+        Syncs::PerRun(1) => format!("number of maximal {k}-runs"),
+        Syncs::PerRun(n) => format!("{n} * number of maximal {k}-runs"),
+    }
+}
+
+#[test]
+fn blocks_md_counting_formula_and_examples_follow_from_each_kinds_syncs() {
+    let md = read("docs/blocks.md");
+    let at = md
+        .find("Forward all-reduces of activations per forward pass:")
+        .unwrap();
+    let formula = md[at..].split('`').nth(1).unwrap();
+    let mut theirs: Vec<String> = formula.split(" + ").map(|t| t.trim().to_string()).collect();
+    let mut ours: Vec<String> = BlockKind::iter().map(term).collect();
+    theirs.sort();
+    ours.sort();
+    assert_eq!(theirs, ours, "blocks.md's formula against BlockKind::syncs");
+    // Its examples, `pattern` count, each counted from the layout.
+    let from = md[at..].find("Examples").unwrap() + at;
+    let examples = &md[from..md[from..].find("The backward pass").unwrap() + from];
+    let pieces: Vec<&str> = examples.split('`').collect();
+    let mut checked = 0;
+    // Inside backticks (odd pieces) a pattern, then " <count>, ".
+    for pair in pieces[1..].chunks(2) {
+        let [pattern, rest] = pair else { continue };
+        let n: String = rest
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let layout = BlockLayout::parse(pattern).unwrap();
+        assert_eq!(
+            layout.forward_allreduces(),
+            n.parse::<usize>().unwrap(),
+            "{pattern}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} examples found");
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn architecture_md_names_every_file_that_decides_a_kind_as_the_test_only_kind_shows() {
+    let md = read("docs/architecture.md");
+    let list = md
+        .split("<!-- kind places")
+        .nth(1)
+        .and_then(|s| s.split("<!-- end kind places -->").next())
+        .unwrap();
+    let mut listed: Vec<String> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.starts_with("src/"))
+        .map(String::from)
+        .collect();
+    // Where the test-only kind `x` has an arm (its own file apart).
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    let mut armed: Vec<String> = files
+        .iter()
+        .filter(|f| !f.ends_with("private_channel.rs"))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.contains("BlockKind::X ") || text.contains("BlockKind::X =>")
+        })
+        .map(|f| f.strip_prefix(root()).unwrap().display().to_string())
+        .collect();
+    listed.sort();
+    armed.sort();
+    assert_eq!(
+        listed, armed,
+        "docs/architecture.md's kind places against kind x's arms"
+    );
+}

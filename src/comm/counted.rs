@@ -4,16 +4,22 @@
 //! order, on its communication thread when started) or the backend's device queue, sends
 //! activation sums compressed as the group's `comm_dtype` says, holds it to the emulated
 //! link's time, and records it in the rank's tally. A group of one communicates nothing
-//! and records nothing: that is decided here, once.
+//! and records nothing: that is decided here, once ([`CountedComm::communicates`]; a
+//! caller may skip what it would only prepare for a call, a bucket's flattening or an
+//! autograd op, by asking it, and a call made anyway returns its input).
+//!
+//! Two calls: [`CountedComm::start`] and [`CountedComm::all_reduce`] (its start waited
+//! for at once). A host number travels as a small host tensor (`train::host_sums`).
 
 use super::collectives::{Comm, Started};
 use super::compressed;
 use super::link::{EmulatedLink, LinkModel};
 use super::quantise::CommDtype;
-use super::tally::{Call, CommKind, Site, Tally};
-use super::turns::inside_collective;
+use super::tally::{Call, CommKind, Phase, Site, Tally};
 use super::worker::Lane;
-use anyhow::{bail, Result};
+use crate::util::trace::CollectiveSpans;
+use crate::util::turns::inside_collective;
+use anyhow::Result;
 use candle_core::Tensor;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -86,6 +92,10 @@ impl CountedComm {
     pub fn size(&self) -> usize {
         self.lane.member().size()
     }
+    /// Whether a call over the group moves anything: false for a group of one.
+    pub fn communicates(&self) -> bool {
+        self.size() > 1
+    }
     pub fn tally(&self) -> &Arc<Tally> {
         &self.tally
     }
@@ -109,48 +119,9 @@ impl CountedComm {
         self.issue(t, op, site, kind, false)?.wait()
     }
 
-    /// `op` ([`Reduce::Sum`] or [`Reduce::Mean`]) of a host buffer over the group, in
-    /// place, blocking.
-    pub fn all_reduce_host(
-        &self,
-        buf: &mut [f32],
-        op: Reduce,
-        site: Site,
-        kind: CommKind,
-    ) -> Result<()> {
-        let n = self.size();
-        if n == 1 {
-            return Ok(());
-        }
-        if !matches!(op, Reduce::Sum | Reduce::Mean) {
-            bail!("a host buffer is summed or averaged, not reduced by {op:?}");
-        }
-        let bytes = std::mem::size_of_val(buf) as u64;
-        self.counted(bytes, site, kind, false, || {
-            if self.lane.threaded() {
-                // Behind the started collectives, on the communication thread.
-                let mut v = buf.to_vec();
-                let sum = self
-                    .lane
-                    .run(false, move |m| m.all_reduce_sum(&mut v).map(|()| v))
-                    .wait()?;
-                buf.copy_from_slice(&sum);
-            } else {
-                // No copy on the path every blocking-only run takes.
-                self.lane.member().all_reduce_sum(buf)?;
-            }
-            Ok(Started::ready(Ok(())))
-        })?
-        .wait()?;
-        if op == Reduce::Mean {
-            buf.iter_mut().for_each(|x| *x /= n as f32);
-        }
-        Ok(())
-    }
-
     /// `op` of `t` over the group, started ([`CountedComm::start`]) when `background`,
     /// else blocking: run at once, waited for at once, all of it exposed.
-    pub fn issue(
+    fn issue(
         &self,
         t: &Tensor,
         op: Reduce,
@@ -158,10 +129,10 @@ impl CountedComm {
         kind: CommKind,
         background: bool,
     ) -> Result<Started<Tensor>> {
-        let n = self.size();
-        if n == 1 {
+        if !self.communicates() {
             return Ok(Started::ready(Ok(t.clone())));
         }
+        let n = self.size();
         let dtype = self.comm_dtype;
         let compressed = op == Reduce::Activation && dtype != CommDtype::F32;
         let width = t.dims().last().copied().unwrap_or(1);
@@ -207,7 +178,11 @@ impl CountedComm {
         let returned = Instant::now();
         if background {
             self.tally.add_blocked(t0, returned);
-            self.trace_blocked_start(kind, site, t0, returned);
+            let trace = self.tally.trace();
+            if trace.is_on() {
+                let name = format!("start {} {}", kind.label(), site.label());
+                trace.record_wait(name, t0, returned);
+            }
         }
         let call = Issued {
             bytes,
@@ -256,7 +231,8 @@ impl CountedComm {
         let exposed = now - waited;
         self.tally.add_blocked(waited, now);
         if self.tally.trace().is_on() {
-            self.trace(&s, (from, to), waited, hidden, exposed);
+            let spans = self.on_timeline(&s, (from, to), waited, hidden, exposed, now);
+            self.tally.trace().record_collective(spans);
         }
         self.tally.record(
             s.site,
@@ -271,6 +247,39 @@ impl CountedComm {
                 group_size: self.size(),
             },
         );
+    }
+
+    /// The collective as the rank's timeline draws it (`--trace`): its flight until the
+    /// emulated link is done with it (a bucket's sum may be taken later), the window the
+    /// rank computed through it, and its wait.
+    fn on_timeline(
+        &self,
+        s: &Issued,
+        window: (Instant, Instant),
+        waited: Instant,
+        hidden: std::time::Duration,
+        exposed: std::time::Duration,
+        now: Instant,
+    ) -> CollectiveSpans {
+        let mut args = serde_json::Map::new();
+        args.insert("site".into(), s.site.label().into());
+        args.insert("kind".into(), s.kind.label().into());
+        args.insert("bytes".into(), s.bytes.into());
+        args.insert("group".into(), self.size().into());
+        let phase = match self.tally.phase() {
+            Phase::Train => "train",
+            Phase::Eval => "eval",
+        };
+        args.insert("phase".into(), phase.into());
+        args.insert("hidden_us".into(), (hidden.as_secs_f64() * 1e6).into());
+        args.insert("exposed_us".into(), (exposed.as_secs_f64() * 1e6).into());
+        CollectiveSpans {
+            name: format!("{} {}", s.kind.label(), s.site.label()),
+            args,
+            flight: (s.t0, s.due.map_or(now, |(due, _)| due.min(now))),
+            hidden: (!hidden.is_zero()).then_some(window),
+            wait: (waited, now),
+        }
     }
 }
 
@@ -289,15 +298,15 @@ fn max_from_sum(m: &dyn Comm, t: &Tensor) -> Result<Tensor> {
 }
 
 /// What is known of a collective when it starts.
-pub(super) struct Issued {
-    pub(super) bytes: u64,
-    pub(super) site: Site,
-    pub(super) kind: CommKind,
-    pub(super) t0: Instant,
+struct Issued {
+    bytes: u64,
+    site: Site,
+    kind: CommKind,
+    t0: Instant,
     /// When the start returned to the rank (the sum may be done by then).
-    pub(super) returned: Instant,
+    returned: Instant,
     /// When the emulated link is done with it, and its modelled seconds.
-    pub(super) due: Option<(Instant, f64)>,
+    due: Option<(Instant, f64)>,
 }
 
 /// Runs `f` on each member of an `n`-rank thread group, each with a counted handle and

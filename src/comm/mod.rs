@@ -5,13 +5,11 @@
 pub mod collectives;
 pub mod compressed;
 pub mod counted;
-mod counted_trace;
 pub mod link;
 pub mod mesh;
 pub mod quantise;
 pub mod tally;
 pub mod threads;
-pub mod turns;
 pub mod worker;
 
 pub use collectives::{stage_through_host, Comm, SoloComm, Started};

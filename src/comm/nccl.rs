@@ -182,6 +182,11 @@ impl Comm for NcclComm {
     }
 
     fn all_reduce(&self, t: &Tensor) -> Result<Tensor> {
+        // A host tensor (the step's scalars: the gradient norm, the losses) goes through
+        // device memory and back.
+        if t.device().is_cpu() {
+            return super::collectives::stage_through_host(t, |buf| self.all_reduce_sum(buf));
+        }
         // A contiguous copy of a strided input lives until the rank's stream has waited
         // for NCCL, so that its memory is not reused while NCCL reads it.
         let t = t.contiguous()?;

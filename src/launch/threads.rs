@@ -2,9 +2,10 @@
 
 use super::job::Job;
 use super::orchestrate::run_rank;
-use crate::comm::{turns, Comm, CountedComm, Mesh, Tally, ThreadWorld};
+use crate::comm::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
 use crate::train::context::RankContext;
 use crate::train::record::{RankOutcome, Reporter};
+use crate::util::turns;
 use anyhow::{anyhow, Result};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;

@@ -29,7 +29,7 @@ fn apply(
     group: &CountedComm,
     op: impl CustomOp1 + Send + Sync + 'static,
 ) -> Result<Tensor> {
-    if group.size() == 1 {
+    if !group.communicates() {
         return Ok(x.clone());
     }
     x.contiguous()?.apply_op1(op)

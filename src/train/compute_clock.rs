@@ -1,8 +1,8 @@
 //! A rank's compute as the CPU time of its own thread: the compute part of the time
 //! model that puts a run on another link (`analysis::timing`).
 
-use crate::comm::turns::cpu_in_collectives;
 use crate::util::thread_cpu_time;
+use crate::util::turns::cpu_in_collectives;
 use std::time::Duration;
 
 /// A rank's compute as the CPU time of its own thread: the step's thread CPU time less

@@ -52,8 +52,8 @@ pub struct OverlappedSync {
 impl OverlappedSync {
     /// Whether a step has anything to sum over its groups.
     pub fn needed(grads: &GradBuffer, tp: &CountedComm, dp: &CountedComm) -> bool {
-        dp.size() > 1
-            || (tp.size() > 1
+        dp.communicates()
+            || (tp.communicates()
                 && (0..grads.len()).any(|i| grads.kind(i) == ParamKind::ReplicatedPartial))
     }
 
@@ -101,7 +101,7 @@ impl OverlappedSync {
             .copied()
             .filter(|&i| grads.kind(i) == ParamKind::ReplicatedPartial)
             .collect();
-        let tp_sum = if self.tp.size() > 1 && !partial.is_empty() {
+        let tp_sum = if self.tp.communicates() && !partial.is_empty() {
             let sum = self.tp.start(
                 &grads.flatten(&partial)?,
                 Reduce::Sum,
@@ -134,7 +134,7 @@ impl OverlappedSync {
             if let Some((partial, sum)) = bucket.tp_sum.take() {
                 grads.unflatten(&partial, &sum.wait()?)?;
             }
-            if self.dp.size() > 1 {
+            if self.dp.communicates() {
                 bucket.dp_mean = Some(self.dp.start(
                     &grads.flatten(&bucket.ids)?,
                     Reduce::Mean,

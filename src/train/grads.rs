@@ -205,7 +205,7 @@ impl GradBuffer {
     /// Sums the gradients of `ReplicatedPartial` parameters over the TP group in one
     /// bucketed all-reduce: after it, every rank holds the full, identical gradient.
     pub fn sync_tp_partial(&mut self, tp: &CountedComm) -> Result<()> {
-        if tp.size() == 1 {
+        if !tp.communicates() {
             return Ok(());
         }
         let ids = self.indices(|k| k == ParamKind::ReplicatedPartial);
@@ -216,7 +216,7 @@ impl GradBuffer {
 
     /// Averages all gradients over the data-parallel group in one bucketed all-reduce.
     pub fn average_dp(&mut self, dp: &CountedComm) -> Result<()> {
-        if dp.size() == 1 {
+        if !dp.communicates() {
             return Ok(());
         }
         let ids: Vec<usize> = (0..self.grads.len()).collect();
@@ -238,7 +238,7 @@ impl GradBuffer {
         let sharded = sq(self.indices(|k| matches!(k, ParamKind::Sharded(_))))?;
         let replicated = sq(self.indices(|k| !matches!(k, ParamKind::Sharded(_))))?;
         let mut buf = [sharded as f32];
-        tp.all_reduce_host(&mut buf, Reduce::Sum, Site::Params, CommKind::Other)?;
+        super::host_sums::reduce_host(tp, &mut buf, Reduce::Sum, Site::Params)?;
         Ok((buf[0] as f64 + replicated).sqrt() as f32)
     }
 }

@@ -12,6 +12,7 @@ pub mod generate;
 pub mod grad_buckets;
 pub mod grads;
 pub mod hooks;
+pub mod host_sums;
 pub mod memory;
 pub mod optimizer;
 pub mod record;

@@ -12,12 +12,13 @@ use super::generate::{generate, SampleOptions};
 use super::grad_buckets::{backward_into, OverlappedSync};
 use super::grads::GradBuffer;
 use super::hooks::Hooks;
+use super::host_sums::reduce_host;
 use super::memory;
 use super::optimizer::{AdamW, AdamWConfig};
 use super::record::{EvalRecord, Phases, StepRecord, Tallied};
 use super::schedule::CosineSchedule;
 use crate::blocks::Fwd;
-use crate::comm::{CommKind, Phase, Reduce, Site};
+use crate::comm::{Phase, Reduce, Site};
 use crate::config::RunConfig;
 use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
 use crate::model::Gpt;
@@ -241,9 +242,7 @@ impl<'a> Trainer<'a> {
     /// Mean of a per-rank value over the data-parallel group.
     pub fn mean_over_dp(&self, x: f32) -> Result<f32> {
         let mut buf = [x];
-        self.ctx
-            .dp
-            .all_reduce_host(&mut buf, Reduce::Mean, Site::Misc, CommKind::Other)?;
+        reduce_host(&self.ctx.dp, &mut buf, Reduce::Mean, Site::Misc)?;
         Ok(buf[0])
     }
 
@@ -264,9 +263,7 @@ impl<'a> Trainer<'a> {
             }
             out[slot] = (sum / iters as f64) as f32;
         }
-        self.ctx
-            .dp
-            .all_reduce_host(&mut out, Reduce::Mean, Site::Misc, CommKind::Other)?;
+        reduce_host(&self.ctx.dp, &mut out, Reduce::Mean, Site::Misc)?;
         self.ctx.tally.set_phase(Phase::Train);
         let rec = EvalRecord {
             train_loss: out[0],

@@ -8,6 +8,7 @@ pub mod host;
 pub mod say;
 pub mod seeds;
 pub mod trace;
+pub mod turns;
 
 pub use cpu_time::thread_cpu_time;
 pub use fs::{fsync_dir, write_atomic};

@@ -132,6 +132,81 @@ impl Trace {
     }
 }
 
+/// A collective as the timeline draws it: its flight on the communication track, the
+/// window the rank computed through it, and the rank's wait on its compute track — the
+/// windows the tally counts hidden and exposed.
+pub struct CollectiveSpans {
+    /// "<kind> <site>".
+    pub name: String,
+    pub args: serde_json::Map<String, serde_json::Value>,
+    /// When it was started, and when the link was done with it (or now).
+    pub flight: (Instant, Instant),
+    /// The window the rank computed through it, if any.
+    pub hidden: Option<(Instant, Instant)>,
+    /// When the rank began to wait for it, and when it had it.
+    pub wait: (Instant, Instant),
+}
+
+impl Trace {
+    /// A wait of the rank's compute track: a collective's start that blocked it.
+    pub fn record_wait(&self, name: String, from: Instant, to: Instant) {
+        if self.is_on() && to > from {
+            self.record(span(
+                name,
+                "wait",
+                Track::Compute,
+                (from, to),
+                Default::default(),
+            ));
+        }
+    }
+
+    /// `c`'s spans (see [`CollectiveSpans`]).
+    pub fn record_collective(&self, c: CollectiveSpans) {
+        if !self.is_on() {
+            return;
+        }
+        let name = c.name;
+        let (hidden, wait) = (format!("hidden {name}"), format!("wait {name}"));
+        self.record(span(name, "collective", Track::Comm, c.flight, c.args));
+        if let Some(window) = c.hidden {
+            self.record(span(
+                hidden,
+                "hidden",
+                Track::Comm,
+                window,
+                Default::default(),
+            ));
+        }
+        self.record(span(
+            wait,
+            "wait",
+            Track::Compute,
+            c.wait,
+            Default::default(),
+        ));
+    }
+}
+
+/// A span from `at.0` to `at.1` (none if it ends first).
+fn span(
+    name: String,
+    cat: &str,
+    track: Track,
+    at: (Instant, Instant),
+    args: serde_json::Map<String, serde_json::Value>,
+) -> Span {
+    let (from, to) = (at_us(at.0), at_us(at.1));
+    Span {
+        name,
+        cat: cat.into(),
+        track,
+        start_us: from,
+        dur_us: (to - from).max(0.0),
+        args,
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -105,9 +105,9 @@ fn started_all_reduces_equal_blocking_ones_and_keep_their_order() {
                         if started {
                             let a = c.start(&tensor(k), Reduce::Sum, site, kind).unwrap();
                             let b = c.start(&tensor(k + 1), Reduce::Sum, site, kind).unwrap();
-                            let mut host = vals(k + 2);
-                            c.all_reduce_host(&mut host, Reduce::Sum, site, kind)
-                                .unwrap();
+                            // A blocking sum between two started ones.
+                            let host = c.all_reduce(&tensor(k + 2), Reduce::Sum, site, kind);
+                            let host: Vec<f32> = host.unwrap().to_vec1().unwrap();
                             out.push(a.wait().unwrap().to_vec1::<f32>().unwrap());
                             out.push(b.wait().unwrap().to_vec1::<f32>().unwrap());
                             out.push(host);

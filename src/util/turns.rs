@@ -10,7 +10,7 @@
 //!   what it would take on a machine of its own. The measurement the thread-CPU-time
 //!   model is held to (docs/results.md); slow, never the default.
 
-use crate::util::thread_cpu_time;
+use super::thread_cpu_time;
 use std::cell::Cell;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;

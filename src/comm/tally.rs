@@ -2,7 +2,7 @@
 //! parameter buckets) and per kind, with calls, bytes and seconds.
 //!
 //! Training passes and evaluation/sampling passes are kept apart: the per-pass counts that
-//! blocks.md's formula predicts are about training steps, so [`Tally::set_phase`] routes
+//! blocks.md's formula predicts are about training steps, so [`Tally::enter`] routes
 //! evaluation traffic into its own totals.
 
 use serde::{Deserialize, Serialize};
@@ -224,6 +224,19 @@ struct Inner {
 const BLOCKED_KEPT: usize = 8192;
 
 /// One rank's tally. Cheap to record into; shared by every counted group of the rank.
+/// Restores the tally's phase when dropped ([`Tally::enter`]).
+#[must_use = "the phase is restored when the guard is dropped"]
+pub struct PhaseGuard<'a> {
+    tally: &'a Tally,
+    before: Phase,
+}
+
+impl Drop for PhaseGuard<'_> {
+    fn drop(&mut self) {
+        self.tally.lock().phase = self.before;
+    }
+}
+
 pub struct Tally {
     inner: Mutex<Inner>,
     /// Nanoseconds this rank has spent blocked in collectives (blocking calls and waits
@@ -297,8 +310,15 @@ impl Tally {
         self.lock().phase
     }
 
-    pub fn set_phase(&self, phase: Phase) {
-        self.lock().phase = phase;
+    /// Records collectives as `phase` until the guard is dropped, then as before — on
+    /// every path out, errors and panics included (evaluation, sampling and checkpoints
+    /// enter [`Phase::Eval`] through it; nothing sets the phase by hand).
+    pub fn enter(&self, phase: Phase) -> PhaseGuard<'_> {
+        let before = std::mem::replace(&mut self.lock().phase, phase);
+        PhaseGuard {
+            tally: self,
+            before,
+        }
     }
 
     pub fn record(&self, site: Site, kind: CommKind, call: Call) {
@@ -365,8 +385,17 @@ mod tests {
             t.record(site, CommKind::TpForward, call);
         }
         t.record(Site::Layer(3), CommKind::TpBackward, call);
-        t.set_phase(Phase::Eval);
-        t.record(Site::Misc, CommKind::Other, call);
+        {
+            let _eval = t.enter(Phase::Eval);
+            t.record(Site::Misc, CommKind::Other, call);
+        }
+        assert_eq!(t.phase(), Phase::Train, "the guard restores the phase");
+        let failing = || -> Result<(), &str> {
+            let _eval = t.enter(Phase::Eval);
+            Err("an evaluation that fails")
+        };
+        assert!(failing().is_err());
+        assert_eq!(t.phase(), Phase::Train, "restored on the error path too");
         let snap = t.snapshot();
         let json = serde_json::to_string(&snap).unwrap();
         let back: TallySnapshot = serde_json::from_str(&json).unwrap();

@@ -1,14 +1,13 @@
-//! A job: everything its ranks need, checked before anything is written (the config, the
-//! data, the checkpoint to resume, the fault plan), and what rank 0 does around training
-//! (open the run directory, announce, write the closing files). Launchers share it.
+//! Opening a job: everything its ranks need, checked before anything is written (the
+//! config, the data, the checkpoint to resume, the fault plan), and rank 0's announcement.
+//! Closing it (the files rank 0 writes after training) is `closing.rs`. Launchers share
+//! both.
 
-use super::report::{comm_report, run_summary};
 use crate::config::RunConfig;
 use crate::data::{data_root, prepare, prepare_text, Dataset, TextTokenizer, TEXT};
 use crate::error::user;
-use crate::run_dir::{self, Checkpoint, CommReport, EvalReport, RunDir};
+use crate::run_dir::{self, Checkpoint};
 use crate::train::hooks::{self, Hooks, NoHooks};
-use crate::train::record::RankOutcome;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -379,66 +378,4 @@ pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
             cfg.parallel.tp,
         );
     }
-}
-
-/// Rank 0's closing work: comm.json, sample.txt, summary.json and the printed summary.
-pub fn finish(job: &Job, dir: &RunDir, outcome: &RankOutcome) -> Result<CommReport> {
-    let cfg = &job.cfg;
-    if let Some(full) = outcome.final_eval.filter(|f| !f.loss.is_finite()) {
-        anyhow::bail!(
-            "the final evaluation's loss over the whole val split is {} although training stayed finite (the model overflows): its last checkpoint is kept, nothing else was written",
-            full.loss
-        );
-    }
-    let mut report = comm_report(cfg, cfg.layout(), outcome);
-    if report.compute.is_none() {
-        // A resumed run with nothing left to train keeps what its steps measured.
-        report.compute = run_dir::read_comm(&dir.path)
-            .ok()
-            .flatten()
-            .and_then(|r| r.compute);
-    }
-    dir.write_comm(&report)?;
-    dir.write_sample(&outcome.sample)?;
-    if let Some(full) = outcome.final_eval {
-        let ck = run_dir::latest(&dir.path)?;
-        dir.write_eval(&EvalReport {
-            loss: full.loss,
-            tokens: full.tokens,
-            split: "val".into(),
-            tp: cfg.parallel.tp,
-            checkpoint: ck.map(|p| p.display().to_string()).unwrap_or_default(),
-            step: cfg.optim.max_iters,
-        })?;
-    }
-    let log = run_dir::read_log(&dir.path)?;
-    let mut summary = run_summary(cfg, &report, outcome, &log, job.wall_seconds());
-    summary.data_sha256 = Some(job.data.fingerprint());
-    dir.write_summary(&summary)?;
-    crate::say!("{}", report.table());
-    if !outcome.sample.is_empty() {
-        crate::say!("sample:\n{}\n", outcome.sample);
-    }
-    if let Some(last) = outcome.log.iter().rev().find(|l| l.val_loss.is_some()) {
-        crate::say!(
-            "final: step {}, train loss {:.4}, val loss {:.4}, best val loss {:.4}",
-            last.step,
-            last.eval_train_loss.unwrap_or(f32::NAN),
-            last.val_loss.unwrap_or(f32::NAN),
-            outcome.best_val_loss.unwrap_or(f32::NAN)
-        );
-    }
-    if let Some(full) = outcome.final_eval {
-        crate::say!(
-            "val loss over the whole split: {:.4} ({} predictions; eval.json)",
-            full.loss,
-            full.tokens
-        );
-    }
-    crate::say!(
-        "outputs in {}: config.yaml, log.jsonl, comm.json, summary.json, sample.txt, {}/",
-        dir.path.display(),
-        run_dir::CHECKPOINTS
-    );
-    Ok(report)
 }

@@ -5,8 +5,9 @@
 //! during training is printed by the failing rank and ends the job with MPI_Abort, so
 //! no rank is left waiting in a collective.
 
+use super::closing::finish;
 use super::console::ConsoleReporter;
-use super::job::{announce, finish, prepare_job, Target};
+use super::job::{announce, prepare_job, Target};
 use super::launcher_env::{local_rank, local_ranks};
 use super::orchestrate::run_rank;
 use super::outputs::open_outputs;

@@ -227,14 +227,13 @@ fn final_eval(job: &Job, ctx: &RankContext, trainer: &Trainer) -> Result<Option<
     if job.cfg.eval.final_eval != FinalEval::Full {
         return Ok(None);
     }
-    ctx.tally.set_phase(Phase::Eval);
+    let _phase = ctx.tally.enter(Phase::Eval);
     let l = split_loss(
         trainer.model(),
         job.data.split(Split::Val),
         job.cfg.model.arch.block_size,
         job.cfg.optim.batch_size,
     )?;
-    ctx.tally.set_phase(Phase::Train);
     Ok(Some(l))
 }
 

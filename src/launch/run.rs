@@ -1,8 +1,9 @@
 //! One training run end to end: checks, data, run directory, ranks, reports. The same
 //! steps for both backends; with MPI each process is one rank and rank 0 writes.
 
+use super::closing::finish;
 use super::console::ConsoleReporter;
-use super::job::{announce, finish, prepare_job, OnOtherData, Target};
+use super::job::{announce, prepare_job, OnOtherData, Target};
 use super::outputs::open_outputs;
 use super::report::{rank_compute_ms, ranks_compute};
 use super::threads::{configure_threads, run_threads};

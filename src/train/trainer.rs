@@ -252,7 +252,7 @@ impl<'a> Trainer<'a> {
         let tally = self.ctx.tally.clone();
         let _span = tally.trace().span("eval", || "evaluation".into());
         let iters = self.cfg.eval.eval_iters;
-        self.ctx.tally.set_phase(Phase::Eval);
+        let phase = tally.enter(Phase::Eval);
         let mut out = [0f32; 2];
         for (slot, split) in [Split::Train, Split::Val].into_iter().enumerate() {
             let mut sum = 0f64;
@@ -264,7 +264,7 @@ impl<'a> Trainer<'a> {
             out[slot] = (sum / iters as f64) as f32;
         }
         reduce_host(&self.ctx.dp, &mut out, Reduce::Mean, Site::Misc)?;
-        self.ctx.tally.set_phase(Phase::Train);
+        drop(phase);
         let rec = EvalRecord {
             train_loss: out[0],
             val_loss: out[1],
@@ -469,7 +469,7 @@ impl<'a> Trainer<'a> {
 
     /// Text from the model (every rank takes part; identical on all of them).
     pub fn sample(&self, tokens: usize) -> Result<Vec<u32>> {
-        self.ctx.tally.set_phase(Phase::Eval);
+        let _phase = self.ctx.tally.enter(Phase::Eval);
         let tok = self.batcher.data.tokenizer();
         let opts = SampleOptions {
             tokens,
@@ -477,8 +477,6 @@ impl<'a> Trainer<'a> {
             top_k: Some(self.cfg.eval.sample_top_k).filter(|&k| k > 0),
             seed: self.cfg.optim.seed,
         };
-        let ids = generate(&self.model, &tok.start_tokens(), &opts);
-        self.ctx.tally.set_phase(Phase::Train);
-        ids
+        generate(&self.model, &tok.start_tokens(), &opts)
     }
 }

@@ -1,6 +1,7 @@
-//! The block kinds' facts against the documents: blocks.md's counting formula and
-//! examples from `BlockKind::syncs`, and docs/architecture.md's list of the files that
-//! decide a kind against the files where the test-only kind `x` has its arms.
+//! The code against what the documents say of it: blocks.md's counting formula and
+//! examples from `BlockKind::syncs`, docs/architecture.md's list of the files that decide
+//! a kind against the files where the test-only kind `x` has its arms, and its reading
+//! path's files and functions against the tree.
 
 use std::path::{Path, PathBuf};
 use strum::IntoEnumIterator;
@@ -104,4 +105,36 @@ fn architecture_md_names_every_file_that_decides_a_kind_as_the_test_only_kind_sh
         listed, armed,
         "docs/architecture.md's kind places against kind x's arms"
     );
+}
+
+#[test]
+fn architecture_md_reading_path_names_files_and_functions_that_exist() {
+    let md = read("docs/architecture.md");
+    let path = md
+        .split("<!-- reading path")
+        .nth(1)
+        .and_then(|s| s.split("<!-- end reading path -->").next())
+        .unwrap();
+    // Every `src/...rs` followed by its functions in parentheses: `(`a`, `b`)`.
+    let mut named = 0;
+    for (i, piece) in path.split('`').enumerate() {
+        if i % 2 == 0 || !piece.starts_with("src/") || !piece.ends_with(".rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(root().join(piece))
+            .unwrap_or_else(|_| panic!("the reading path names {piece}, which does not exist"));
+        let rest = path.split(&format!("`{piece}`")).nth(1).unwrap();
+        let Some(fns) = rest.strip_prefix(" (") else {
+            continue;
+        };
+        for f in fns[..fns.find(')').unwrap()].split(", ") {
+            let f = f.trim_matches('`');
+            assert!(
+                text.contains(&format!("fn {f}(")) || text.contains(&format!("fn {f}<")),
+                "the reading path names {f} in {piece}, which has no such function"
+            );
+            named += 1;
+        }
+    }
+    assert!(named >= 25, "only {named} functions named");
 }

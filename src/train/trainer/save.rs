@@ -16,7 +16,7 @@ impl Trainer<'_> {
     /// Returns the checkpoint directory on the writing rank.
     pub fn save_checkpoint(&mut self, root: Option<&Path>) -> Result<Option<PathBuf>> {
         let tp = &self.ctx.tp;
-        self.ctx.tally.set_phase(Phase::Eval);
+        let phase = self.ctx.tally.enter(Phase::Eval);
         let mut tensors = CheckpointTensors {
             weights: HashMap::new(),
             m: HashMap::new(),
@@ -36,7 +36,7 @@ impl Trainer<'_> {
                 kind: Some(p.kind),
             });
         }
-        self.ctx.tally.set_phase(Phase::Train);
+        drop(phase);
         let dir = match root {
             None => None,
             Some(root) => {

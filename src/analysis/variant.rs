@@ -58,6 +58,12 @@ impl Variant {
         self.comm_dtype == other.comm_dtype && runs(self) == runs(other)
     }
 
+    /// Whether `other` has this layout, layer by layer, whatever its sums travel in (a
+    /// sweep's baseline pattern pairs with the groups of each compression).
+    pub fn same_layout(&self, other: &Variant) -> bool {
+        self.kinds == other.kinds
+    }
+
     fn key(&self) -> (&str, &str) {
         (&self.kinds, self.comm_dtype.label())
     }

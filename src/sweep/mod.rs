@@ -72,7 +72,7 @@ pub fn sweep_and_report(
         .into_iter()
         .cloned()
         .collect();
-    let groups = summary::groups(&compared, sweep.baseline.as_deref(), tuned_keys);
+    let groups = summary::groups(&compared, sweep.baseline.as_ref(), tuned_keys);
     let mut md = summary::markdown(&sweep.name, &results);
     if let Some(t) = &sweep.tune {
         let record = tuned::record(&results, t)?;
@@ -89,7 +89,7 @@ pub fn sweep_and_report(
             &out.join("groups.csv"),
             summary::groups_csv(&groups).as_bytes(),
         )?;
-        md += &summary::groups_markdown(&groups, sweep.baseline.as_deref(), tuned_keys);
+        md += &summary::groups_markdown(&groups, sweep.baseline.as_ref(), tuned_keys);
     }
     write_atomic(&out.join("summary.md"), md.as_bytes())?;
     let runs = results

@@ -20,7 +20,7 @@
 use super::runner::PointResult;
 use super::spec::{MoreSeeds, Point};
 use super::summary::groups;
-use crate::analysis::ReplicateKey;
+use crate::analysis::{ReplicateKey, Variant};
 
 /// A group that needs another seed: its name and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +40,7 @@ impl MoreSeeds {
     pub fn next_round(
         &self,
         results: &[PointResult],
-        baseline: &str,
+        baseline: &Variant,
         tuned: &[String],
     ) -> (Vec<Point>, Vec<Wide>) {
         let tried = |group: &str| results.iter().filter(|r| r.point.group == group).count();
@@ -52,8 +52,7 @@ impl MoreSeeds {
         let (mut points, mut wide): (Vec<Point>, Vec<Wide>) = (Vec::new(), Vec::new());
         for g in groups(results, Some(baseline), tuned) {
             let ci95 = g.vs_baseline.map_or(f64::INFINITY, |d| d.ci95);
-            if g.pattern == baseline || tried(&g.group) >= self.max_seeds || ci95 <= self.until_ci95
-            {
+            if g.is_baseline || tried(&g.group) >= self.max_seeds || ci95 <= self.until_ci95 {
                 continue;
             }
             let Some(first) = results.iter().find(|r| r.point.group == g.group) else {
@@ -61,7 +60,7 @@ impl MoreSeeds {
             };
             // Without a baseline run to pair with, more seeds cannot narrow anything.
             let Some(partner) = results.iter().find(|r| {
-                r.point.cfg.model.pattern.as_str() == baseline
+                Variant::of(&r.point.cfg).is_ok_and(|v| v.same_layout(baseline))
                     && rest(&r.point) == rest(&first.point)
             }) else {
                 continue;

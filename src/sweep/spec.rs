@@ -23,6 +23,7 @@
 use super::tune_spec::{at_values_from, tune_of, SweepParts, TuneFile};
 use super::yaml::{key_of, safe, scalar_text, value_of};
 use crate::analysis::tuning::TunedValues;
+use crate::analysis::Variant;
 use crate::config::{resolve, Origin, Override, RunConfig};
 use crate::error::user;
 use crate::user_bail;
@@ -90,8 +91,8 @@ pub struct Sweep {
     pub name: String,
     pub launcher: Launcher,
     pub points: Vec<Point>,
-    /// The pattern every other group is compared with, seed by seed.
-    pub baseline: Option<String>,
+    /// The layout every other group is compared with, seed by seed (any spelling of it).
+    pub baseline: Option<Variant>,
     /// The stopping rule that adds seeds after `seeds` (needs `baseline`).
     pub more_seeds: Option<MoreSeeds>,
     /// Each layout at its own best values (`tune:`): `points` are then the selection
@@ -328,20 +329,29 @@ impl Sweep {
         if names.len() != points.len() {
             user_bail!("the grid of {} repeats a point", file.display());
         }
-        if let Some(b) = &spec.baseline {
-            if !points.iter().any(|p| p.cfg.model.pattern.as_str() == b) {
-                user_bail!(
-                    "baseline `{b}` of {} is not a pattern of the sweep: name one of its patterns",
-                    file.display()
-                );
+        let baseline = match &spec.baseline {
+            None => None,
+            Some(b) => {
+                let not_ours = || {
+                    user(format!(
+                        "baseline `{b}` of {} is not a pattern of the sweep: name one of its patterns",
+                        file.display()
+                    ))
+                };
+                let v = Variant::parse(b).map_err(|_| not_ours())?;
+                let ours = |p: &Point| Variant::of(&p.cfg).is_ok_and(|o| o.same_layout(&v));
+                if !points.iter().any(ours) {
+                    return Err(not_ours());
+                }
+                Some(v)
             }
-        }
+        };
         check_more_seeds(&spec, file)?;
         Ok(Self {
             name,
             launcher: spec.launcher,
             points,
-            baseline: spec.baseline,
+            baseline,
             more_seeds: spec.more_seeds,
             tune,
             reuse: spec.reuse,

@@ -1,7 +1,7 @@
 //! `summary.csv` and `summary.md` of a sweep: one row per point.
 
 use super::runner::{PointResult, Status};
-use crate::analysis::{paired_differences, ReplicateKey, Replicates, Table};
+use crate::analysis::{paired_differences, ReplicateKey, Replicates, Table, Variant};
 
 const COLUMNS: [&str; 15] = [
     "run",
@@ -89,6 +89,8 @@ pub fn markdown(name: &str, results: &[PointResult]) -> String {
 pub struct GroupRow {
     pub group: String,
     pub pattern: String,
+    /// Whether this is the baseline layout's group.
+    pub is_baseline: bool,
     pub forward_allreduces_per_step: Option<f64>,
     /// Final validation loss over the group's finished runs.
     pub val: Replicates,
@@ -110,8 +112,17 @@ fn seeded_losses<'a>(results: impl Iterator<Item = &'a PointResult>) -> Vec<(u64
 /// The replicate groups of a sweep ([`ReplicateKey`]: points equal but for the seed), in
 /// the order they first appear, each named by its point's grid keys. Groups that differ
 /// only in pattern (and in the `tuned` keys, each layout's own best) are compared.
-pub fn groups(results: &[PointResult], baseline: Option<&str>, tuned: &[String]) -> Vec<GroupRow> {
+pub fn groups(
+    results: &[PointResult],
+    baseline: Option<&Variant>,
+    tuned: &[String],
+) -> Vec<GroupRow> {
     let key = |r: &PointResult| ReplicateKey::of(&r.point.cfg).ok();
+    // One layout however it is spelled (`4xt` is `tttt`).
+    let is_base = |r: &PointResult| {
+        let v = Variant::of(&r.point.cfg).ok();
+        baseline.is_some_and(|b| v.is_some_and(|v| v.same_layout(b)))
+    };
     let rest = |r: &PointResult| ReplicateKey::without_pattern_or(&r.point.cfg, tuned).ok();
     let mut firsts: Vec<&PointResult> = Vec::new();
     for r in results {
@@ -127,21 +138,22 @@ pub fn groups(results: &[PointResult], baseline: Option<&str>, tuned: &[String])
             let losses = seeded_losses(members.iter().copied());
             let val = Replicates::of(&losses.iter().map(|&(_, l)| l).collect::<Vec<_>>())?;
             let pattern = first.point.cfg.model.pattern.to_string();
-            let vs_baseline = baseline.filter(|b| *b != pattern).and_then(|b| {
-                let base =
-                    seeded_losses(results.iter().filter(|r| {
-                        r.point.cfg.model.pattern.as_str() == b && rest(r) == rest(first)
-                    }));
-                Replicates::of(&paired_differences(&losses, &base))
+            let is_baseline = is_base(first);
+            let vs_baseline = (baseline.is_some() && !is_baseline).then(|| {
+                let base = results
+                    .iter()
+                    .filter(|r| is_base(r) && rest(r) == rest(first));
+                Replicates::of(&paired_differences(&losses, &seeded_losses(base)))
             });
             Some(GroupRow {
                 group: first.point.group.clone(),
                 pattern,
+                is_baseline,
                 forward_allreduces_per_step: members
                     .iter()
                     .find_map(|r| r.summary.as_ref().map(|s| s.forward_allreduces_per_step)),
                 val,
-                vs_baseline,
+                vs_baseline: vs_baseline.flatten(),
             })
         })
         .collect()
@@ -200,7 +212,7 @@ pub fn groups_csv(rows: &[GroupRow]) -> String {
 }
 
 /// The replicate table of `summary.md`, with how to read it.
-pub fn groups_markdown(rows: &[GroupRow], baseline: Option<&str>, tuned: &[String]) -> String {
+pub fn groups_markdown(rows: &[GroupRow], baseline: Option<&Variant>, tuned: &[String]) -> String {
     let at_best = match tuned.is_empty() {
         true => String::new(),
         false => format!(

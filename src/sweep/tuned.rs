@@ -165,7 +165,10 @@ pub fn record(results: &[PointResult], tune: &Tune) -> Result<TuningRecord> {
             let mut mine: Vec<ChoiceRecord> = Vec::new();
             for r in results {
                 let v = Variant::of(&r.point.cfg)?;
-                if mine.iter().any(|c| c.pattern == v.to_string()) {
+                if mine
+                    .iter()
+                    .any(|c| Variant::parse(&c.pattern).is_ok_and(|m| m == v))
+                {
                     continue;
                 }
                 if let Some(c) = theirs

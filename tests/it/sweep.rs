@@ -121,13 +121,14 @@ fn unknown_grid_keys_and_an_empty_grid_are_clear_errors_before_anything_runs() {
 
 /// `seeds` makes replicates: the summary's group statistics equal the mean, sample
 /// standard deviation and t-interval computed here from the runs' own summaries, and the
-/// paired difference against the baseline likewise; the plots draw them.
+/// paired difference against the baseline likewise (named in another spelling of its
+/// layout, `4xt` for `tttt`: pairing is by layout, not text); the plots draw them.
 #[test]
 fn a_sweep_with_seeds_reports_replicate_statistics_matching_its_runs() {
     let d = scratch("sweep-seeds");
     let o = sweep(
         &d,
-        "grid: {pattern: [tttt, sppp]}\nseeds: [1, 2, 3]\nbaseline: tttt\n",
+        "grid: {pattern: [tttt, sppp]}\nseeds: [1, 2, 3]\nbaseline: 4xt\n",
     );
     assert_ok(&o);
     let out = d.join("out");
@@ -175,7 +176,7 @@ fn a_sweep_with_seeds_reports_replicate_statistics_matching_its_runs() {
     close(rows[1][10], (4.303 + 1.061) * ds / 3f64.sqrt());
     let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(
-        md.contains("## Replicates") && md.contains("paired by seed against `tttt`"),
+        md.contains("## Replicates") && md.contains("paired by seed against `4xt`"),
         "{md}"
     );
     for f in ["loss_curves", "tradeoff"] {

@@ -26,6 +26,19 @@ impl BlockLayout {
     pub fn as_str(&self) -> &str {
         &self.pattern
     }
+    /// That a model's `n_layer` is this layout's depth: the one check and its one message
+    /// (the config's validation and the model's build both ask it).
+    pub fn agrees_with_n_layer(&self, n_layer: usize) -> Result<(), String> {
+        if self.n_layer() == n_layer {
+            return Ok(());
+        }
+        Err(format!(
+            "pattern \"{}\" has {} layers but n_layer is {n_layer}: make them agree (or leave n_layer unset)",
+            self.pattern,
+            self.n_layer()
+        ))
+    }
+
     pub fn n_layer(&self) -> usize {
         self.kinds.len()
     }

@@ -55,14 +55,7 @@ impl RunConfig {
     pub fn validate(&self) -> Result<()> {
         let layout = self.layout();
         let arch = &self.model.arch;
-        if layout.n_layer() != arch.n_layer {
-            user_bail!(
-                "pattern \"{}\" has {} layers but n_layer is {}: make them agree (or leave n_layer unset)",
-                self.model.pattern,
-                layout.n_layer(),
-                arch.n_layer
-            );
-        }
+        layout.agrees_with_n_layer(arch.n_layer).map_err(user)?;
         if self.model.text_tokenizer.is_some() && self.model.dataset != crate::data::TEXT {
             user_bail!(
                 "text_tokenizer chooses how a `text` corpus is tokenized, but the dataset is {}: drop it, or set dataset=text with text_path",

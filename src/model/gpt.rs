@@ -52,14 +52,9 @@ impl Gpt {
         tp: &CountedComm,
         device: &Device,
     ) -> Result<Self> {
-        if layout.n_layer() != cfg.n_layer {
-            bail!(
-                "pattern \"{}\" has {} layers but n_layer is {}: make them agree (or leave n_layer unset)",
-                layout.pattern,
-                layout.n_layer(),
-                cfg.n_layer
-            );
-        }
+        layout
+            .agrees_with_n_layer(cfg.n_layer)
+            .map_err(anyhow::Error::msg)?;
         cfg.check(tp.size())?;
         let (v, t, c) = (cfg.vocab_size, cfg.block_size, cfg.n_embd);
         let mut b = ParamBuilder::new(source, tp.rank(), tp.size(), device);

@@ -81,9 +81,8 @@ pub struct RankOutcome {
     pub sample: String,
     /// This rank's parameters after training, by name (only when asked for).
     pub params: Vec<(String, Vec<f32>)>,
-    pub logical_params: usize,
-    /// Parameters this rank holds (shards and replicated tensors).
-    pub local_params: usize,
+    /// The model's parameters, and those this rank holds (shards and replicated tensors).
+    pub param_counts: ParamCounts,
     pub best_val_loss: Option<f32>,
     /// The whole validation split's loss at the end (`final_eval: full`).
     pub final_eval: Option<crate::train::full_eval::SplitLoss>,

@@ -16,6 +16,7 @@ use super::runs::RunCurves;
 use super::table::Table;
 use super::timing::StepTiming;
 use crate::comm::LinkModel;
+use crate::config::Variant;
 use crate::run_dir::read_summary;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -310,7 +311,7 @@ pub fn step_reaching(curve: &[(f64, f64)], target: f64) -> Option<f64> {
 pub fn on_real_links(cal: &Calibration, runs: &[RunCurves]) -> Vec<OnRealLinks> {
     runs.iter()
         .map(|r| OnRealLinks {
-            pattern: r.pattern.clone(),
+            pattern: r.variant.to_string(),
             forward_allreduces: r.forward_allreduces_per_step,
             final_val: r.final_val,
             final_ci95: r.final_ci95,
@@ -318,7 +319,7 @@ pub fn on_real_links(cal: &Calibration, runs: &[RunCurves]) -> Vec<OnRealLinks> 
             step_ms: cal
                 .cells
                 .iter()
-                .filter(|c| c.pattern == r.pattern)
+                .filter(|c| Variant::parse(&c.pattern).is_ok_and(|v| v == r.variant))
                 .map(|c| (c.rate_label.clone(), c.rate_bits, c.measured_ms))
                 .collect(),
         })

@@ -27,10 +27,8 @@ pub mod timing;
 pub mod tuned_study;
 pub mod tuning;
 pub mod tuning_record;
-pub mod variant;
 
 pub use runs::{merge_replicates, ReplicateKey, RunCurves};
 pub use stats::{median, paired_differences, Replicates};
 pub use table::Table;
 pub use timing::{parse_link, step_ms, Link, StepTiming};
-pub use variant::Variant;

@@ -9,7 +9,7 @@ use super::runs::RunCurves;
 use super::stats::{by_seed, Replicates};
 use super::table::Table;
 use super::timing::Link;
-use super::variant::Variant;
+use crate::config::Variant;
 use std::fmt::Write;
 
 /// The target a comparison uses when none is given: the worst final val loss among the
@@ -98,14 +98,9 @@ fn with_interval(r: &Replicates, digits: usize) -> String {
 /// The group the others are timed against: the one whose layout is `baseline`, else
 /// the only all-t one.
 pub fn baseline_of<'a>(runs: &'a [RunCurves], baseline: Option<&Variant>) -> Option<&'a RunCurves> {
-    let variant = |r: &RunCurves| Variant::parse(&r.pattern).ok();
     let matching: Vec<&RunCurves> = runs
         .iter()
-        .filter(|r| match (variant(r), baseline) {
-            (Some(v), Some(b)) => &v == b,
-            (Some(v), None) => v.all_t(),
-            (None, _) => false,
-        })
+        .filter(|r| baseline.map_or(r.variant.all_t(), |b| r.variant == *b))
         .collect();
     match matching.as_slice() {
         [one] => Some(one),
@@ -212,7 +207,7 @@ pub fn on_link_markdown(
         machines(runs)
     );
     let sooner_than = baseline.map_or("x sooner (no baseline)".to_string(), |b| {
-        format!("x sooner than {}", b.pattern)
+        format!("x sooner than {}", b.variant)
     });
     let mut t = Table::new([
         "run".to_string(),

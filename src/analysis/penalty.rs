@@ -12,7 +12,7 @@
 
 pub use super::setting::Setting;
 use super::stats::{holm, paired_differences, Replicates};
-use super::variant::Variant;
+use crate::config::Variant;
 use crate::run_dir::{read_config, read_summary};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -53,7 +53,7 @@ impl PenaltyRun {
         let layout = cfg.layout();
         Ok(Some(Self {
             setting: Setting::tuned(&cfg, tuned)?,
-            variant: Variant::of(&cfg)?,
+            variant: cfg.variant(),
             seed: cfg.optim.seed,
             final_val: final_val as f64,
             syncs: layout.forward_allreduces(),

@@ -9,7 +9,7 @@ use super::penalty::{PenaltyRow, PenaltyRun, Setting};
 use super::setting::Axis;
 use super::stats::{by_seed, Replicates};
 use super::table::Table;
-use super::variant::Variant;
+use crate::config::Variant;
 
 /// One pattern's penalty in two settings that differ along one axis.
 #[derive(Debug, Clone, PartialEq)]

@@ -100,7 +100,7 @@ mod tests {
         let setting = Setting::of(&RunConfig::default()).unwrap();
         let run = |variant: &str, seed, machine: Option<&str>| PenaltyRun {
             setting: setting.clone(),
-            variant: crate::analysis::Variant::parse(variant).unwrap(),
+            variant: crate::config::Variant::parse(variant).unwrap(),
             seed,
             final_val: 1.9,
             syncs: 1,

@@ -10,6 +10,7 @@ use super::stats::Replicates;
 use super::timing::StepTiming;
 use crate::comm::CommKind;
 use crate::config::RunConfig;
+use crate::config::Variant;
 use crate::run_dir::{read_comm, read_config, read_log, read_summary, RunSummary};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -65,8 +66,8 @@ impl ReplicateKey {
 #[derive(Debug, Clone)]
 pub struct RunCurves {
     pub dir: PathBuf,
-    /// The pattern, `+Q` when compressed ([`RunConfig::variant`]).
-    pub pattern: String,
+    /// The layout and its compression ([`RunConfig::variant`]), shown as `pattern+Q`.
+    pub variant: Variant,
     pub tp: usize,
     pub dp: usize,
     pub label: String,
@@ -160,8 +161,8 @@ impl RunCurves {
             timing,
             machines,
             dir: dir.to_path_buf(),
-            label: cfg.variant(),
-            pattern: cfg.variant(),
+            label: cfg.variant().to_string(),
+            variant: cfg.variant(),
             tp: cfg.parallel.tp,
             dp: cfg.parallel.dp,
             train,

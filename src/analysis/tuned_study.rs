@@ -7,7 +7,7 @@ use super::penalty::{PenaltyRow, PenaltyRun};
 use super::table::Table;
 use super::tuning::{choose, Choice, TuneRun, TunedValues};
 use super::tuning_record::TuningRecord;
-use super::variant::Variant;
+use crate::config::Variant;
 use crate::run_dir::read_config;
 use anyhow::Result;
 use std::path::{Path, PathBuf};

@@ -16,8 +16,8 @@
 
 use super::setting::Setting;
 use super::stats::Replicates;
-use super::variant::Variant;
 use crate::config::RunConfig;
+use crate::config::Variant;
 use crate::error::user;
 use crate::run_dir::{read_config, read_diverged, read_summary};
 use anyhow::Result;
@@ -125,7 +125,7 @@ impl TuneRun {
     pub fn new(cfg: &RunConfig, keys: &[String], outcome: Outcome) -> Result<Self> {
         Ok(Self {
             setting: Setting::tuned(cfg, keys)?,
-            variant: Variant::of(cfg)?,
+            variant: cfg.variant(),
             values: TunedValues::of(cfg, keys)?,
             seed: cfg.optim.seed,
             outcome,

@@ -11,8 +11,9 @@ use tp_harness::analysis::penalty::penalty_rows;
 use tp_harness::analysis::penalty_table;
 use tp_harness::analysis::runs::{merge_replicates_on, ComputeCpu};
 use tp_harness::analysis::tuned_study;
-use tp_harness::analysis::{merge_replicates, parse_link, RunCurves, Variant};
+use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
 use tp_harness::analysis::{penalty_change, penalty_provenance};
+use tp_harness::config::Variant;
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
 use tp_harness::plot::{

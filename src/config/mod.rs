@@ -11,6 +11,7 @@ pub mod overrides;
 pub mod presets;
 pub mod run_config;
 pub mod validate;
+pub mod variant;
 
 pub use key_flags::take_key_flags;
 pub use overrides::{
@@ -20,3 +21,4 @@ pub use presets::{preset, Preset, Recipe, PRESETS};
 pub use run_config::{
     CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
 };
+pub use variant::Variant;

@@ -287,11 +287,8 @@ impl RunConfig {
     /// The pattern, with `+int8` (`+fp8`, `+bf16`) when its TP all-reduces travel
     /// compressed: what tables and legends call a run, and how link-calibration.sh names
     /// what it measured.
-    pub fn variant(&self) -> String {
-        match self.parallel.comm_dtype {
-            CommDtype::F32 => self.model.pattern.to_string(),
-            q => format!("{}+{}", self.model.pattern, q.label()),
-        }
+    pub fn variant(&self) -> super::Variant {
+        super::Variant::of_layout(self.layout(), self.parallel.comm_dtype)
     }
 
     pub fn link(&self) -> Option<LinkModel> {

@@ -13,7 +13,7 @@ pub fn label_runs(runs: &mut [RunCurves]) {
     let differs = |f: &dyn Fn(&RunCurves) -> usize| runs.iter().any(|r| f(r) != f(&runs[0]));
     let (tp_differs, dp_differs) = (differs(&|r| r.tp), differs(&|r| r.dp));
     for r in runs.iter_mut() {
-        let mut l = r.pattern.clone();
+        let mut l = r.variant.to_string();
         if tp_differs {
             l.push_str(&format!(" tp{}", r.tp));
         }

@@ -20,7 +20,8 @@
 use super::runner::PointResult;
 use super::spec::{MoreSeeds, Point};
 use super::summary::groups;
-use crate::analysis::{ReplicateKey, Variant};
+use crate::analysis::ReplicateKey;
+use crate::config::Variant;
 
 /// A group that needs another seed: its name and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,8 +61,7 @@ impl MoreSeeds {
             };
             // Without a baseline run to pair with, more seeds cannot narrow anything.
             let Some(partner) = results.iter().find(|r| {
-                Variant::of(&r.point.cfg).is_ok_and(|v| v.same_layout(baseline))
-                    && rest(&r.point) == rest(&first.point)
+                r.point.cfg.variant().same_layout(baseline) && rest(&r.point) == rest(&first.point)
             }) else {
                 continue;
             };

@@ -23,7 +23,7 @@
 use super::tune_spec::{at_values_from, tune_of, SweepParts, TuneFile};
 use super::yaml::{key_of, safe, scalar_text, value_of};
 use crate::analysis::tuning::TunedValues;
-use crate::analysis::Variant;
+use crate::config::Variant;
 use crate::config::{resolve, Origin, Override, RunConfig};
 use crate::error::user;
 use crate::user_bail;
@@ -200,6 +200,25 @@ fn point_of(
     })
 }
 
+/// The sweep's baseline as a layout (any spelling of one of its patterns), or a clear
+/// error naming the file.
+fn baseline_of(b: Option<&str>, points: &[Point], file: &Path) -> Result<Option<Variant>> {
+    let Some(b) = b else {
+        return Ok(None);
+    };
+    let not_ours = || {
+        user(format!(
+            "baseline `{b}` of {} is not a pattern of the sweep: name one of its patterns",
+            file.display()
+        ))
+    };
+    let v = Variant::parse(b).map_err(|_| not_ours())?;
+    if !points.iter().any(|p| p.cfg.variant().same_layout(&v)) {
+        return Err(not_ours());
+    }
+    Ok(Some(v))
+}
+
 /// The stopping rule checked against the rest of the file.
 fn check_more_seeds(spec: &SweepFile, file: &Path) -> Result<()> {
     let Some(m) = &spec.more_seeds else {
@@ -329,23 +348,7 @@ impl Sweep {
         if names.len() != points.len() {
             user_bail!("the grid of {} repeats a point", file.display());
         }
-        let baseline = match &spec.baseline {
-            None => None,
-            Some(b) => {
-                let not_ours = || {
-                    user(format!(
-                        "baseline `{b}` of {} is not a pattern of the sweep: name one of its patterns",
-                        file.display()
-                    ))
-                };
-                let v = Variant::parse(b).map_err(|_| not_ours())?;
-                let ours = |p: &Point| Variant::of(&p.cfg).is_ok_and(|o| o.same_layout(&v));
-                if !points.iter().any(ours) {
-                    return Err(not_ours());
-                }
-                Some(v)
-            }
-        };
+        let baseline = baseline_of(spec.baseline.as_deref(), &points, file)?;
         check_more_seeds(&spec, file)?;
         Ok(Self {
             name,

@@ -1,7 +1,8 @@
 //! `summary.csv` and `summary.md` of a sweep: one row per point.
 
 use super::runner::{PointResult, Status};
-use crate::analysis::{paired_differences, ReplicateKey, Replicates, Table, Variant};
+use crate::analysis::{paired_differences, ReplicateKey, Replicates, Table};
+use crate::config::Variant;
 
 const COLUMNS: [&str; 15] = [
     "run",
@@ -119,10 +120,7 @@ pub fn groups(
 ) -> Vec<GroupRow> {
     let key = |r: &PointResult| ReplicateKey::of(&r.point.cfg).ok();
     // One layout however it is spelled (`4xt` is `tttt`).
-    let is_base = |r: &PointResult| {
-        let v = Variant::of(&r.point.cfg).ok();
-        baseline.is_some_and(|b| v.is_some_and(|v| v.same_layout(b)))
-    };
+    let is_base = |r: &PointResult| baseline.is_some_and(|b| r.point.cfg.variant().same_layout(b));
     let rest = |r: &PointResult| ReplicateKey::without_pattern_or(&r.point.cfg, tuned).ok();
     let mut firsts: Vec<&PointResult> = Vec::new();
     for r in results {

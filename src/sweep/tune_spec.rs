@@ -5,8 +5,8 @@
 use super::yaml::{key_of, value_of};
 use crate::analysis::tuning::{TuneDecl, TunedValues};
 use crate::analysis::tuning_record::TuningRecord;
-use crate::analysis::Variant;
 use crate::config::RunConfig;
+use crate::config::Variant;
 use crate::user_bail;
 use anyhow::Result;
 use serde::Deserialize;
@@ -155,7 +155,7 @@ pub(super) fn at_values_from(
             from.display()
         );
     };
-    let variant = Variant::of(cfg)?;
+    let variant = cfg.variant();
     let family: Vec<_> = record
         .choices
         .iter()

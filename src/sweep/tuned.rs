@@ -10,7 +10,7 @@ use super::runner::{run_sweep, PointResult, Status};
 use super::spec::{Point, Sweep, Tune};
 use crate::analysis::tuning::{choose, Choice, Outcome, TuneRun};
 use crate::analysis::tuning_record::{ChoiceRecord, TuningRecord};
-use crate::analysis::Variant;
+use crate::config::Variant;
 use anyhow::Result;
 use std::path::Path;
 
@@ -40,7 +40,7 @@ pub fn choices(results: &[PointResult], tune: &Tune) -> Result<Vec<Choice>> {
 fn point_of<'a>(results: &'a [PointResult], choice: &Choice, tune: &Tune) -> Option<&'a Point> {
     results.iter().map(|r| &r.point).find(|p| {
         tune.decl.selection_seeds.contains(&p.cfg.optim.seed)
-            && Variant::of(&p.cfg).is_ok_and(|v| v == choice.variant)
+            && p.cfg.variant() == choice.variant
             && crate::analysis::setting::Setting::tuned(&p.cfg, &tune.decl.keys)
                 .is_ok_and(|s| s == choice.setting)
     })
@@ -164,7 +164,7 @@ pub fn record(results: &[PointResult], tune: &Tune) -> Result<TuningRecord> {
                 .unwrap_or_default();
             let mut mine: Vec<ChoiceRecord> = Vec::new();
             for r in results {
-                let v = Variant::of(&r.point.cfg)?;
+                let v = r.point.cfg.variant();
                 if mine
                     .iter()
                     .any(|c| Variant::parse(&c.pattern).is_ok_and(|m| m == v))

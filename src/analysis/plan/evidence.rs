@@ -7,7 +7,7 @@
 
 use super::request::Request;
 use crate::analysis::penalty::{penalty_rows, PenaltyRow};
-use crate::analysis::variant::Variant;
+use crate::config::Variant;
 use anyhow::Result;
 use std::path::PathBuf;
 

@@ -4,7 +4,6 @@
 
 use crate::blocks::BlockLayout;
 use crate::comm::CommDtype;
-use crate::config::RunConfig;
 use anyhow::{Context, Result};
 use std::cmp::Ordering;
 
@@ -18,8 +17,14 @@ pub struct Variant {
 }
 
 impl Variant {
-    pub fn of(cfg: &RunConfig) -> Result<Self> {
-        Self::new(cfg.model.pattern.as_str(), cfg.parallel.comm_dtype)
+    /// A layout, already parsed, with what its sums travel in (a run's is
+    /// `RunConfig::variant`).
+    pub fn of_layout(layout: &BlockLayout, comm_dtype: CommDtype) -> Self {
+        Self {
+            kinds: layout.expanded(),
+            comm_dtype,
+            spelling: layout.as_str().to_string(),
+        }
     }
 
     fn new(pattern: &str, comm_dtype: CommDtype) -> Result<Self> {

@@ -3,6 +3,7 @@
 //! Closing it (the files rank 0 writes after training) is `closing.rs`. Launchers share
 //! both.
 
+use super::backend::Backend;
 use crate::config::RunConfig;
 use crate::data::{data_root, prepare, prepare_text, Dataset, TextTokenizer, TEXT};
 use crate::error::user;
@@ -325,19 +326,20 @@ fn preset_as_run(model: &crate::config::ModelPart) -> String {
     }
 }
 
-pub fn announce(job: &Job, backend: &str, threads: usize, dir: &Path) {
+pub fn announce(job: &Job, backend: Backend, threads: usize, dir: &Path) {
     let (cfg, data) = (&job.cfg, &job.data);
     let switches = super::switches::set_switches(|k| std::env::var(k).ok());
     if let Some(line) = super::switches::announcement(&switches) {
         crate::say!("{line}");
     }
     crate::say!(
-        "tp-train: {} on {} ({} tokens of vocab {}), {} rank(s) as {backend} x {threads} math thread(s) each, {} kernels, {} {}",
+        "tp-train: {} on {} ({} tokens of vocab {}), {} rank(s) as {} x {threads} math thread(s) each, {} kernels, {} {}",
         preset_as_run(&cfg.model),
         cfg.model.dataset,
         data.train.len(),
         data.vocab_size(),
         cfg.parallel.tp * cfg.parallel.dp,
+        backend.ranks_as(),
         cfg.parallel.kernels.label(),
         cfg.parallel.device.label(),
         cfg.parallel.dtype.label(),

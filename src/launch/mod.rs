@@ -5,6 +5,7 @@
 //! Imports flow one way: `run` -> launchers (`threads`, `mpi`) -> `orchestrate` -> the
 //! Trainer (`train`); `job` prepares and closes a job for every launcher.
 
+pub mod backend;
 pub mod closing;
 pub mod console;
 pub mod job;

@@ -195,7 +195,7 @@ pub fn run_mpi(
     let groups_mesh = groups.mesh;
     let threads = configure_threads(local_ranks().unwrap_or(1));
     if let Some(d) = &dir {
-        announce(&job, "MPI processes", threads, &d.path);
+        announce(&job, super::backend::Backend::Mpi, threads, &d.path);
     }
     let (device, tp_comm, dp_comm, world_comm) = match rank_collectives(cfg.parallel.device, groups)
     {

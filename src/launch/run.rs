@@ -1,6 +1,7 @@
 //! One training run end to end: checks, data, run directory, ranks, reports. The same
 //! steps for both backends; with MPI each process is one rank and rank 0 writes.
 
+pub use super::backend::Backend;
 use super::closing::finish;
 use super::console::ConsoleReporter;
 use super::job::{announce, prepare_job, OnOtherData, Target};
@@ -12,26 +13,6 @@ use crate::run_dir::{read_config, CommReport};
 use crate::train::record::RankOutcome;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
-
-/// How ranks are run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// All ranks as threads of this process.
-    Threads,
-    /// One process per rank under mpirun.
-    Mpi,
-}
-
-impl Backend {
-    /// MPI when started by an MPI launcher, threads otherwise.
-    pub fn auto() -> Self {
-        #[cfg(feature = "mpi")]
-        if super::launcher_env::launched_by_mpirun() {
-            return Backend::Mpi;
-        }
-        Backend::Threads
-    }
-}
 
 pub struct RunResult {
     pub dir: PathBuf,
@@ -105,7 +86,7 @@ fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<Ru
     let job = prepare_job(cfg, target)?;
     let dir = open_outputs(&job, target)?;
     let threads = configure_threads(cfg.parallel.tp * cfg.parallel.dp);
-    announce(&job, "threads", threads, &dir.path);
+    announce(&job, Backend::Threads, threads, &dir.path);
     let mut reporter = ConsoleReporter::new(&dir, cfg, progress, job.resumed_at())?;
     let mut outcomes = run_threads(&job, Some(&mut reporter), Some(&dir.path))?;
     // Threads: every rank is this process, on this host.

@@ -85,6 +85,17 @@ mod tests {
     use super::*;
     use candle_core::{DType, Device};
 
+    fn tiny(n_layer: usize) -> ModelConfig {
+        ModelConfig {
+            vocab_size: 10,
+            block_size: 8,
+            n_layer,
+            n_head: 2,
+            n_embd: 4,
+            ..ModelConfig::default()
+        }
+    }
+
     fn weights(cfg: &ModelConfig) -> HashMap<String, Tensor> {
         let mut w = HashMap::new();
         let c = cfg.n_embd;
@@ -108,14 +119,7 @@ mod tests {
 
     #[test]
     fn p_blocks_lose_their_output_biases_and_the_config_names_kinds_and_tp() {
-        let cfg = ModelConfig {
-            vocab_size: 10,
-            block_size: 8,
-            n_layer: 4,
-            n_head: 2,
-            n_embd: 4,
-            ..ModelConfig::default()
-        };
+        let cfg = tiny(4);
         let layout = BlockLayout::parse("sppp").unwrap();
         let (t, c) = to_remote(&weights(&cfg), &cfg, &layout, 2).unwrap();
         assert!(t.contains_key("transformer.h.0.attn.c_proj.bias"));
@@ -136,14 +140,7 @@ mod tests {
 
     #[test]
     fn a_kind_the_modelling_file_cannot_run_is_refused_by_name() {
-        let cfg = ModelConfig {
-            vocab_size: 10,
-            block_size: 8,
-            n_layer: 2,
-            n_head: 2,
-            n_embd: 4,
-            ..ModelConfig::default()
-        };
+        let cfg = tiny(2);
         let layout = BlockLayout::parse("tx").unwrap();
         let err = to_remote(&weights(&cfg), &cfg, &layout, 2).unwrap_err();
         assert!(

@@ -16,6 +16,14 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap()
 }
 
+/// The text between `<!-- NAME ...-->` and `<!-- end NAME -->` of a document.
+fn section<'a>(md: &'a str, name: &str) -> &'a str {
+    md.split(&format!("<!-- {name}"))
+        .nth(1)
+        .and_then(|s| s.split(&format!("<!-- end {name} -->")).next())
+        .unwrap_or_else(|| panic!("no <!-- {name} --> section"))
+}
+
 /// blocks.md's term for a kind's forward all-reduces.
 fn term(k: BlockKind) -> String {
     match k.syncs() {
@@ -76,11 +84,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 #[test]
 fn architecture_md_names_every_file_that_decides_a_kind_as_the_test_only_kind_shows() {
     let md = read("docs/architecture.md");
-    let list = md
-        .split("<!-- kind places")
-        .nth(1)
-        .and_then(|s| s.split("<!-- end kind places -->").next())
-        .unwrap();
+    let list = section(&md, "kind places");
     let mut listed: Vec<String> = list
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -110,11 +114,7 @@ fn architecture_md_names_every_file_that_decides_a_kind_as_the_test_only_kind_sh
 #[test]
 fn architecture_md_reading_path_names_files_and_functions_that_exist() {
     let md = read("docs/architecture.md");
-    let path = md
-        .split("<!-- reading path")
-        .nth(1)
-        .and_then(|s| s.split("<!-- end reading path -->").next())
-        .unwrap();
+    let path = section(&md, "reading path");
     // Every `src/...rs` followed by its functions in parentheses: `(`a`, `b`)`.
     let mut named = 0;
     for (i, piece) in path.split('`').enumerate() {

@@ -33,34 +33,16 @@ fn the_bpe_text_dataset_round_trips_a_text_file_and_trains() {
         .map(|&t| t as u32)
         .collect();
     assert_eq!(data.tokenizer().decode_exact(&ids).unwrap(), text);
-    let corpus = d.join("corpus.txt").to_string_lossy().to_string();
-    let o = bin(
-        "tp-train",
+    let o = tiny_text_run(
         &d,
+        &d.join("corpus.txt"),
         &[
-            "--quiet",
-            "--set",
-            "dataset=text",
-            "--set",
-            &format!("text_path={corpus}"),
-            "--set",
             "text_tokenizer=gpt2",
-            "--set",
-            "n_embd=32",
-            "--set",
             "block_size=32",
-            "--set",
             "max_iters=3",
-            "--set",
             "eval_interval=3",
-            "--set",
-            "eval_iters=1",
-            "--set",
             "sample_tokens=8",
-            "--out",
-            "run",
         ],
-        &[],
     );
     assert_ok(&o);
     // A config stored before text_tokenizer existed resumes with GPT-2's BPE, the data it
@@ -90,30 +72,13 @@ fn a_small_text_corpus_trains_char_level_by_default_and_says_so_in_its_config() 
     let d = scratch("text-char");
     let text = "To be, or not to be, that is the question:\n".repeat(200);
     std::fs::write(d.join("corpus.txt"), &text).unwrap();
-    let corpus = d.join("corpus.txt").to_string_lossy().to_string();
-    let path = format!("text_path={corpus}");
-    let args = [
-        "--quiet",
-        "--set",
-        "dataset=text",
-        "--set",
-        &path,
-        "--set",
-        "n_embd=32",
-        "--set",
+    let keys = [
         "block_size=32",
-        "--set",
         "max_iters=3",
-        "--set",
         "eval_interval=3",
-        "--set",
-        "eval_iters=1",
-        "--set",
         "sample_tokens=0",
-        "--out",
-        "run",
     ];
-    assert_ok(&bin("tp-train", &d, &args, &[]));
+    assert_ok(&tiny_text_run(&d, &d.join("corpus.txt"), &keys));
     let cfg = read_run_config(&d.join("run")).unwrap();
     assert_eq!(cfg.model.text_tokenizer, Some(TextTokenizer::Char));
     let ck = Checkpoint::load(&latest(&d.join("run")).unwrap().unwrap()).unwrap();
@@ -274,33 +239,15 @@ fn a_char_level_resume_on_a_corpus_with_other_characters_is_one_line() {
     let d = scratch("text-char-changed");
     let corpus = d.join("corpus.txt");
     std::fs::write(&corpus, "line of the corpus says aaa.\n".repeat(300)).unwrap();
-    let path = format!("text_path={}", corpus.display());
-    let args = [
-        "--quiet",
-        "--set",
-        "dataset=text",
-        "--set",
-        &path,
-        "--set",
+    let keys = [
         "text_tokenizer=char",
-        "--set",
-        "n_embd=32",
-        "--set",
         "block_size=16",
-        "--set",
         "max_iters=4",
-        "--set",
         "eval_interval=4",
-        "--set",
-        "eval_iters=1",
-        "--set",
         "sample_tokens=0",
-        "--set",
         "checkpoint_interval=2",
-        "--out",
-        "run",
     ];
-    assert_ok(&bin("tp-train", &d, &args, &[]));
+    assert_ok(&tiny_text_run(&d, &corpus, &keys));
     std::fs::write(&corpus, "line of the corpus says zzz!\n".repeat(300)).unwrap();
     let o = bin(
         "tp-train",
@@ -315,4 +262,20 @@ fn a_char_level_resume_on_a_corpus_with_other_characters_is_one_line() {
         &[],
     );
     one_clear_error(&o, "a character corpus whose characters changed");
+}
+
+/// `tp-train` on a tiny model of the text corpus at `corpus` into `run`, with `keys`
+/// set besides (`--set KEY=VALUE` each).
+fn tiny_text_run(
+    d: &std::path::Path,
+    corpus: &std::path::Path,
+    keys: &[&str],
+) -> std::process::Output {
+    let path = format!("text_path={}", corpus.display());
+    let mut args = vec!["--quiet", "--set", "dataset=text", "--set", &path];
+    for k in ["n_embd=32", "eval_iters=1"].iter().chain(keys) {
+        args.extend(["--set", k]);
+    }
+    args.extend(["--out", "run"]);
+    bin("tp-train", d, &args, &[])
 }

@@ -48,23 +48,39 @@ pub trait Comm: Send + Sync {
 /// collective is its start, waited for at once. One never waited for (an error path)
 /// still completes before it is dropped, so that no later collective of the member
 /// overtakes it.
-pub struct Started<T>(Option<Box<dyn FnOnce() -> Result<T>>>);
+pub struct Started<T> {
+    wait: Option<Box<dyn FnOnce() -> Result<T>>>,
+    /// Whether the collective was over when it was handed back (run inline, here and now):
+    /// nothing of it is in flight while the caller goes on, so nothing of it can hide.
+    complete: bool,
+}
 
 impl<T: 'static> Started<T> {
     /// A result computed already (or its error).
     pub fn ready(result: Result<T>) -> Self {
-        Self::later(move || result)
+        Self {
+            wait: Some(Box::new(move || result)),
+            complete: true,
+        }
     }
 
     /// A result `wait` produces when it is wanted (from a communication thread, a device
     /// queue, or a started collective underneath).
     pub fn later(wait: impl FnOnce() -> Result<T> + 'static) -> Self {
-        Self(Some(Box::new(wait)))
+        Self {
+            wait: Some(Box::new(wait)),
+            complete: false,
+        }
+    }
+
+    /// Whether the collective was over when it was started ([`Started::ready`]).
+    pub fn is_complete(&self) -> bool {
+        self.complete
     }
 
     /// Blocks until the result is there.
     pub fn wait(mut self) -> Result<T> {
-        match self.0.take() {
+        match self.wait.take() {
             Some(wait) => wait(),
             None => bail!("a collective was waited for twice"),
         }
@@ -73,7 +89,7 @@ impl<T: 'static> Started<T> {
 
 impl<T> Drop for Started<T> {
     fn drop(&mut self) {
-        if let Some(wait) = self.0.take() {
+        if let Some(wait) = self.wait.take() {
             let _ = wait();
         }
     }

@@ -190,6 +190,7 @@ impl CountedComm {
             kind,
             t0,
             returned: if background { returned } else { t0 },
+            complete: started.is_complete(),
             due,
         };
         let group = self.clone();
@@ -221,14 +222,20 @@ impl CountedComm {
         let (from, to) = {
             let mut hidden_to = self.hidden_to.lock().unwrap_or_else(|p| p.into_inner());
             let from = s.returned.max(*hidden_to);
-            let to = s.due.map_or(waited, |(due, _)| due.min(waited)).max(from);
+            let in_flight_to = match s.due {
+                Some((due, _)) => due.min(waited),
+                None if s.complete => s.returned,
+                None => waited,
+            };
+            let to = in_flight_to.max(from);
             *hidden_to = (*hidden_to).max(to);
             (from, to)
         };
         let blocked = self.tally.blocked_within(from, to);
         let hidden = (to - from).saturating_sub(blocked);
         let now = Instant::now();
-        let exposed = now - waited;
+        // Blocked in the wait, and in the start (all of a sum done inside it).
+        let exposed = (now - waited) + (s.returned - s.t0);
         self.tally.add_blocked(waited, now);
         if self.tally.trace().is_on() {
             let spans = self.on_timeline(&s, (from, to), waited, hidden, exposed, now);
@@ -305,6 +312,9 @@ struct Issued {
     t0: Instant,
     /// When the start returned to the rank (the sum may be done by then).
     returned: Instant,
+    /// Whether the backend did the whole sum inside the start (MPI without a
+    /// communication thread): then only the emulated link's time can be in flight.
+    complete: bool,
     /// When the emulated link is done with it, and its modelled seconds.
     due: Option<(Instant, f64)>,
 }
@@ -425,5 +435,43 @@ mod tests {
             );
             assert!(hid(1) < 0.002, "the second hid {} s", hid(1));
         }
+    }
+
+    /// A member that sums in 30 ms and may not be called from a communication thread (MPI
+    /// without thread support): its started sums are done inside the start.
+    struct SlowInline;
+    impl Comm for SlowInline {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            buf.iter_mut().for_each(|x| *x *= 2.0);
+            Ok(())
+        }
+        fn threads_allowed(&self) -> bool {
+            false
+        }
+    }
+
+    /// A started sum the backend does inside the start hides nothing, however long the
+    /// rank works before waiting, and its time in the start is what the rank spent on it:
+    /// the 30 ms sum is recorded at 30 ms or more, none of it hidden (it was recorded as
+    /// 0 s spent, 40 ms hidden, before).
+    #[test]
+    fn a_sum_done_inside_its_start_is_recorded_exposed_not_hidden() {
+        let c = CountedComm::new(Arc::new(SlowInline), Arc::new(Tally::new()));
+        let t = Tensor::ones(8, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+        let pending = c
+            .start(&t, Reduce::Sum, Site::Layer(0), CommKind::TpForward)
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        assert_eq!(pending.wait().unwrap().to_vec1::<f32>().unwrap()[0], 2.0);
+        let call = c.tally().snapshot().at(Site::Layer(0), CommKind::TpForward);
+        assert_eq!(call.hidden_seconds, 0.0, "{call:?}");
+        assert!((0.03..0.04).contains(&call.seconds), "{call:?}");
     }
 }

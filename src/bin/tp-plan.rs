@@ -34,7 +34,8 @@ struct Args {
     #[arg(long)]
     block: Option<usize>,
     /// Layouts to plan (repeat); t-only at the same depth is always planned beside them.
-    #[arg(long = "pattern", required = true)]
+    /// Required unless the question is `--link list`.
+    #[arg(long = "pattern")]
     patterns: Vec<String>,
     /// Tensor-parallel sizes (repeat).
     #[arg(long = "tp", default_value = "2")]
@@ -132,6 +133,11 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
             );
         }
         return Ok(Vec::new());
+    }
+    if a.patterns.is_empty() {
+        return Err(user(
+            "--pattern is missing: name the layouts to plan, e.g. --pattern 3xsppp",
+        ));
     }
     let flops = match a.flops.as_str() {
         "megatron" => FlopConvention::Megatron,

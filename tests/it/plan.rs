@@ -197,5 +197,15 @@ fn a_plan_it_cannot_make_is_one_line_naming_the_valid_choices() {
         ]),
         "unknown link `warp`",
     );
+    one_clear_error(&run(&["--model", "gpt2"]), "--pattern is missing");
     assert!(!d.join("plots").exists(), "nothing written");
+    // Listing the links is a question of its own: no layout is asked for.
+    let list = run(&["--link", "list"]);
+    assert!(list.status.success(), "--link list without --pattern");
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ns-1gbit") && l.contains("0.96 Gbit/s")),
+        "the calibrated namespace link is listed with its fitted rate: {text}"
+    );
 }

@@ -183,7 +183,7 @@ impl Plan {
             self.params / 1e6
         );
         s += &format!(
-            "Per step and rank: {} sequences of {} tokens, dp {}, TP sums in {}; compute at {:.1} TFLOP/s ({}); FLOPs counted the {} way (Megatron halves causal attention's score and value matmuls, torchtitan does not: {}). Hidden time assumes communication takes no compute from the rank.\n\n",
+            "Per step and rank: {} sequences of {} tokens, dp {}, TP sums in {}; compute at {:.1} TFLOP/s ({}); FLOPs counted the {} way (Megatron halves causal attention's score and value matmuls, torchtitan does not: {}). Hidden time assumes communication takes no compute from the rank (NCCL's copy engines; on CPUs under MPI a ladder's hidden sums cost compute: docs/planner.md).\n\n",
             self.batch,
             m.block,
             self.dp,

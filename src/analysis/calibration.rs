@@ -105,10 +105,20 @@ fn fit(cells: &[Cell]) -> (f64, f64) {
     }
 }
 
-/// A line of `runs.csv`: an in-process run (`threads`) or one over a shaped link.
+/// What a line of `runs.csv` lists (the words link-calibration.sh writes).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Listing {
+    /// Both ranks in one process: the pattern's compute, nothing on a wire.
+    Threads,
+    /// One rank per host over a shaped link.
+    Link,
+}
+
+/// A line of `runs.csv`: an in-process run or one over a shaped link.
 #[derive(serde::Deserialize)]
 struct Listed {
-    kind: String,
+    kind: Listing,
     rate: String,
     pattern: String,
     run: String,
@@ -134,12 +144,11 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
             run,
         } = line.with_context(|| format!("{}: a bad line", path.display()))?;
         let run = dir.join(run);
-        match kind.as_str() {
-            "threads" => {
+        match kind {
+            Listing::Threads => {
                 compute.insert(pattern, 1e3 * timing(&run)?.compute_seconds());
             }
-            "link" => links.push((rate, pattern, run)),
-            other => bail!("{}: unknown kind `{other}`", path.display()),
+            Listing::Link => links.push((rate, pattern, run)),
         }
     }
     let mut cells = Vec::new();

@@ -302,8 +302,7 @@ mod tests {
         );
         // Settings that share a label are told apart by the config lines that differ.
         let lr = |v: &str| Setting {
-            rest: crate::analysis::setting::keys(&format!("n_head: 4\nlearning_rate: {v}\n"))
-                .unwrap(),
+            rest: crate::analysis::setting::tests::keyed(&format!("n_head:4 learning_rate:{v}")),
             ..setting(8)
         };
         let (c, d) = (lr("0.001"), lr("0.002"));

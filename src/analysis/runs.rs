@@ -13,12 +13,17 @@ use crate::config::RunConfig;
 use crate::config::Variant;
 use crate::run_dir::{read_comm, read_config, read_log, read_summary, RunSummary};
 use anyhow::Result;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What makes runs replicates of each other: the same config but for the seed. The one
 /// definition sweeps and plots group runs by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ReplicateKey(String);
+pub struct ReplicateKey {
+    /// Every config key but the seed and those the key leaves out, each value as YAML
+    /// writes it (the pattern expanded: `4xt` is `tttt`).
+    keys: BTreeMap<String, String>,
+}
 
 impl ReplicateKey {
     pub fn of(cfg: &RunConfig) -> Result<Self> {
@@ -37,28 +42,38 @@ impl ReplicateKey {
         Self::keyed(cfg, false, tuned)
     }
 
-    fn keyed(cfg: &RunConfig, with_pattern: bool, blank: &[String]) -> Result<Self> {
-        let mut c = cfg.clone();
-        c.optim.seed = 0;
-        let serde_yaml_ng::Value::Mapping(mut keys) = serde_yaml_ng::to_value(&c)? else {
+    fn keyed(cfg: &RunConfig, with_pattern: bool, left_out: &[String]) -> Result<Self> {
+        let serde_yaml_ng::Value::Mapping(config) = serde_yaml_ng::to_value(cfg)? else {
             unreachable!("a config serialises to a mapping")
         };
-        // One layout however it is spelled: `4xt` is `tttt`.
-        let pattern = match with_pattern {
-            true => cfg.layout().expanded(),
-            false => String::new(),
-        };
-        keys.insert("pattern".into(), pattern.into());
-        for k in blank {
-            keys.remove(k.as_str());
+        let mut keys = BTreeMap::new();
+        for (k, v) in config {
+            let Some(k) = k.as_str() else {
+                unreachable!("a config's keys are names")
+            };
+            keys.insert(
+                k.to_string(),
+                serde_yaml_ng::to_string(&v)?.trim().to_string(),
+            );
         }
-        Ok(Self(serde_yaml_ng::to_string(&keys)?))
+        keys.remove("seed");
+        keys.remove("pattern");
+        if with_pattern {
+            keys.insert("pattern".into(), cfg.layout().expanded());
+        }
+        for k in left_out {
+            keys.remove(k);
+        }
+        Ok(Self { keys })
     }
 
-    /// The config the key stands for, as YAML (the seed, and the pattern where taken out,
-    /// blank).
-    pub fn yaml(&self) -> &str {
-        &self.0
+    /// The config the key stands for, key by key.
+    pub fn keys(&self) -> &BTreeMap<String, String> {
+        &self.keys
+    }
+
+    pub fn into_keys(self) -> BTreeMap<String, String> {
+        self.keys
     }
 }
 

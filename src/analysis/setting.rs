@@ -69,7 +69,7 @@ impl Setting {
         // Replicate groups that differ only in pattern, and compression not either.
         let mut c = cfg.clone();
         c.parallel.comm_dtype = Default::default();
-        let mut rest = keys(ReplicateKey::without_pattern(&c)?.yaml())?;
+        let mut rest = ReplicateKey::without_pattern(&c)?.into_keys();
         for k in tuned {
             rest.remove(k);
         }
@@ -138,17 +138,18 @@ impl Setting {
     }
 }
 
-/// A flat YAML mapping's keys and values, each value as YAML writes it.
-pub(crate) fn keys(yaml: &str) -> Result<BTreeMap<String, String>> {
-    let map: BTreeMap<String, serde_yaml_ng::Value> = serde_yaml_ng::from_str(yaml)?;
-    map.into_iter()
-        .map(|(k, v)| Ok((k, serde_yaml_ng::to_string(&v)?.trim().to_string())))
-        .collect()
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// `key:value key:value` as a setting's keys.
+    pub(crate) fn keyed(pairs: &str) -> BTreeMap<String, String> {
+        let pair = |kv: &str| {
+            let (k, v) = kv.split_once(':').expect("key:value");
+            (k.to_string(), v.to_string())
+        };
+        pairs.split_whitespace().map(pair).collect()
+    }
 
     /// Mini's setting at `tp`, 2000 iterations, the rest of its config blank (the study
     /// tables' unit tests).
@@ -168,8 +169,8 @@ pub(crate) mod tests {
     /// Settings are compared along an axis only when they differ along that one alone.
     #[test]
     fn a_setting_differs_from_another_along_one_axis_or_none() {
-        let of = |lines: &str| Setting {
-            rest: keys(&lines.replace(' ', "\n").replace(':', ": ")).unwrap(),
+        let of = |pairs: &str| Setting {
+            rest: keyed(pairs),
             ..setting(2)
         };
         let base = of("n_layer:4 n_head:4 tp:2 max_iters:2000 seed:0");

@@ -20,8 +20,8 @@ struct Args {
     /// A run directory (its latest checkpoint unless --checkpoint).
     run_dir: PathBuf,
     /// The split to evaluate.
-    #[arg(long, value_enum, default_value_t = SplitArg::Val)]
-    split: SplitArg,
+    #[arg(long, value_enum, default_value_t = Split::Val)]
+    split: Split,
     /// Tensor-parallel ranks (threads) to shard the model over (default: the run's tp).
     /// `s` and `p` blocks compute a different function at another tp (blocks.md).
     #[arg(long)]
@@ -35,19 +35,10 @@ struct Args {
     out: Option<PathBuf>,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum SplitArg {
-    Val,
-    Train,
-}
-
 fn main() {
     tp_harness::alloc::keep_freed_memory();
     let a = Args::parse();
-    let split = match a.split {
-        SplitArg::Val => Split::Val,
-        SplitArg::Train => Split::Train,
-    };
+    let split = a.split;
     let run = || -> anyhow::Result<()> {
         // It writes into the run: refused at once, not after the evaluation, while a
         // trainer owns it.
@@ -55,7 +46,7 @@ fn main() {
         let r = eval_run(&a.run_dir, a.checkpoint.as_deref(), split, a.tp)?;
         tp_harness::say!(
             "{} loss {:.6} over {} predictions (checkpoint {}, step {}, tp {})",
-            r.split,
+            r.split.label(),
             r.loss,
             r.tokens,
             r.checkpoint,

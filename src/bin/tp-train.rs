@@ -79,13 +79,7 @@ struct Args {
     /// How ranks run: threads of this process, or MPI processes (default: mpi when started
     /// by mpirun, else threads).
     #[arg(long, value_enum)]
-    backend: Option<BackendArg>,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum BackendArg {
-    Threads,
-    Mpi,
+    backend: Option<Backend>,
 }
 
 fn main() {
@@ -162,11 +156,7 @@ fn overrides(args: &Args, keys: &[Override]) -> anyhow::Result<Vec<Override>> {
 }
 
 fn real_main(args: Args, keys: Vec<Override>) -> anyhow::Result<()> {
-    let backend = match args.backend {
-        Some(BackendArg::Threads) => Backend::Threads,
-        Some(BackendArg::Mpi) => Backend::Mpi,
-        None => Backend::auto(),
-    };
+    let backend = args.backend.unwrap_or_else(Backend::auto);
     // Under MPI the config is resolved inside the launcher (every rank alike, an error
     // printed once); the threads backend resolves it here.
     let progress = !args.quiet;

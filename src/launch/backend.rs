@@ -1,7 +1,7 @@
 //! How a job's ranks run: threads of this process or MPI processes.
 
 /// How ranks are run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     /// All ranks as threads of this process.
     Threads,

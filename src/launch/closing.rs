@@ -31,7 +31,7 @@ pub fn finish(job: &Job, dir: &RunDir, outcome: &RankOutcome) -> Result<CommRepo
         dir.write_eval(&EvalReport {
             loss: full.loss,
             tokens: full.tokens,
-            split: "val".into(),
+            split: crate::data::Split::Val,
             tp: cfg.parallel.tp,
             checkpoint: ck.map(|p| p.display().to_string()).unwrap_or_default(),
             step: cfg.optim.max_iters,

@@ -1,6 +1,7 @@
 //! `bench.json`: what `tp-train --bench` measured ([`BenchResult`]), written and read back
 //! through this one type, and its printed forms.
 
+use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -11,13 +12,12 @@ pub const BENCH_FILE: &str = "bench.json";
 pub struct BenchResult {
     pub preset: String,
     pub pattern: String,
-    /// `fused` or `portable`.
-    pub kernels: String,
-    /// `cpu` or `cuda`, and the passes' `f32` or `bf16` (absent in older results: cpu, f32).
-    #[serde(default = "cpu_label")]
-    pub device: String,
-    #[serde(default = "f32_label")]
-    pub dtype: String,
+    pub kernels: Kernels,
+    /// Where the passes ran and in what (absent in older results: cpu, f32).
+    #[serde(default)]
+    pub device: DeviceKind,
+    #[serde(default)]
+    pub dtype: ComputeDtype,
     pub tp: usize,
     pub dp: usize,
     /// The embedding/head split by vocabulary over the TP group (absent in older results).
@@ -77,14 +77,6 @@ pub struct BenchResult {
     pub peak_rss_mb: f64,
     pub first_step_peak_rss_mb: f64,
     pub last_step_peak_rss_mb: f64,
-}
-
-fn cpu_label() -> String {
-    "cpu".into()
-}
-
-fn f32_label() -> String {
-    "f32".into()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -178,10 +170,10 @@ impl BenchResult {
             self.pattern,
             self.tp,
             self.dp,
-            self.device,
-            self.dtype,
+            self.device.label(),
+            self.dtype.label(),
             self.math_threads_per_rank,
-            self.kernels,
+            self.kernels.label(),
             if self.vocab_parallel {
                 ", vocab-parallel"
             } else {

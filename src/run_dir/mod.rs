@@ -156,7 +156,7 @@ impl RunDir {
 
     pub fn write_eval(&self, report: &EvalReport) -> Result<()> {
         self.write(
-            &eval_file(&report.split),
+            &eval_file(report.split),
             versioned::to_json(report)?.as_bytes(),
         )
     }

@@ -4,6 +4,7 @@
 
 use crate::blocks::BlockKind;
 use crate::comm::{CommDtype, CommKind, LinkModel, Stat};
+use crate::data::Split;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -393,8 +394,7 @@ pub struct EvalReport {
     pub loss: f64,
     /// Predictions averaged: the split's tokens minus one.
     pub tokens: usize,
-    /// `val` or `train`.
-    pub split: String,
+    pub split: Split,
     /// Tensor-parallel ranks the model ran on.
     pub tp: usize,
     /// The checkpoint evaluated (its directory) and its step.

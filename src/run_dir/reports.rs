@@ -8,17 +8,17 @@ use super::out_guard::check_out;
 use super::read::{read_config, read_json};
 use super::records::{DivergedReport, EvalReport, ScanReport};
 use super::versioned;
+use crate::data::Split;
 use crate::user_bail;
 use crate::util::write_atomic;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 /// `eval.json` for the validation split, `eval-<split>.json` for another.
-pub fn eval_file(split: &str) -> String {
-    if split == "val" {
-        "eval.json".into()
-    } else {
-        format!("eval-{split}.json")
+pub fn eval_file(split: Split) -> String {
+    match split {
+        Split::Val => "eval.json".into(),
+        other => format!("eval-{}.json", other.label()),
     }
 }
 
@@ -28,7 +28,7 @@ pub fn eval_file(split: &str) -> String {
 /// `eval.json` stays the number its `summary.json` gives. Returns the file written.
 pub fn write_eval_into(dir: &Path, report: &EvalReport) -> Result<PathBuf> {
     DirLock::check_free(dir)?;
-    let path = eval_path(dir, &report.split, Some(report.tp))?;
+    let path = eval_path(dir, report.split, Some(report.tp))?;
     write_atomic(&path, versioned::to_json(report)?.as_bytes())?;
     Ok(path)
 }
@@ -63,7 +63,7 @@ pub fn read_scan(dir: &Path) -> Result<Option<ScanReport>> {
 
 /// Where a run's evaluation of `split` at `tp` lies: `eval.json` (or `eval-<split>.json`)
 /// at the run's own tp or when `tp` is `None`, `eval-tp4.json` beside it at another.
-fn eval_path(dir: &Path, split: &str, tp: Option<usize>) -> Result<PathBuf> {
+fn eval_path(dir: &Path, split: Split, tp: Option<usize>) -> Result<PathBuf> {
     let name = eval_file(split);
     Ok(match tp {
         Some(tp) if tp != read_config(dir)?.parallel.tp => {
@@ -74,7 +74,7 @@ fn eval_path(dir: &Path, split: &str, tp: Option<usize>) -> Result<PathBuf> {
 }
 
 /// A run's evaluation of `split` at `tp` (`None`: its own tp), if it has one.
-pub fn read_eval(dir: &Path, split: &str, tp: Option<usize>) -> Result<Option<EvalReport>> {
+pub fn read_eval(dir: &Path, split: Split, tp: Option<usize>) -> Result<Option<EvalReport>> {
     read_json(&eval_path(dir, split, tp)?)
 }
 

@@ -108,9 +108,9 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
     BenchResult {
         preset: cfg.model.preset.clone(),
         pattern: cfg.model.pattern.to_string(),
-        kernels: cfg.parallel.kernels.label().to_string(),
-        device: cfg.parallel.device.label().to_string(),
-        dtype: cfg.parallel.dtype.label().to_string(),
+        kernels: cfg.parallel.kernels,
+        device: cfg.parallel.device,
+        dtype: cfg.parallel.dtype,
         tp: cfg.parallel.tp,
         dp: cfg.parallel.dp,
         vocab_parallel: cfg.parallel.vocab_parallel,

@@ -51,7 +51,7 @@ pub fn eval_run(
     Ok(EvalReport {
         loss: l.loss,
         tokens: l.tokens,
-        split: split.label().into(),
+        split,
         tp,
         checkpoint: ck.dir.display().to_string(),
         step: ck.meta.step,

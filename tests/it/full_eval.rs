@@ -5,6 +5,7 @@
 
 use crate::common::{assert_ok, bin, scratch};
 use std::path::Path;
+use tp_harness::data::Split;
 
 /// A short run of `pattern` at tp 2 with a small model, into `dir/run`.
 fn train(dir: &Path, pattern: &str) {
@@ -43,9 +44,9 @@ fn tp_eval(dir: &Path, extra: &[&str]) -> serde_json::Value {
     args.extend_from_slice(extra);
     assert_ok(&bin("tp-eval", dir, &args, &[]));
     let split = if extra.contains(&"train") {
-        "train"
+        Split::Train
     } else {
-        "val"
+        Split::Val
     };
     let tp = extra
         .iter()

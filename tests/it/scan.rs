@@ -42,7 +42,7 @@ fn a_scan_of_a_t_only_checkpoint_ranks_blocks_and_recommends_a_pattern_per_budge
     let scan = tp_harness::run_dir::read_scan(&run)
         .unwrap()
         .expect("scan.json");
-    let own = tp_harness::run_dir::read_eval(&run, "val", None)
+    let own = tp_harness::run_dir::read_eval(&run, tp_harness::data::Split::Val, None)
         .unwrap()
         .unwrap();
     assert_eq!(scan.base_loss, own.loss);

@@ -218,16 +218,20 @@ fn a_vocab_parallel_run_checkpoints_logically_and_reports_its_sites() {
     };
     train(&["--set", "max_iters=12", "--set", "vocab_parallel=true"]);
     let run = d.join("run");
-    let own = read_eval(&run, "val", None)
+    let own = read_eval(&run, tp_harness::data::Split::Val, None)
         .unwrap()
         .expect("final_eval: full")
         .loss;
     for tp in ["1", "4"] {
         assert_ok(&bin("tp-eval", &d, &["run", "--tp", tp], &[]));
-        let l = read_eval(&run, "val", Some(tp.parse().unwrap()))
-            .unwrap()
-            .expect("tp-eval wrote eval-tpN.json")
-            .loss;
+        let l = read_eval(
+            &run,
+            tp_harness::data::Split::Val,
+            Some(tp.parse().unwrap()),
+        )
+        .unwrap()
+        .expect("tp-eval wrote eval-tpN.json")
+        .loss;
         assert!(
             ((l - own) / own).abs() < 1e-5,
             "tp {tp}: {l} vs the run's {own}"

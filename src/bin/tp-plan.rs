@@ -7,6 +7,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::plan::request::{FlopConvention, Shape};
 use tp_harness::comm::CommDtype;
+use tp_harness::config::BucketCap;
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::run_dir::check_out;
 use tp_harness::tools::plan::{plan, Question};
@@ -48,8 +49,10 @@ struct Args {
     /// What TP activation sums travel in: f32, bf16, fp8, int8.
     #[arg(long, default_value = "f32")]
     comm_dtype: String,
-    #[arg(long, default_value_t = 25.0)]
-    bucket_mb: f64,
+    /// The gradient buckets' size: auto (sized for the model as tp-train's default:
+    /// an eighth of a rank's gradients, at most PyTorch's 25 MiB) or MiB.
+    #[arg(long, default_value = "auto")]
+    bucket_mb: String,
     /// The TP group's link (repeat to compare): a name (`--link list` names them) or
     /// GBIT:US.
     #[arg(long = "link", default_values = ["nvlink4", "100gbe"])]
@@ -152,9 +155,11 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
                 a.comm_dtype
             ))
         })?;
-    if !(a.bucket_mb > 0.0 && a.bucket_mb.is_finite()) {
-        return Err(user("--bucket-mb must be a positive number of MiB"));
+    let bucket_mb = match serde_yaml_ng::from_str(&a.bucket_mb) {
+        Ok(BucketCap::Mib(mb)) if !(mb > 0.0 && mb.is_finite()) => None,
+        parsed => parsed.ok(),
     }
+    .ok_or_else(|| user("--bucket-mb is auto or a positive number of MiB"))?;
     let q = Question {
         shape: shape(a)?,
         patterns: a.patterns.clone(),
@@ -162,7 +167,7 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         dp: a.dp,
         batch: a.batch,
         comm_dtype,
-        bucket_mb: a.bucket_mb,
+        bucket_mb,
         links: a.links.clone(),
         dp_link: a.dp_link.clone(),
         device: a.device.clone(),

@@ -26,6 +26,12 @@ impl BlockTags {
         [self.b_o, self.b_pr].iter().flatten().count()
     }
 
+    /// `b_o` and `b_pr` where the kind has them, each with whether its gradient is
+    /// partial on each rank.
+    pub fn out_biases_partial(&self) -> [Option<bool>; 2] {
+        [self.b_o, self.b_pr].map(|b| b.map(|k| k == ParamKind::ReplicatedPartial))
+    }
+
     /// Whether the norms' gradients are partial on each rank, and how many output biases'
     /// are: what the step sums over the TP group once.
     pub fn partial(&self) -> (bool, usize) {

@@ -2,6 +2,7 @@
 //! defaults of every other key), and `Default` for the config's parts: the `mini`
 //! preset's.
 
+use super::grad_buckets::BucketCap;
 use super::presets::{preset, Recipe};
 use super::run_config::{
     CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
@@ -89,7 +90,7 @@ impl RunConfig {
                 vocab_parallel: false,
                 comm_dtype: CommDtype::F32,
                 overlap_grad_reduce: true,
-                ddp_bucket_mb: 25.0,
+                ddp_bucket_mb: BucketCap::Auto,
             },
             eval: EvalConfig {
                 eval_interval: 250,

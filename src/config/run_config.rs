@@ -2,6 +2,7 @@
 //! flat. Defaults (per preset) are in `defaults`, checks in `validate`, resolution from
 //! overrides in `overrides`.
 
+use super::grad_buckets::BucketCap;
 use crate::blocks::BlockLayout;
 use crate::comm::{CommDtype, LinkModel};
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
@@ -124,16 +125,10 @@ pub struct ParallelConfig {
     /// by bucket during backprop, as PyTorch's DDP and Megatron's `overlap_grad_reduce`
     /// do, instead of in one bucket after it. The same sums, the same bits.
     pub overlap_grad_reduce: bool,
-    /// The size of those buckets in MiB (PyTorch's `bucket_cap_mb`, default 25): smaller
-    /// buckets start sooner and hide more on small models, at one collective each.
-    pub ddp_bucket_mb: f64,
-}
-
-impl ParallelConfig {
-    /// A gradient bucket's size in bytes.
-    pub fn grad_bucket_bytes(&self) -> usize {
-        (self.ddp_bucket_mb * 1024.0 * 1024.0) as usize
-    }
+    /// The size of those buckets: `auto` (the default) sizes them for the model, a
+    /// number is MiB (PyTorch's `bucket_cap_mb`, 25 there): smaller buckets start sooner
+    /// and hide more on small models, at one collective each.
+    pub ddp_bucket_mb: BucketCap,
 }
 
 /// Evaluation, logging and the closing sample.

@@ -1,7 +1,7 @@
 //! Every value of a run's config, checked before anything is allocated: each failure is
 //! one line naming the key and the fix.
 
-use super::RunConfig;
+use super::{BucketCap, RunConfig};
 use crate::error::user;
 use crate::user_bail;
 use anyhow::Result;
@@ -102,11 +102,12 @@ impl RunConfig {
         }
         finite_at_least("link_gbps", self.parallel.link_gbps, 0.0)?;
         finite_at_least("link_latency_us", self.parallel.link_latency_us, 0.0)?;
-        if !(self.parallel.ddp_bucket_mb > 0.0 && self.parallel.ddp_bucket_mb.is_finite()) {
-            user_bail!(
-                "ddp_bucket_mb must be a positive number of MiB (25 as PyTorch's DDP), got {}",
-                self.parallel.ddp_bucket_mb
-            );
+        if let BucketCap::Mib(mb) = self.parallel.ddp_bucket_mb {
+            if !(mb > 0.0 && mb.is_finite()) {
+                user_bail!(
+                    "ddp_bucket_mb must be auto (sized for the model) or a positive number of MiB (25 as PyTorch's DDP), got {mb}"
+                );
+            }
         }
         if !(self.eval.sample_temperature > 0.0 && self.eval.sample_temperature.is_finite()) {
             user_bail!(

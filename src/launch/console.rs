@@ -68,7 +68,7 @@ impl ConsoleReporter {
 impl Reporter for ConsoleReporter {
     fn started(&mut self, cfg: &RunConfig, params: ParamCounts) {
         self.say(format!(
-            "model: {} parameters ({} on each TP rank{}{}), pattern {}, tp {} x dp {}, global batch {} x {} tokens",
+            "model: {} parameters ({} on each TP rank{}{}), pattern {}, tp {} x dp {}, global batch {} x {} tokens{}",
             params.logical,
             params.local,
             if cfg.parallel.vocab_parallel {
@@ -84,7 +84,15 @@ impl Reporter for ConsoleReporter {
             cfg.parallel.tp,
             cfg.parallel.dp,
             cfg.global_batch(),
-            cfg.model.arch.block_size
+            cfg.model.arch.block_size,
+            match params.grad_bucket_bytes {
+                Some(b) => format!(
+                    ", gradient sums during backprop in buckets of {:.2} MiB (ddp_bucket_mb {})",
+                    b as f64 / (1 << 20) as f64,
+                    cfg.parallel.ddp_bucket_mb.label()
+                ),
+                None => String::new(),
+            }
         ));
     }
 

@@ -38,6 +38,7 @@ pub fn run_rank(
     let counts = ParamCounts {
         logical: trainer.model().params().logical_numel(),
         local: trainer.model().params().local_numel(),
+        grad_bucket_bytes: trainer.overlapped_bucket_bytes(),
     };
     if let Some(r) = reporter.as_deref_mut() {
         r.started(cfg, counts);

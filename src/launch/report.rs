@@ -116,6 +116,7 @@ pub fn comm_report(cfg: &RunConfig, layout: &BlockLayout, o: &RankOutcome) -> Co
         emulated_link: cfg.link(),
         projected_seconds_per_step,
         compute: o.ranks_compute.clone(),
+        grad_bucket_bytes: o.param_counts.grad_bucket_bytes.map(|b| b as u64),
     }
 }
 

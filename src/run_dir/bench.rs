@@ -42,6 +42,16 @@ pub struct BenchResult {
     /// forward, backward and grad_sync; `comm_ms`, a mean over all steps, is that share).
     pub forward_ms: f64,
     pub backward_ms: f64,
+    /// The forward and backward phases' FLOPs (matmuls and attention) over their median
+    /// time, per core: what the per-phase shares of the FMA peak are (0 in older results).
+    #[serde(default)]
+    pub forward_gflops_per_core: f64,
+    #[serde(default)]
+    pub backward_gflops_per_core: f64,
+    /// The gradient buckets' size where backprop started the gradient sums (`None`: one
+    /// bucket after it, nothing to sum, or an older result).
+    #[serde(default)]
+    pub grad_bucket_bytes: Option<u64>,
     pub grad_sync_ms: f64,
     pub optimizer_ms: f64,
     /// Communication the step waited for (exposed).
@@ -90,7 +100,7 @@ pub struct OpShare {
 }
 
 impl BenchResult {
-    /// Reads the `bench.json` a [`BenchResult::report`] wrote into `dir`.
+    /// Reads the `bench.json` a [`BenchResult::write`] wrote into `dir`.
     pub fn read(dir: &Path) -> Result<Self> {
         let path = dir.join(BENCH_FILE);
         let text = std::fs::read_to_string(&path)
@@ -98,35 +108,34 @@ impl BenchResult {
         super::versioned::from_json(&text, &path)
     }
 
-    /// Prints the result and writes `out/bench.json`.
-    pub fn report(&self, out: &Path) -> Result<()> {
-        crate::say!("{}", self.line());
-        crate::say!("{}", self.table());
+    /// Writes `out/bench.json`.
+    pub fn write(&self, out: &Path) -> Result<()> {
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
         crate::util::write_atomic(
             &out.join(BENCH_FILE),
             super::versioned::to_json(self)?.as_bytes(),
-        )?;
-        crate::say!("bench.json in {}", out.display());
-        Ok(())
+        )
     }
 
     /// The per-op profile, FLOP rates and memory, as a text table.
     pub fn table(&self) -> String {
         let mut t = format!(
-            "  {:<26} {:>9} {:>7} {:>14}\n",
-            "op (rank 0, mean/step)", "ms", "share", "GFLOP/s/core"
+            "  {:<26} {:>9} {:>7} {:>14} {:>10}\n",
+            "op (rank 0, mean/step)", "ms", "share", "GFLOP/s/core", "of peak"
         );
         for p in &self.profile {
-            let rate = p
+            let (rate, of_peak) = p
                 .gflops_per_core
-                .map_or(String::new(), |g| format!("{g:.1}"));
+                .map_or((String::new(), String::new()), |g| {
+                    (format!("{g:.1}"), self.of_peak(g))
+                });
             t += &format!(
-                "  {:<26} {:>9.2} {:>6.1}% {:>14}\n",
+                "  {:<26} {:>9.2} {:>6.1}% {:>14} {:>10}\n",
                 p.op,
                 p.ms,
                 100.0 * p.share,
-                rate
+                rate,
+                of_peak
             );
         }
         t += &format!(
@@ -148,6 +157,19 @@ impl BenchResult {
             100.0 * self.gflops_per_core / self.fma_peak_gflops_per_core
         );
         t += &format!(
+            "  by phase: forward {:.1} GFLOP/s/core ({} of the peak), backward {:.1} ({})\n",
+            self.forward_gflops_per_core,
+            self.of_peak(self.forward_gflops_per_core),
+            self.backward_gflops_per_core,
+            self.of_peak(self.backward_gflops_per_core)
+        );
+        if let Some(b) = self.grad_bucket_bytes {
+            t += &format!(
+                "  gradient sums during backprop in buckets of {:.2} MiB\n",
+                b as f64 / (1 << 20) as f64
+            );
+        }
+        t += &format!(
             "  {} parameters per TP rank ({:.1} MiB of f32 weights{}); peak RSS {:.0} MB (first measured step {:.0} MB, last {:.0} MB)",
             self.params_per_rank,
             self.param_mib_per_rank,
@@ -161,6 +183,14 @@ impl BenchResult {
             self.last_step_peak_rss_mb
         );
         t
+    }
+
+    /// `rate` GFLOP/s a core as a share of the measured FMA peak (blank without one).
+    fn of_peak(&self, rate: f64) -> String {
+        match self.fma_peak_gflops_per_core > 0.0 {
+            true => format!("{:.0}%", 100.0 * rate / self.fma_peak_gflops_per_core),
+            false => String::new(),
+        }
     }
 
     pub fn line(&self) -> String {

@@ -20,6 +20,7 @@
 //! releases when the process dies): a second writer stops with one line.
 
 pub mod bench;
+pub mod bench_goals;
 pub mod checkpoint;
 pub mod files;
 pub mod lock;

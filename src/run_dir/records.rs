@@ -100,6 +100,11 @@ pub struct CommReport {
     /// could measure it (older runs, GPU runs and ranks with several math threads: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute: Option<RankCompute>,
+    /// The gradient buckets' size in bytes where backprop started the gradient sums
+    /// (`ddp_bucket_mb` resolved for the model); absent where they ran in one bucket
+    /// after it, there was nothing to sum, or the run predates the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_bucket_bytes: Option<u64>,
 }
 
 /// Each rank's compute per step, measured as its thread's CPU time less the CPU time it
@@ -267,6 +272,13 @@ impl CommReport {
             }
             let _ = writeln!(s);
         }
+        self.footnotes(&mut s);
+        s
+    }
+
+    /// What the table's figures rest on: the hosts, the emulated link, the buckets, the
+    /// ranks' compute, and the projection onto named links.
+    fn footnotes(&self, s: &mut String) {
         let mut distinct: Vec<&String> = self.hosts.iter().collect();
         distinct.sort();
         distinct.dedup();
@@ -290,6 +302,13 @@ impl CommReport {
                 l.gbit_per_s, l.latency_us
             );
         }
+        if let Some(b) = self.grad_bucket_bytes {
+            let _ = writeln!(
+                s,
+                "  gradient sums started during backprop in buckets of {:.2} MiB (the first at most 1 MiB)",
+                b as f64 / (1 << 20) as f64
+            );
+        }
         if let Some(c) = &self.compute {
             let _ = writeln!(
                 s,
@@ -307,7 +326,6 @@ impl CommReport {
         for (name, secs) in &self.projected_seconds_per_step {
             let _ = writeln!(s, "    {:<32} {:>10.3} ms", name, secs * 1e3);
         }
-        s
     }
 }
 

@@ -27,6 +27,9 @@ struct Profile {
     rank_flops: f64,
     mm_flops: f64,
     mm_seconds: f64,
+    /// The rank's FLOPs in forward ops and in backward ops (matmuls and attention).
+    forward_flops: f64,
+    backward_flops: f64,
 }
 
 fn profile(measured: &[StepRecord], comm_ms: f64, threads: usize) -> Profile {
@@ -34,6 +37,7 @@ fn profile(measured: &[StepRecord], comm_ms: f64, threads: usize) -> Profile {
     let mean_step_ms = measured.iter().map(|s| s.ms).sum::<f64>() / steps;
     let mut ops = Vec::new();
     let (mut rank_flops, mut mm_flops, mut mm_seconds) = (0.0, 0.0, 0.0);
+    let (mut forward_flops, mut backward_flops) = (0.0, 0.0);
     for k in OpKind::ALL {
         let (sec, fl) = measured
             .iter()
@@ -46,6 +50,11 @@ fn profile(measured: &[StepRecord], comm_ms: f64, threads: usize) -> Profile {
         if matches!(k, OpKind::MatmulFwd | OpKind::MatmulBwd) {
             mm_flops += fl;
             mm_seconds += sec;
+        }
+        match k {
+            OpKind::MatmulFwd | OpKind::AttentionFwd => forward_flops += fl,
+            OpKind::MatmulBwd | OpKind::AttentionBwd => backward_flops += fl,
+            _ => {}
         }
         ops.push(OpShare {
             op: k.name().into(),
@@ -72,6 +81,8 @@ fn profile(measured: &[StepRecord], comm_ms: f64, threads: usize) -> Profile {
         rank_flops,
         mm_flops,
         mm_seconds,
+        forward_flops,
+        backward_flops,
     }
 }
 
@@ -96,7 +107,12 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         .unwrap_or(1);
     let comm_ms = comm / n * 1e3;
     let p = profile(measured, comm_ms, threads);
-    let (rank_flops, mm_flops, mm_s, profile) = (p.rank_flops, p.mm_flops, p.mm_seconds, p.ops);
+    let (rank_flops, mm_flops, mm_s) = (p.rank_flops, p.mm_flops, p.mm_seconds);
+    let (forward_ms, backward_ms) = (phase(|p| p.forward), phase(|p| p.backward));
+    let rate = |flops: f64, ms: f64| match ms > 0.0 {
+        true => flops / (ms / 1e3) / 1e9 / threads as f64,
+        false => 0.0,
+    };
     let ranks = cfg.parallel.tp * cfg.parallel.dp;
     let cores = ranks * threads;
     let flops_per_step = rank_flops * ranks as f64;
@@ -124,13 +140,16 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         measured_steps: measured.len(),
         ms_per_step: ms,
         tokens_per_s: cfg.tokens_per_step() as f64 / (ms / 1e3),
-        forward_ms: phase(|p| p.forward),
-        backward_ms: phase(|p| p.backward),
+        forward_ms,
+        backward_ms,
+        forward_gflops_per_core: rate(p.forward_flops, forward_ms),
+        backward_gflops_per_core: rate(p.backward_flops, backward_ms),
+        grad_bucket_bytes: o.param_counts.grad_bucket_bytes.map(|b| b as u64),
         grad_sync_ms: phase(|p| p.grad_sync),
         optimizer_ms: phase(|p| p.optimizer),
         comm_ms,
         comm_hidden_ms: hidden / n * 1e3,
-        profile,
+        profile: p.ops,
         flops_per_step,
         cores,
         gflops_per_core: flops_per_step / (ms / 1e3) / 1e9 / cores as f64,
@@ -142,7 +161,7 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         matmul_ceiling_gflops_per_core: matmul_ceiling_gflops(),
         fma_peak_gflops_per_core: crate::ops::peak::fma_peak_gflops(crate::ops::simd::level()),
         simd_level: crate::ops::simd::level().label().into(),
-        cpu_model: crate::ops::peak::cpu_model(),
+        cpu_model: crate::util::host::cpu(),
         peak_rss_mb: peaks.iter().copied().fold(0.0, f64::max),
         first_step_peak_rss_mb: peaks.first().copied().unwrap_or(0.0),
         last_step_peak_rss_mb: peaks.last().copied().unwrap_or(0.0),

@@ -36,7 +36,7 @@ pub fn run_bench(
         let config = || Ok(bench_config(&config()?, warmup, steps));
         let res = run_resolved(&config, Target::New(Some(out.clone())), false, backend)?;
         if res.outcomes[0].rank == 0 {
-            summarize(&config()?, &res.outcomes[0], warmup).report(&out)?;
+            report(&summarize(&config()?, &res.outcomes[0], warmup), &out)?;
         }
         return Ok(());
     }
@@ -44,7 +44,20 @@ pub fn run_bench(
     if !req.tp_given {
         return tp1_and_tp2(&out);
     }
-    bench(&config()?, warmup, steps)?.report(&out)
+    report(&bench(&config()?, warmup, steps)?, &out)
+}
+
+/// Prints `r` — its line, its table, the speed goals it is measured for — and writes
+/// `out/bench.json`.
+fn report(r: &BenchResult, out: &Path) -> Result<()> {
+    crate::say!("{}", r.line());
+    crate::say!("{}", r.table());
+    for goal in crate::run_dir::bench_goals::goals_for(r) {
+        crate::say!("  {goal}");
+    }
+    r.write(out)?;
+    crate::say!("bench.json in {}", out.display());
+    Ok(())
 }
 
 /// This command again at tp 1 and at tp 2, each in a process of its own (its arguments

@@ -9,6 +9,7 @@ use crate::analysis::plan::request::{FlopConvention, Request, Shape, StepFlops};
 use crate::analysis::plan::{curve, row, Curve, Plan, Rate};
 use crate::blocks::BlockLayout;
 use crate::comm::CommDtype;
+use crate::config::BucketCap;
 use crate::error::user;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ pub struct Question {
     pub dp: usize,
     pub batch: usize,
     pub comm_dtype: CommDtype,
-    pub bucket_mb: f64,
+    pub bucket_mb: BucketCap,
     pub links: Vec<String>,
     pub dp_link: Option<String>,
     pub device: String,

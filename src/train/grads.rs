@@ -157,6 +157,11 @@ impl GradBuffer {
         self.kinds[i]
     }
 
+    /// The bytes of every gradient this rank holds.
+    pub fn total_bytes(&self) -> usize {
+        (0..self.len()).map(|i| self.bytes(i)).sum()
+    }
+
     /// The bytes of parameter `i`'s gradient (f32).
     pub fn bytes(&self, i: usize) -> usize {
         self.zeros[i].elem_count() * 4

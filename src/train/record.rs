@@ -52,11 +52,15 @@ pub struct EvalRecord {
     pub val_loss: f32,
 }
 
-/// The model's size: logical, and what one rank holds.
+/// The model's size: logical, and what one rank holds; and the gradient buckets that
+/// size makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParamCounts {
     pub logical: usize,
     pub local: usize,
+    /// The buckets' size in bytes where backprop starts the gradient sums (`None`: one
+    /// bucket after backprop, or nothing to sum).
+    pub grad_bucket_bytes: Option<usize>,
 }
 
 /// Training steps and forward passes a tally covers.

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod bench;
 mod checkpoints;
 mod cli;
 mod comm_threads;

@@ -7,6 +7,7 @@ use crate::common::*;
 use tp_harness::analysis::plan::request::{Request, Shape};
 use tp_harness::blocks::BlockLayout;
 use tp_harness::comm::{CommDtype, CommKind};
+use tp_harness::config::BucketCap;
 
 #[test]
 fn the_planners_collectives_per_step_are_a_runs_tally() {
@@ -34,8 +35,6 @@ fn the_planners_collectives_per_step_are_a_runs_tally() {
                 "final_eval=sampled",
                 "--set",
                 &format!("comm_dtype={dtype}"),
-                "--set",
-                "ddp_bucket_mb=0.05",
                 "--out",
                 &out,
             ],
@@ -59,8 +58,19 @@ fn the_planners_collectives_per_step_are_a_runs_tally() {
             dp: 2,
             batch: 12,
             comm_dtype: CommDtype::all().find(|d| d.label() == dtype).unwrap(),
-            bucket_mb: 25.0,
+            bucket_mb: BucketCap::Auto,
         };
+        // The run's buckets (ddp_bucket_mb: auto, the default) are the planner's: the
+        // same rule on the same gradient bytes.
+        let planned_bucket = BucketCap::Auto.bytes(4 * r.params_per_rank() as usize);
+        assert_eq!(
+            comm.grad_bucket_bytes,
+            Some(planned_bucket as u64),
+            "{pattern}"
+        );
+        // (PyTorch's 25 MiB would put this model's gradients in one bucket.)
+        let buckets = r.buckets().count;
+        assert!(buckets > 4.0, "{pattern}: {buckets} buckets");
         for t in r.traffic() {
             let ran = &comm.per_step[&t.kind];
             assert_eq!(ran.bytes, t.bytes, "{pattern} {}: bytes", t.kind.label());

@@ -6,6 +6,7 @@
 //! communication needs to cost under 5% of the step; and the study's measured loss
 //! penalty nearest to the request, never an extrapolated one.
 
+pub mod buckets;
 pub mod catalog;
 pub mod evidence;
 pub mod request;

@@ -3,9 +3,10 @@
 //! counts a run's tally is held to (`BlockLayout::forward_allreduces`, the gradient
 //! buckets' rule of `train/grad_buckets.rs`), the FLOPs by a stated convention.
 
+use super::buckets::{seal, Buckets, Grad};
 use crate::blocks::BlockLayout;
 use crate::comm::{CommDtype, CommKind};
-use crate::config::PRESETS;
+use crate::config::{BucketCap, PRESETS};
 use crate::error::user;
 use anyhow::Result;
 
@@ -91,7 +92,8 @@ pub struct Request {
     /// Sequences per rank per step (each of `shape.block` tokens).
     pub batch: usize,
     pub comm_dtype: CommDtype,
-    pub bucket_mb: f64,
+    /// The gradient buckets' size, as `ddp_bucket_mb` gives it.
+    pub bucket_mb: BucketCap,
 }
 
 /// What one step moves, per kind: (calls, bytes in total), on the TP group or the DP
@@ -181,13 +183,54 @@ impl Request {
             .sum()
     }
 
-    /// How many buckets a step's gradients fill (the first 1 MiB, then `bucket_mb`) —
-    /// the rule of `train/grad_buckets.rs`, give or take one where a bucket's last
-    /// gradient carries it past its size.
-    pub fn buckets(&self) -> f64 {
-        let bytes = 4.0 * self.params_per_rank();
-        let (first, cap): (f64, f64) = (1024.0 * 1024.0, self.bucket_mb * 1024.0 * 1024.0);
-        1.0 + ((bytes - first.min(cap)).max(0.0) / cap).ceil()
+    /// Each rank's gradients in the order backprop finishes them.
+    fn in_backprop_order(&self) -> Vec<Grad> {
+        let s = &self.shape;
+        let (c, t) = (s.n_embd as f64, self.tp as f64);
+        let bias = s.bias;
+        let f32s = |n: f64| 4.0 * n;
+        let mut out = vec![(f32s(c), false)];
+        if bias {
+            out.push((f32s(c), false));
+        }
+        for kind in self.layout.kinds.iter().rev() {
+            let tags = kind.tags();
+            let (norms_partial, _) = tags.partial();
+            let [b_o, b_pr] = tags.out_biases_partial();
+            let norm = |out: &mut Vec<Grad>| {
+                out.push((f32s(c), norms_partial));
+                if bias {
+                    out.push((f32s(c), norms_partial));
+                }
+            };
+            let out_bias = |out: &mut Vec<Grad>, b: Option<bool>| {
+                if let (true, Some(partial)) = (bias, b) {
+                    out.push((f32s(c), partial));
+                }
+            };
+            out_bias(&mut out, b_pr);
+            out.push((f32s(4.0 * c * c / t), false));
+            out.push((
+                f32s(4.0 * c * c / t + if bias { 4.0 * c / t } else { 0.0 }),
+                false,
+            ));
+            norm(&mut out);
+            out_bias(&mut out, b_o);
+            out.push((f32s(c * c / t), false));
+            out.push((
+                f32s(3.0 * c * c / t + if bias { 3.0 * c / t } else { 0.0 }),
+                false,
+            ));
+            norm(&mut out);
+        }
+        out.push((f32s(s.block as f64 * c), false));
+        out.push((f32s(s.vocab as f64 * c), false));
+        out
+    }
+
+    /// The buckets a step's gradients fill ([`super::buckets`]).
+    pub fn buckets(&self) -> Buckets {
+        seal(self.in_backprop_order(), self.bucket_mb)
     }
 
     /// The step's collectives by kind (scalars — the loss, the norm — left out: a few
@@ -208,7 +251,7 @@ impl Request {
             if partial > 0.0 {
                 out.push(Traffic {
                     kind: CommKind::TpParamGrad,
-                    calls: self.buckets().min(self.shape.n_layer as f64),
+                    calls: self.buckets().with_partial,
                     bytes: 4.0 * partial,
                     group: self.tp,
                 });
@@ -217,7 +260,7 @@ impl Request {
         if self.dp > 1 {
             out.push(Traffic {
                 kind: CommKind::DpGrad,
-                calls: self.buckets(),
+                calls: self.buckets().count,
                 bytes: 4.0 * self.params_per_rank(),
                 group: self.dp,
             });

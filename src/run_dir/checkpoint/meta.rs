@@ -2,7 +2,7 @@
 //! the one line for a checkpoint that cannot be used.
 
 use crate::comm::TallySnapshot;
-use crate::config::RunConfig;
+use crate::config::{BucketCap, RunConfig};
 use crate::tp::ParamKind;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -45,10 +45,41 @@ pub struct CommShape {
     pub dp: usize,
     pub vocab_parallel: bool,
     pub gradient_accumulation_steps: usize,
-    /// The gradient buckets' size in bytes where backprop starts their sums (none: one
-    /// bucket after backprop, as before overlapped sums, or nothing to sum).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grad_bucket_bytes: Option<u64>,
+    /// The gradient buckets where backprop starts their sums (none: one bucket after
+    /// backprop, as before overlapped sums, or nothing to sum). Under its first name,
+    /// which held only a size in bytes.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "grad_bucket_bytes"
+    )]
+    pub grad_buckets: Option<BucketShape>,
+}
+
+/// How a run's gradient buckets were sized: fixed bytes, or `auto` (sized for the model,
+/// which a resume cannot change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BucketShape {
+    Bytes(u64),
+    ForModel(Auto),
+}
+
+/// The word `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Auto {
+    Auto,
+}
+
+impl BucketShape {
+    fn of(cap: BucketCap) -> Self {
+        match cap {
+            BucketCap::Auto => BucketShape::ForModel(Auto::Auto),
+            // Any size: the bytes are what the run used.
+            fixed => BucketShape::Bytes(fixed.bytes(0) as u64),
+        }
+    }
 }
 
 impl CommShape {
@@ -59,8 +90,8 @@ impl CommShape {
             dp: p.dp,
             vocab_parallel: p.vocab_parallel,
             gradient_accumulation_steps: cfg.optim.gradient_accumulation_steps,
-            grad_bucket_bytes: (p.overlap_grad_reduce && p.tp * p.dp > 1)
-                .then(|| p.grad_bucket_bytes() as u64),
+            grad_buckets: (p.overlap_grad_reduce && p.tp * p.dp > 1)
+                .then(|| BucketShape::of(p.ddp_bucket_mb)),
         }
     }
 }
@@ -74,8 +105,12 @@ impl std::fmt::Display for CommShape {
             self.dp,
             self.vocab_parallel,
             self.gradient_accumulation_steps,
-            match self.grad_bucket_bytes {
-                Some(b) => format!("gradient sums started in buckets of {b} bytes"),
+            match self.grad_buckets {
+                Some(BucketShape::Bytes(b)) =>
+                    format!("gradient sums started in buckets of {b} bytes"),
+                Some(BucketShape::ForModel(_)) => {
+                    "gradient sums started in buckets sized for the model (auto)".into()
+                }
                 None => "gradient sums in one bucket after backprop".into(),
             }
         )

@@ -31,7 +31,8 @@ fn mpirun_n2_tp2_and_n4_tp2_dp2_match_the_threads_backend() {
         }
         if n == 4 {
             assert_eq!(cm["dp"], 2);
-            assert_eq!(cm["per_step"]["dp-grad"]["calls"], 1.0);
+            // ddp_bucket_mb auto: an eighth of the small model's gradients a bucket.
+            assert!(cm["per_step"]["dp-grad"]["calls"].as_f64().unwrap() >= 4.0);
             assert!(cm["per_step"]["dp-grad"]["bytes"].as_f64().unwrap() > 0.0);
         }
         assert_eq!(

@@ -106,8 +106,9 @@ def main():
                           f"{res['ms_per_step']:.1f} ms/step", flush=True)
     rows = []
     head = " | ".join(f"vs PyTorch {v}" for v in a.pytorch)
-    lines = [f"| preset | threads | run | ms/step | tokens/s | {head} | peak RSS MB |",
-             "|---|---|---|---|---|" + "---|" * len(a.pytorch) + "---|"]
+    lines = [f"| preset | threads | run | ms/step | tokens/s | {head} | step / matmuls, "
+             "of the FMA peak | peak RSS MB |",
+             "|---|---|---|---|---|" + "---|" * len(a.pytorch) + "---|---|"]
     for (preset, th, who), v in ms.items():
         med = statistics.median(v)
         res = last[(preset, th, who)]
@@ -116,16 +117,25 @@ def main():
         # tokens/s relative to each PyTorch variant: its ms/step over ours.
         ratios = {p: statistics.median(ms[(preset, th, f"pytorch {p}")]) / med
                   for p in a.pytorch if (preset, th, f"pytorch {p}") in ms}
+        # Ours against one core's measured FMA peak (docs/performance.md's goals): the
+        # step at its median time, the matmuls as the last round measured them.
+        peak = res.get("fma_peak_gflops_per_core") or 0.0
+        of_peak = None
+        if peak > 0 and "flops_per_step" in res:
+            step = res["flops_per_step"] / (med / 1e3) / 1e9 / res["cores"] / peak
+            of_peak = (step, res["matmul_gflops_per_core"] / peak)
         rows.append({"preset": preset, "threads": th, "run": who, "ms_per_step": med,
                      "rounds": v, "tokens_per_s": tokens / (med / 1e3),
-                     "speedup_vs_pytorch": ratios, "peak_rss_mb": rss})
+                     "speedup_vs_pytorch": ratios, "peak_rss_mb": rss,
+                     "of_fma_peak": of_peak})
         cells = " | ".join(f"{ratios[p]:.2f}x" if p in ratios else "failed" for p in a.pytorch)
+        shares = "" if of_peak is None else f"{100 * of_peak[0]:.0f}% / {100 * of_peak[1]:.0f}%"
         lines.append(f"| {preset} | {th} | {who} | {med:.1f} | {tokens / (med / 1e3):.0f} | "
-                     f"{cells} | {'' if rss is None else f'{rss:.0f}'} |")
+                     f"{cells} | {shares} | {'' if rss is None else f'{rss:.0f}'} |")
     for (preset, th, who), why in sorted(failed.items()):
         if (preset, th, who) not in ms:
             lines.append(f"| {preset} | {th} | {who} | failed | | "
-                         + " | ".join("" for _ in a.pytorch) + " | |")
+                         + " | ".join("" for _ in a.pytorch) + " | | |")
         rows.append({"preset": preset, "threads": th, "run": who, "failed": why})
     if failed:
         lines.append("")

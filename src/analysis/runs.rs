@@ -16,8 +16,9 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// What makes runs replicates of each other: the same config but for the seed. The one
-/// definition sweeps and plots group runs by.
+/// What makes runs replicates of each other: the same config but for the seed (and the
+/// keys that change no bit, `SAME_BITS_KEYS`). The one definition sweeps and plots group
+/// runs by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReplicateKey {
     /// Every config key but the seed and those the key leaves out, each value as YAML
@@ -58,6 +59,9 @@ impl ReplicateKey {
         }
         keys.remove("seed");
         keys.remove("pattern");
+        for k in crate::config::run_config::SAME_BITS_KEYS {
+            keys.remove(*k);
+        }
         if with_pattern {
             keys.insert("pattern".into(), cfg.layout().expanded());
         }
@@ -385,5 +389,20 @@ mod tests {
         let key = |p, seed| super::ReplicateKey::of(&cfg(p, seed)).unwrap();
         assert_eq!(key("4xt", 1), key("tttt", 2));
         assert_ne!(key("tstt", 1), key("tttt", 1));
+    }
+
+    /// Runs apart only in how the gradient sums are bucketed are replicates (the same
+    /// bits); apart in the learning rate they are not.
+    #[test]
+    fn gradient_bucketing_does_not_part_replicates_and_the_learning_rate_does() {
+        let base = crate::config::RunConfig::default();
+        let key = |c: &crate::config::RunConfig| super::ReplicateKey::of(c).unwrap();
+        let mut buckets = base.clone();
+        buckets.parallel.ddp_bucket_mb = crate::config::BucketCap::Mib(25.0);
+        buckets.parallel.overlap_grad_reduce = false;
+        assert_eq!(key(&buckets), key(&base));
+        let mut lr = base.clone();
+        lr.optim.learning_rate *= 2.0;
+        assert_ne!(key(&lr), key(&base));
     }
 }

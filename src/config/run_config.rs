@@ -235,7 +235,22 @@ fn keys_of(v: impl Serialize) -> Vec<String> {
     }
 }
 
+/// Keys that change how a step's gradient sums are cut and scheduled but not one bit of
+/// what it computes (tests/it/overlapped_grads.rs trains both ways to the same bits,
+/// threads and mpirun). Runs apart only in them are replicates, and a sweep takes one
+/// for the other: the default bucket size changed from 25 MiB to `auto`, and a study
+/// resumed across that change keeps its runs and its groups.
+pub const SAME_BITS_KEYS: &[&str] = &["ddp_bucket_mb", "overlap_grad_reduce"];
+
 impl RunConfig {
+    /// [`RunConfig::differences`] less the [`SAME_BITS_KEYS`]: what makes the two
+    /// compute other numbers.
+    pub fn computes_otherwise(&self, other: &RunConfig) -> Vec<(String, String, String)> {
+        let mut d = self.differences(other);
+        d.retain(|(k, _, _)| !SAME_BITS_KEYS.contains(&k.as_str()));
+        d
+    }
+
     /// The keys whose values differ between this config and `other`: (key, this one's
     /// value, the other's), each key once, as config.yaml writes them.
     pub fn differences(&self, other: &RunConfig) -> Vec<(String, String, String)> {

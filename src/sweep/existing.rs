@@ -30,10 +30,10 @@ pub fn existing(point: &Point, dir: &Path) -> Result<Existing> {
         return Ok(Existing::Nothing);
     }
     let run = read_config(dir)?;
-    if run == point.cfg {
+    let diffs = run.computes_otherwise(&point.cfg);
+    if diffs.is_empty() {
         return Ok(Existing::Same);
     }
-    let diffs = run.differences(&point.cfg);
     let (was, now) = (run.optim.max_iters, point.cfg.optim.max_iters);
     let only_length = diffs.iter().all(|(k, _, _)| k == "max_iters");
     // The cosine schedule ends at lr_decay_iters, which follows max_iters unless set:
@@ -56,4 +56,41 @@ pub fn existing(point: &Point, dir: &Path) -> Result<Existing> {
         dir.display(),
         listed.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BucketCap, RunConfig};
+    use crate::run_dir::RunDir;
+
+    fn point(cfg: RunConfig) -> Point {
+        Point {
+            name: "p".into(),
+            group: "p".into(),
+            cfg,
+            keys: Vec::new(),
+        }
+    }
+
+    /// A run kept from before the default bucket size changed is the point's run (the
+    /// same bits); one at another learning rate is refused by key.
+    #[test]
+    fn a_run_apart_only_in_its_gradient_buckets_is_the_points_and_one_apart_in_lr_is_not() {
+        let dir = std::env::temp_dir().join(format!("tp-existing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut kept = RunConfig::default();
+        kept.parallel.ddp_bucket_mb = BucketCap::Mib(25.0);
+        RunDir::create(&dir).unwrap().write_config(&kept).unwrap();
+        let now = RunConfig::default();
+        assert_eq!(existing(&point(now.clone()), &dir).unwrap(), Existing::Same);
+        let mut other = now;
+        other.optim.learning_rate *= 2.0;
+        let e = existing(&point(other), &dir).unwrap_err().to_string();
+        assert!(
+            e.contains("learning_rate") && !e.contains("ddp_bucket_mb"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

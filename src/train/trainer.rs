@@ -69,6 +69,9 @@ pub struct Trainer<'a> {
     model: Gpt,
     opt: AdamW,
     grads: GradBuffer,
+    /// A gradient bucket's size in bytes: `ddp_bucket_mb` for this rank's gradients
+    /// (fixed for the run: the gradients' sizes are the model's).
+    grad_bucket_bytes: usize,
     /// The gradient sums the last backward pass started, bucket by bucket.
     overlapped: Option<OverlappedSync>,
     sched: CosineSchedule,
@@ -140,6 +143,7 @@ impl<'a> Trainer<'a> {
             ctx,
             hooks,
             opt,
+            grad_bucket_bytes: cfg.parallel.ddp_bucket_mb.bytes(grads.total_bytes()),
             grads,
             overlapped: None,
             sched: CosineSchedule {
@@ -239,18 +243,12 @@ impl<'a> Trainer<'a> {
         self.best_val
     }
 
-    /// A gradient bucket's size in bytes: `ddp_bucket_mb` for this rank's gradients.
-    fn grad_bucket_bytes(&self) -> usize {
-        let p = &self.cfg.parallel;
-        p.ddp_bucket_mb.bytes(self.grads.total_bytes())
-    }
-
     /// The buckets' size where backprop starts the gradient sums; `None` where they run in
     /// one bucket after it, or there is nothing to sum.
     pub fn overlapped_bucket_bytes(&self) -> Option<usize> {
         let (p, tp, dp) = (&self.cfg.parallel, &self.ctx.tp, &self.ctx.dp);
         (p.overlap_grad_reduce && OverlappedSync::needed(&self.grads, tp, dp))
-            .then(|| self.grad_bucket_bytes())
+            .then_some(self.grad_bucket_bytes)
     }
 
     /// Mean of a per-rank value over the data-parallel group.
@@ -427,7 +425,7 @@ impl<'a> Trainer<'a> {
             self.overlapped = (micro + 1 == accum
                 && p.overlap_grad_reduce
                 && OverlappedSync::needed(&self.grads, tp, dp))
-            .then(|| OverlappedSync::new(&self.grads, self.grad_bucket_bytes(), tp, dp));
+            .then(|| OverlappedSync::new(&self.grads, self.grad_bucket_bytes, tp, dp));
             let scale = 1.0 / accum as f32;
             backward_into(&loss, &mut self.grads, scale, self.overlapped.as_mut())?;
             self.wait_for_device()?;

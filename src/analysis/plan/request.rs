@@ -237,6 +237,7 @@ impl Request {
     /// latencies a step).
     pub fn traffic(&self) -> Vec<Traffic> {
         let mut out = Vec::new();
+        let buckets = self.buckets();
         if self.tp > 1 {
             let passes = self.layout.forward_allreduces() as f64;
             for kind in [CommKind::TpForward, CommKind::TpBackward] {
@@ -251,7 +252,7 @@ impl Request {
             if partial > 0.0 {
                 out.push(Traffic {
                     kind: CommKind::TpParamGrad,
-                    calls: self.buckets().with_partial,
+                    calls: buckets.with_partial,
                     bytes: 4.0 * partial,
                     group: self.tp,
                 });
@@ -260,7 +261,7 @@ impl Request {
         if self.dp > 1 {
             out.push(Traffic {
                 kind: CommKind::DpGrad,
-                calls: self.buckets().count,
+                calls: buckets.count,
                 bytes: 4.0 * self.params_per_rank(),
                 group: self.dp,
             });

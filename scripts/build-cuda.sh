@@ -2,9 +2,10 @@
 # Builds the CUDA version of tp-harness on a machine with no GPU and no CUDA install, from
 # NVIDIA's PyPI wheels alone, and packs what the GPU machine needs into dist/cuda/:
 #
-#   dist/cuda/tp-train.xz       the trainer (stripped, xz), CUDA + NCCL, no MPI
-#   dist/cuda/gpu-tests.xz      the GPU test set (tests/gpu.rs), stripped, xz
+#   dist/cuda/tp-train.xz       the trainer (debug info stripped, symbols kept; xz), CUDA + NCCL, no MPI
+#   dist/cuda/gpu-tests.xz      the GPU test set (tests/gpu.rs), likewise
 #   dist/cuda/gpu-check.sh      unpacks and runs both there, writes one results file
+#   dist/cuda/ncu-summary.py    its profile mode's kernel table (from ncu's CSV)
 #   dist/cuda/golden, data      the golden cases and both datasets, prepared (the GPU
 #                               machine has no network and no ../shared: required here)
 #   dist/cuda/cpu-reference.json  the default experiment's result on this CPU, which the
@@ -150,10 +151,11 @@ EOF
   echo "build machine: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), sm_$CUDA_COMPUTE_CAP"
   echo "CPU reference (default experiment): val loss $(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["final_val_loss"], 4))' "$out/cpu-reference.json")"
 } >"$out/BUILD"
-strip -o "$out/tp-train" "$target/release/tp-train"
-strip -o "$out/gpu-tests" "$gpu_tests"
+# Symbols kept (debug info dropped): a failure's backtrace names its functions, for ~0.3 MB.
+strip --strip-debug -o "$out/tp-train" "$target/release/tp-train"
+strip --strip-debug -o "$out/gpu-tests" "$gpu_tests"
 xz -T0 -6 "$out/tp-train" "$out/gpu-tests"
-cp scripts/cuda/gpu-check.sh scripts/bench/pytorch-gpt2.py "$out/"
+cp scripts/cuda/gpu-check.sh scripts/cuda/ncu-summary.py scripts/bench/pytorch-gpt2.py "$out/"
 golden=${TP_GOLDEN_DIR:-$repo/../shared/golden}
 if [ -d "$golden" ]; then cp "$golden"/*.json "$golden"/*.safetensors "$out/golden/"; else echo "build-cuda: no golden cases at $golden; the GPU golden test will fail" >&2; fi
 ladder=${TP_GOLDEN_LADDER_DIR:-$repo/../shared/golden-ladder}

@@ -4,11 +4,14 @@
 # cuBLAS, cuRAND, the CUDA runtime and NCCL). Sized for a lent GPU machine: one command
 # of at most 10 minutes, at most 8 result files back, 2 folders deep.
 #
-#   bash dist/cuda/gpu-check.sh first     # ~8 min on an H100: every GPU test (one process
+#   bash dist/cuda/gpu-check.sh first     # <= 9.5 min planned (2.8 on an H100, 2026-11-27):
+#                                         # every GPU test (one process
 #                                         # each), the race check, the default experiment
 #                                         # against the CPU's val loss, GPT-2 124M bf16 tp 1
 #                                         # (fused, portable) beside PyTorch eager and SDPA
 #   bash dist/cuda/gpu-check.sh follow    # ~4 min: f32 and tp 2 rows, 3xsppp, torch.compile
+#   bash dist/cuda/gpu-check.sh profile   # ~3 min: every kernel of two GPT-2 124M bf16 steps
+#                                         # timed by Nsight Compute (ncu), summed by kernel
 #   bash dist/cuda/gpu-check.sh diag      # ~2 min: why the binaries do not load or run
 #   bash dist/cuda/gpu-check.sh MODE --dry-run   # the plan and its time budget, no GPU
 #
@@ -16,15 +19,16 @@
 # (TP_GPU_BUDGET, default 570 s from the start: a 600 s call with margin) covers its limit: one hang costs its
 # limit, never the call. Work files go to TP_GPU_WORK (default /tmp/tp-gpu-check), never
 # into $OUT; $OUT gets two files a mode: gpu-check-MODE.md (the summary, readable alone)
-# and gpu-check-MODE.tar.gz (every log, run record and bench.json of the mode).
+# and gpu-check-MODE.tar.gz (every log, run record and bench.json of the mode; no
+# checkpoints, which would take it over the 16 MiB a returned file may have).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 mode=${1:-}
 dry=0
 [ "${2:-}" = "--dry-run" ] && dry=1
 case "$mode" in
-  first | follow | diag) ;;
-  *) echo "usage: gpu-check.sh first|follow|diag [--dry-run]" >&2; exit 2 ;;
+  first | follow | diag | profile) ;;
+  *) echo "usage: gpu-check.sh first|follow|diag|profile [--dry-run]" >&2; exit 2 ;;
 esac
 started=$(date +%s)
 budget=${TP_GPU_BUDGET:-570}
@@ -71,7 +75,8 @@ finish() {
   say "failures: $failures; $(($(date +%s) - started)) s of ${budget}"
   [ "$dry" = 1 ] && say "planned: ${planned} s of ${budget}"
   cp "$summary" "$out/"
-  tar -czf "$out/gpu-check-$mode.tar.gz" -C "$(dirname "$work")" "$mode" 2>/dev/null
+  tar -czf "$out/gpu-check-$mode.tar.gz" --exclude='*.safetensors' --exclude=checkpoints \
+    -C "$(dirname "$work")" "$mode" 2>/dev/null
   exit $((failures > 0))
 }
 
@@ -118,14 +123,18 @@ cat "$summary"
 
 final_val() { $py -c 'import json,sys; print(json.load(open(sys.argv[1]))["final_val_loss"])' "$1/summary.json" 2>/dev/null || echo "?"; }
 
-# One row of the GPT-2 table from a bench.json, with MFU against the GPU's dense peak.
+# One row of the GPT-2 table from a bench.json, with MFU against the GPU's dense peak:
+# model FLOPs per token as pytorch-gpt2.py counts them (nanoGPT's estimate, vocab 50304),
+# so that both rows of a comparison divide the same work by their own time.
 bench_row() { # label bench.json
   $py - "$1" "$2" "$gpu" <<'EOF' | tee -a "$summary"
 import json, sys
 label, path, gpu = sys.argv[1:]
 b = json.load(open(path))
 peaks = {"bf16": 989.4, "f32": 66.9}  # H100/H200 SXM dense TFLOP/s
-tflops = b["flops_per_step"] / (b["ms_per_step"] / 1e3) / 1e12
+n_layer, c, t, vocab = 12, 768, b["block_size"], 50304
+per_token = 6 * (12 * n_layer * c * c + vocab * c) + 12 * n_layer * t * c
+tflops = b["tokens_per_s"] * per_token / 1e12
 mfu = tflops / peaks[b["dtype"]] if ("H100" in gpu or "H200" in gpu) else float("nan")
 print(f"| {label} ({b['kernels']}) | {b['pattern']} | {b['tp']} | {b['dtype']} | {b['batch_size']} | {b['ms_per_step']:.1f} | {b['tokens_per_s']:.0f} | {mfu:.1%} |")
 EOF
@@ -174,6 +183,20 @@ if [ "$mode" = diag ]; then
   part 30 diag-list "$bin/gpu-tests" --list
   part 60 diag-tiny env CUDA_LAUNCH_BLOCKING=1 "$train" --device cuda --set max_iters=5 --set eval_interval=5 --quiet --out "$work/diag-tiny-run"
   [ "$dry" = 0 ] && tail -3 "$work/diag-tiny.log" | sed 's/^/    /' | tee -a "$summary"
+  finish
+fi
+
+if [ "$mode" = profile ]; then
+  say ""
+  say "## Where a GPT-2 124M bf16 step's GPU time goes (tp 1, batch ${BATCH:-8}, two steps, ncu)"
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  [ -n "$ncu" ] || [ "$dry" = 1 ] || { say "- no ncu on this machine"; failures=$((failures + 1)); finish; }
+  # One metric needs no kernel replay: each kernel runs once, serialised, and is timed.
+  part 240 ncu-gpt2-bf16 "${ncu:-ncu}" --metrics gpu__time_duration.sum --csv --page raw \
+    --print-units base --launch-count 40000 "$train" --bench --device cuda --dtype bf16 \
+    --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused --set batch_size="${BATCH:-8}" \
+    --bench-warmup 1 --bench-steps 1 --quiet --out "$work/ncu-run"
+  [ "$dry" = 0 ] && $py "$here/ncu-summary.py" "$work/ncu-gpt2-bf16.log" | tee -a "$summary"
   finish
 fi
 
@@ -240,11 +263,12 @@ EOF
   finish
 fi
 
-# follow: the rest of the GPT-2 table.
+# follow: the rest of the GPT-2 table, most wanted first (the goal is bf16 12xt against
+# torch.compile; a short budget skips the rows at the end).
 table_head
-harness 60 gpt2-12xt-tp1-f32-fused 12xt 1 f32 fused
-harness 60 gpt2-12xt-tp2-bf16-fused 12xt 2 bf16 fused
-harness 60 gpt2-3xsppp-tp1-bf16-fused 3xsppp 1 bf16 fused
-harness 60 gpt2-3xsppp-tp2-bf16-fused 3xsppp 2 bf16 fused
 pytorch 120 torch-compile-bf16 --dtype bf16 --sdpa --compile
+harness 60 gpt2-12xt-tp2-bf16-fused 12xt 2 bf16 fused
+harness 60 gpt2-3xsppp-tp2-bf16-fused 3xsppp 2 bf16 fused
+harness 60 gpt2-12xt-tp1-f32-fused 12xt 1 f32 fused
+harness 60 gpt2-3xsppp-tp1-bf16-fused 3xsppp 1 bf16 fused
 finish

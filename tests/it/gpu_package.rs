@@ -9,7 +9,7 @@ use std::path::Path;
 #[test]
 fn each_gpu_check_mode_plans_within_its_budget_and_returns_two_files() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for mode in ["first", "follow", "diag"] {
+    for mode in ["first", "follow", "diag", "profile"] {
         let d = scratch(&format!("gpu-check-{mode}"));
         let out = d.join("out");
         let o = std::process::Command::new("bash")
@@ -72,4 +72,58 @@ fn the_tracked_tree_leaves_room_for_the_gpu_package() {
         "the tracked tree is {} MiB: with dist/cuda (~20 MB) it must stay under the 64 MiB a GPU machine takes",
         bytes >> 20
     );
+}
+
+/// The profile mode's kernel table: ncu's CSV in either layout (a metric column, or
+/// metric name/unit/value rows, in ns or us), the program's own lines skipped, time summed
+/// per kernel and launch shape, largest first.
+#[test]
+fn the_ncu_summary_sums_kernel_time_by_kernel_and_launch_shape() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = scratch("ncu-summary");
+    let raw = concat!(
+        "tp-train: a line of the program's own\n",
+        "\"ID\",\"Kernel Name\",\"Block Size\",\"Grid Size\",\"gpu__time_duration.sum\"\n",
+        "\"\",\"\",\"\",\"\",\"ns\"\n",
+        "\"0\",\"fast_sum_f64\",\"(1024, 1, 1)\",\"(1, 1, 1)\",\"8,500,000\"\n",
+        "\"1\",\"fast_sum_f64\",\"(1024, 1, 1)\",\"(1, 1, 1)\",\"1500000\"\n",
+        "\"2\",\"gemm_bf16\",\"(128, 1, 1)\",\"(132, 1, 1)\",\"2000000\"\n",
+    );
+    let details = concat!(
+        "\"ID\",\"Kernel Name\",\"Block Size\",\"Grid Size\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n",
+        "\"0\",\"gemm_bf16\",\"(128, 1, 1)\",\"(132, 1, 1)\",\"gpu__time_duration.sum\",\"usecond\",\"3000\"\n",
+        "\"0\",\"gemm_bf16\",\"(128, 1, 1)\",\"(132, 1, 1)\",\"sm__throughput\",\"%\",\"90\"\n",
+    );
+    let run = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        let o = std::process::Command::new("python3")
+            .arg(repo.join("scripts/cuda/ncu-summary.py"))
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let t = run("raw.log", raw);
+    assert!(t.contains("3 kernel launches, 12.0 ms"), "{t}");
+    let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| `")).collect();
+    assert_eq!(
+        rows,
+        [
+            "| `fast_sum_f64` | (1, 1, 1) | (1024, 1, 1) | 2 | 10.00 | 83.3% |",
+            "| `gemm_bf16` | (132, 1, 1) | (128, 1, 1) | 1 | 2.00 | 16.7% |"
+        ]
+    );
+    let t = run("details.log", details);
+    assert!(t.contains("1 kernel launch, 3.0 ms"), "{t}");
+    let empty = d.join("empty.log");
+    std::fs::write(&empty, "ncu: no kernels were profiled\n").unwrap();
+    let o = std::process::Command::new("python3")
+        .arg(repo.join("scripts/cuda/ncu-summary.py"))
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no CSV rows"));
 }

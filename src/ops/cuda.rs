@@ -15,7 +15,7 @@ use candle_core::{
     CudaDevice, CudaStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType,
 };
 
-mod ptx {
+pub(super) mod ptx {
     include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
 }
 

@@ -10,6 +10,8 @@
 pub mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_adamw;
 pub mod fastmath;
 #[cfg(target_arch = "x86_64")]
 pub mod fastmath_avx2;

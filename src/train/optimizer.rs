@@ -226,8 +226,11 @@ impl AdamW {
                 0.0
             };
             let param = p.var.as_tensor();
-            if param.device().is_cpu() && self.kernels.on(param.device()) == Kernels::Fused {
+            let fused = self.kernels.on(param.device()) == Kernels::Fused;
+            if param.device().is_cpu() && fused {
                 self.fused_update(i, param, grads.get(i), lr, decay, c1, c2, grad_scale)?;
+            } else if param.device().is_cuda() && fused {
+                self.cuda_update(i, param, grads.get(i), lr, decay, c1, c2, grad_scale)?;
             } else {
                 let (m, v) = (&self.m[i], &self.v[i]);
                 let g = grads.get(i);
@@ -247,6 +250,52 @@ impl AdamW {
             }
         }
         Ok(())
+    }
+
+    /// The fused update on a GPU: one kernel a parameter (`ops::cuda_adamw`).
+    #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "cuda")]
+    fn cuda_update(
+        &self,
+        i: usize,
+        param: &Tensor,
+        grad: &Tensor,
+        lr: f64,
+        decay: f64,
+        c1: f64,
+        c2: f64,
+        grad_scale: f32,
+    ) -> Result<()> {
+        let (lr, c) = (lr as f32, &self.cfg);
+        let k = crate::ops::cuda_adamw::AdamWScalars {
+            b1: c.beta1 as f32,
+            b2: c.beta2 as f32,
+            lr,
+            eps: c.eps as f32,
+            c1: c1 as f32,
+            c2: c2 as f32,
+            shrink: 1.0 - lr * decay as f32,
+            grad_scale,
+        };
+        Ok(crate::ops::cuda_adamw::adamw(
+            param, grad, &self.m[i], &self.v[i], k,
+        )?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[cfg(not(feature = "cuda"))]
+    fn cuda_update(
+        &self,
+        _: usize,
+        _: &Tensor,
+        _: &Tensor,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f32,
+    ) -> Result<()> {
+        unreachable!("a CPU build has no CUDA tensors")
     }
 
     /// One pass over parameter `i` on the CPU, updating it and its moments in place.

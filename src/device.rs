@@ -231,6 +231,23 @@ pub fn set_tf32(on: bool) {
     let _ = on;
 }
 
+/// The name the driver gives GPU `ordinal` ("NVIDIA H100 80GB HBM3"); `None` in a CPU
+/// build or where the driver does not answer.
+pub fn gpu_name(ordinal: usize) -> Option<String> {
+    #[cfg(feature = "cuda")]
+    {
+        use candle_core::cuda_backend::cudarc::driver::result;
+        result::init().ok()?;
+        let dev = result::device::get(i32::try_from(ordinal).ok()?).ok()?;
+        result::device::get_name(dev).ok()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ordinal;
+        None
+    }
+}
+
 /// GPUs the driver reports (0 in a CPU build).
 pub fn gpu_count() -> anyhow::Result<usize> {
     #[cfg(feature = "cuda")]

@@ -87,6 +87,26 @@ pub struct BenchResult {
     pub peak_rss_mb: f64,
     pub first_step_peak_rss_mb: f64,
     pub last_step_peak_rss_mb: f64,
+    /// On a GPU: the device and the step's model FLOPs against its peak (absent on the
+    /// CPU and in older results). The op profile and FLOP rates above are the CPU
+    /// kernels' own counters, which a GPU run leaves at 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuFigures>,
+}
+
+/// A GPU run's speed in model FLOPs: nanoGPT's estimate (PaLM's appendix B), 6 FLOPs a
+/// parameter but the position embedding plus attention's `12 L T C`, a token — what
+/// `scripts/bench/pytorch-gpt2.py` counts for PyTorch, so MFUs compare.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuFigures {
+    /// As the driver names it.
+    pub name: String,
+    pub model_flops_per_token: f64,
+    pub model_tflops: f64,
+    /// The dense peak of this GPU for the run's precision, where the catalogue has it.
+    pub peak_tflops: Option<f64>,
+    /// `model_tflops / peak_tflops`.
+    pub mfu: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -117,8 +137,12 @@ impl BenchResult {
         )
     }
 
-    /// The per-op profile, FLOP rates and memory, as a text table.
+    /// The per-op profile, FLOP rates and memory, as a text table (on a GPU: its model
+    /// FLOP rate and memory).
     pub fn table(&self) -> String {
+        if let Some(g) = &self.gpu {
+            return format!("{}\n{}", self.gpu_lines(g), self.memory_line());
+        }
         let mut t = format!(
             "  {:<26} {:>9} {:>7} {:>14} {:>10}\n",
             "op (rank 0, mean/step)", "ms", "share", "GFLOP/s/core", "of peak"
@@ -169,7 +193,13 @@ impl BenchResult {
                 b as f64 / (1 << 20) as f64
             );
         }
-        t += &format!(
+        t += &self.memory_line();
+        t
+    }
+
+    /// Parameters, weights and the process's peak resident memory.
+    fn memory_line(&self) -> String {
+        format!(
             "  {} parameters per TP rank ({:.1} MiB of f32 weights{}); peak RSS {:.0} MB (first measured step {:.0} MB, last {:.0} MB)",
             self.params_per_rank,
             self.param_mib_per_rank,
@@ -181,8 +211,25 @@ impl BenchResult {
             self.peak_rss_mb,
             self.first_step_peak_rss_mb,
             self.last_step_peak_rss_mb
-        );
-        t
+        )
+    }
+
+    /// A GPU run's model FLOP rate against its peak, and where its per-kernel times are.
+    fn gpu_lines(&self, g: &GpuFigures) -> String {
+        let peak = match (g.peak_tflops, g.mfu) {
+            (Some(p), Some(m)) => format!(
+                "{:.1}% of its dense {} peak ({p:.1} TFLOP/s)",
+                100.0 * m,
+                self.dtype.label()
+            ),
+            _ => format!("no {} peak known for it", self.dtype.label()),
+        };
+        format!(
+            "  {}: {:.1} TFLOP/s of model FLOPs ({:.3} GFLOP a token: 6 a parameter but the position embedding, plus 12 L T C), {peak}\n  per-op times and FLOP rates are the CPU kernels' counters, none on a GPU: scripts/cuda/gpu-check.sh profile times every kernel",
+            g.name,
+            g.model_tflops,
+            g.model_flops_per_token / 1e9,
+        )
     }
 
     /// `rate` GFLOP/s a core as a share of the measured FMA peak (blank without one).

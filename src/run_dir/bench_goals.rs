@@ -61,7 +61,8 @@ pub const GOALS: [Goal; 3] = [
 /// The goals `b` is measured for, each as a line: the goal, what was measured, whether
 /// it is met on this CPU.
 pub fn goals_for(b: &BenchResult) -> Vec<String> {
-    if b.fma_peak_gflops_per_core <= 0.0 {
+    // The goals are the CPU kernels'; a GPU run's CPU figures are not its own.
+    if b.fma_peak_gflops_per_core <= 0.0 || b.device != crate::device::DeviceKind::Cpu {
         return Vec::new();
     }
     GOALS

@@ -3,10 +3,11 @@
 
 use crate::comm::CommKind;
 use crate::config::RunConfig;
+use crate::device::{ComputeDtype, DeviceKind};
 use crate::launch::job::{checked_dataset, Job, RankOptions};
 use crate::launch::threads::{configure_threads, run_threads};
 use crate::ops::profile::OpKind;
-use crate::run_dir::bench::{BenchResult, OpShare};
+use crate::run_dir::bench::{BenchResult, GpuFigures, OpShare};
 use crate::train::record::{RankOutcome, StepRecord};
 use anyhow::Result;
 
@@ -165,6 +166,35 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         peak_rss_mb: peaks.iter().copied().fold(0.0, f64::max),
         first_step_peak_rss_mb: peaks.first().copied().unwrap_or(0.0),
         last_step_peak_rss_mb: peaks.last().copied().unwrap_or(0.0),
+        gpu: (cfg.parallel.device == DeviceKind::Cuda).then(|| {
+            let name = crate::device::gpu_name(0).unwrap_or_else(|| "a GPU".into());
+            gpu_figures(cfg, o.param_counts.logical, ms, name)
+        }),
+    }
+}
+
+/// A GPU step's model FLOPs (nanoGPT's estimate: 6 a parameter but the position
+/// embedding, plus `12 L T C`, a token) over `ms`, against the catalogue's dense peak for
+/// the run's precision (bf16; TF32 where `tf32` is on; else plain f32). The ranks of a
+/// benchmark are threads sharing the one GPU, so the rate is that GPU's.
+pub fn gpu_figures(cfg: &RunConfig, params: usize, ms: f64, name: String) -> GpuFigures {
+    let a = &cfg.model.arch;
+    let (l, t, c) = (a.n_layer as f64, a.block_size as f64, a.n_embd as f64);
+    let per_token = 6.0 * (params as f64 - t * c) + 12.0 * l * t * c;
+    let model_tflops = cfg.tokens_per_step() as f64 * per_token / (ms / 1e3) / 1e12;
+    let peak_tflops = crate::analysis::plan::catalog::gpu_named(&name).and_then(|g| {
+        match (cfg.parallel.dtype, cfg.parallel.tf32) {
+            (ComputeDtype::Bf16, _) => Some(g.bf16_tflops),
+            (ComputeDtype::F32, true) => g.tf32_tflops,
+            (ComputeDtype::F32, false) => g.f32_tflops,
+        }
+    });
+    GpuFigures {
+        name,
+        model_flops_per_token: per_token,
+        model_tflops,
+        peak_tflops,
+        mfu: peak_tflops.map(|p| model_tflops / p),
     }
 }
 
@@ -203,4 +233,85 @@ pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult
     let job = Job::new(cfg, data, opts);
     let out = run_threads(&job, None, None)?;
     Ok(summarize(&job.cfg, &out[0], warmup))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run_dir::bench::BenchResult;
+
+    /// GPT-2 124M at batch 8 on an H100, as measured on 2026-11-27 (525.2 ms a bf16 step):
+    /// nanoGPT's FLOPs a token from the parameter count, 13.3 TFLOP/s, 1.35% of the bf16
+    /// peak; f32 is held to the plain f32 peak, or TF32's where it is on; a PCIe part
+    /// and an unknown GPU have no peak.
+    #[test]
+    fn gpu_figures_count_model_flops_against_the_peak_for_the_precision() {
+        let mut cfg = RunConfig::for_preset("gpt2").unwrap();
+        cfg.optim.batch_size = 8;
+        cfg.parallel.dtype = ComputeDtype::Bf16;
+        let params = 124_475_904; // GPT-2 124M's logical parameters here (bench.json)
+        let g = gpu_figures(&cfg, params, 525.2, "NVIDIA H100 80GB HBM3".into());
+        let per_token = 6.0 * (params as f64 - 1024.0 * 768.0) + 12.0 * 12.0 * 1024.0 * 768.0;
+        assert_eq!(g.model_flops_per_token, per_token);
+        assert!((g.model_tflops - 8192.0 * per_token / 0.5252 / 1e12).abs() < 1e-9);
+        assert!((g.model_tflops - 13.34).abs() < 0.01, "{}", g.model_tflops);
+        assert_eq!(g.peak_tflops, Some(989.0));
+        assert!((g.mfu.unwrap() - 0.01349).abs() < 1e-4, "{:?}", g.mfu);
+        cfg.parallel.dtype = ComputeDtype::F32;
+        let name = || "NVIDIA H100 80GB HBM3".to_string();
+        assert_eq!(
+            gpu_figures(&cfg, params, 633.2, name()).peak_tflops,
+            Some(66.9)
+        );
+        cfg.parallel.tf32 = true;
+        assert_eq!(
+            gpu_figures(&cfg, params, 633.2, name()).peak_tflops,
+            Some(494.7)
+        );
+        for other in ["NVIDIA H100 PCIe", "NVIDIA GeForce RTX 4090"] {
+            let g = gpu_figures(&cfg, params, 633.2, other.into());
+            assert_eq!((g.peak_tflops, g.mfu), (None, None), "{other}");
+        }
+    }
+
+    /// A GPU run's bench.json keeps its figures and prints them instead of the CPU
+    /// kernels' counters (and no CPU goal); a CPU result has none and reads as before.
+    #[test]
+    fn a_gpu_bench_prints_its_model_flops_and_no_cpu_peak_lines() {
+        let mut cfg = RunConfig::for_preset("gpt2").unwrap();
+        cfg.optim.batch_size = 8;
+        cfg.parallel.dtype = ComputeDtype::Bf16;
+        let g = gpu_figures(&cfg, 124_475_904, 525.2, "NVIDIA H100 80GB HBM3".into());
+        let mut b: BenchResult = serde_json::from_value(serde_json::json!({
+            "preset": "gpt2", "pattern": "12xt", "kernels": "fused", "device": "cuda",
+            "dtype": "bf16", "tp": 1, "dp": 1, "math_threads_per_rank": 16,
+            "link_gbps": 0.0, "link_latency_us": 0.0, "batch_size": 8, "block_size": 1024,
+            "measured_steps": 10, "ms_per_step": 525.2, "tokens_per_s": 15597.0,
+            "forward_ms": 132.0, "backward_ms": 282.0, "grad_sync_ms": 88.0,
+            "optimizer_ms": 18.0, "comm_ms": 0.0, "profile": [], "flops_per_step": 0.0,
+            "cores": 16, "gflops_per_core": 0.0, "matmul_gflops_per_core": 0.0,
+            "matmul_ceiling_gflops_per_core": 150.0, "fma_peak_gflops_per_core": 160.0,
+            "peak_rss_mb": 571.0, "first_step_peak_rss_mb": 571.0, "last_step_peak_rss_mb": 571.0
+        }))
+        .unwrap();
+        assert_eq!(b.gpu, None, "an older or CPU result has no GPU figures");
+        assert!(b.table().contains("FMA peak"));
+        b.gpu = Some(g.clone());
+        let back: BenchResult = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(back.gpu, Some(g));
+        let t = back.table();
+        assert!(
+            t.contains("NVIDIA H100 80GB HBM3: 13.3 TFLOP/s of model FLOPs"),
+            "{t}"
+        );
+        assert!(
+            t.contains("1.3% of its dense bf16 peak (989.0 TFLOP/s)"),
+            "{t}"
+        );
+        assert!(
+            !t.contains("FMA peak") && !t.contains("GFLOP/s/core"),
+            "{t}"
+        );
+        assert!(crate::run_dir::bench_goals::goals_for(&back).is_empty());
+    }
 }

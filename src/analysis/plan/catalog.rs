@@ -231,11 +231,14 @@ pub fn find_link(spec: &str) -> Result<PlanLink, String> {
     ))
 }
 
-/// A GPU by its dense bf16 peak.
+/// A GPU by its dense peaks: bf16 (what the planner uses), and TF32 and plain f32 where
+/// the datasheet gives them (what `--bench` on a GPU holds an f32 run to).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Gpu {
     pub name: &'static str,
     pub bf16_tflops: f64,
+    pub tf32_tflops: Option<f64>,
+    pub f32_tflops: Option<f64>,
     pub source: &'static str,
 }
 
@@ -243,21 +246,39 @@ pub const GPUS: [Gpu; 4] = [
     Gpu {
         name: "a100",
         bf16_tflops: 312.0,
-        source: "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense (624 with sparsity)",
+        tf32_tflops: Some(156.0),
+        f32_tflops: Some(19.5),
+        source: "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense (624 with sparsity), TF32 156, FP32 19.5",
     },
     Gpu {
         name: "h100",
         bf16_tflops: 989.0,
-        source: "NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense (1979 with sparsity)",
+        tf32_tflops: Some(494.7),
+        f32_tflops: Some(66.9),
+        source: "NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense (1979 with sparsity), TF32 494.7, FP32 66.9",
     },
     Gpu {
         name: "h200",
         bf16_tflops: 989.0,
-        source: "NVIDIA H200 datasheet: 989 TFLOPS bf16 dense, as H100",
+        tf32_tflops: Some(494.7),
+        f32_tflops: Some(66.9),
+        source: "NVIDIA H200 datasheet: 989 TFLOPS bf16 dense, TF32 494.7, FP32 66.9, as H100",
     },
     Gpu {
         name: "b200",
         bf16_tflops: 2250.0,
+        tf32_tflops: None,
+        f32_tflops: None,
         source: "NVIDIA B200 datasheet: 2.25 PFLOPS bf16 dense (4.5 with sparsity)",
     },
 ];
+
+/// The catalogue's entry for a GPU as the driver names it ("NVIDIA H100 80GB HBM3"):
+/// the SXM parts the peaks are for; a PCIe or NVL part (lower clocks and power) has none.
+pub fn gpu_named(driver_name: &str) -> Option<&'static Gpu> {
+    let n = driver_name.to_ascii_lowercase();
+    if n.contains("pcie") || n.contains("nvl") {
+        return None;
+    }
+    GPUS.iter().find(|g| n.contains(g.name))
+}

@@ -4,28 +4,13 @@
 //! the CPU's fused pass's (`train/optimizer.rs`); `tests/gpu.rs` holds it to the portable
 //! path.
 
+pub use super::adamw::AdamWScalars;
 use super::cuda::ptx;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaViewMut, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CpuStorage, CudaStorage, InplaceOp1, Layout, Result, Storage, Tensor};
 use std::cell::RefCell;
-
-/// The scalars of one AdamW step (as the CPU's fused pass takes them).
-#[derive(Debug, Clone, Copy)]
-pub struct AdamWScalars {
-    pub b1: f32,
-    pub b2: f32,
-    pub lr: f32,
-    pub eps: f32,
-    /// `1 / (1 - beta1^t)`, `1 / (1 - beta2^t)`: the bias corrections.
-    pub c1: f32,
-    pub c2: f32,
-    /// `1 - lr * weight_decay`.
-    pub shrink: f32,
-    /// Gradient clipping's factor (1: none), applied as the gradient is read.
-    pub grad_scale: f32,
-}
 
 type ViewFn<'a> = dyn FnMut(&mut CudaViewMut<'_, f32>) -> Result<()> + 'a;
 

@@ -7,6 +7,7 @@
 //! A non-CPU tensor always takes the portable path. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
+pub mod adamw;
 pub mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;

@@ -9,6 +9,7 @@
 
 use super::grads::GradBuffer;
 use crate::device::Kernels;
+use crate::ops::adamw::AdamWScalars;
 use crate::ops::profile::{timed, OpKind};
 use crate::ops::simd::simd_kernel;
 use crate::tp::ParamRegistry;
@@ -68,7 +69,7 @@ impl InplaceOp1 for Update<'_> {
         let (b1, b2, lr, eps, c1, c2) = (self.b1, self.b2, self.lr, self.eps, self.c1, self.c2);
         let shrink = 1.0 - lr * self.decay;
         let flops = 14.0 * p.len() as f64;
-        let k = AdamWConsts {
+        let k = AdamWScalars {
             b1,
             b2,
             lr,
@@ -97,25 +98,10 @@ impl InplaceOp1 for Update<'_> {
     }
 }
 
-/// The scalars of one AdamW step.
-#[derive(Clone, Copy)]
-struct AdamWConsts {
-    b1: f32,
-    b2: f32,
-    lr: f32,
-    eps: f32,
-    c1: f32,
-    c2: f32,
-    /// `1 - lr * weight_decay`.
-    shrink: f32,
-    /// Gradient clipping's factor (1: none).
-    grad_scale: f32,
-}
-
 simd_kernel! {
 /// One pass of AdamW over a parameter, its gradient and both moments.
-fn adamw_pass(p: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32], k: AdamWConsts) {
-    let AdamWConsts { b1, b2, lr, eps, c1, c2, shrink, grad_scale } = k;
+fn adamw_pass(p: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32], k: AdamWScalars) {
+    let AdamWScalars { b1, b2, lr, eps, c1, c2, shrink, grad_scale } = k;
     for (((p, &g), m), v) in p.iter_mut().zip(grad).zip(m.iter_mut()).zip(v.iter_mut()) {
         // The same f32 product a clipped gradient tensor would hold.
         let g = if grad_scale == 1.0 { g } else { g * grad_scale };
@@ -230,7 +216,18 @@ impl AdamW {
             if param.device().is_cpu() && fused {
                 self.fused_update(i, param, grads.get(i), lr, decay, c1, c2, grad_scale)?;
             } else if param.device().is_cuda() && fused {
-                self.cuda_update(i, param, grads.get(i), lr, decay, c1, c2, grad_scale)?;
+                let (c, lr) = (&self.cfg, lr as f32);
+                let k = AdamWScalars {
+                    b1: c.beta1 as f32,
+                    b2: c.beta2 as f32,
+                    lr,
+                    eps: c.eps as f32,
+                    c1: c1 as f32,
+                    c2: c2 as f32,
+                    shrink: 1.0 - lr * decay as f32,
+                    grad_scale,
+                };
+                self.cuda_update(i, param, grads.get(i), k)?;
             } else {
                 let (m, v) = (&self.m[i], &self.v[i]);
                 let g = grads.get(i);
@@ -253,48 +250,15 @@ impl AdamW {
     }
 
     /// The fused update on a GPU: one kernel a parameter (`ops::cuda_adamw`).
-    #[allow(clippy::too_many_arguments)]
     #[cfg(feature = "cuda")]
-    fn cuda_update(
-        &self,
-        i: usize,
-        param: &Tensor,
-        grad: &Tensor,
-        lr: f64,
-        decay: f64,
-        c1: f64,
-        c2: f64,
-        grad_scale: f32,
-    ) -> Result<()> {
-        let (lr, c) = (lr as f32, &self.cfg);
-        let k = crate::ops::cuda_adamw::AdamWScalars {
-            b1: c.beta1 as f32,
-            b2: c.beta2 as f32,
-            lr,
-            eps: c.eps as f32,
-            c1: c1 as f32,
-            c2: c2 as f32,
-            shrink: 1.0 - lr * decay as f32,
-            grad_scale,
-        };
+    fn cuda_update(&self, i: usize, param: &Tensor, grad: &Tensor, k: AdamWScalars) -> Result<()> {
         Ok(crate::ops::cuda_adamw::adamw(
             param, grad, &self.m[i], &self.v[i], k,
         )?)
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[cfg(not(feature = "cuda"))]
-    fn cuda_update(
-        &self,
-        _: usize,
-        _: &Tensor,
-        _: &Tensor,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f32,
-    ) -> Result<()> {
+    fn cuda_update(&self, _: usize, _: &Tensor, _: &Tensor, _: AdamWScalars) -> Result<()> {
         unreachable!("a CPU build has no CUDA tensors")
     }
 

@@ -248,6 +248,26 @@ pub fn gpu_name(ordinal: usize) -> Option<String> {
     }
 }
 
+/// GPU `ordinal`'s memory in bytes; `None` in a CPU build or where the driver does not
+/// answer.
+pub fn gpu_memory(ordinal: usize) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    {
+        use candle_core::cuda_backend::cudarc::driver::result;
+        result::init().ok()?;
+        let dev = result::device::get(i32::try_from(ordinal).ok()?).ok()?;
+        // SAFETY: `dev` is a device the driver just returned.
+        unsafe { result::device::total_mem(dev) }
+            .ok()
+            .map(|b| b as u64)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ordinal;
+        None
+    }
+}
+
 /// GPUs the driver reports (0 in a CPU build).
 pub fn gpu_count() -> anyhow::Result<usize> {
     #[cfg(feature = "cuda")]

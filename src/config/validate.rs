@@ -136,7 +136,7 @@ impl RunConfig {
     }
 
     /// Checks that need the data's size: enough tokens for one window of each split, and
-    /// a model whose state fits this machine's memory at all.
+    /// a model whose state fits this machine's memory at all (the GPU's, on a GPU).
     pub fn check_against_data(
         &self,
         train_tokens: usize,
@@ -167,11 +167,22 @@ impl RunConfig {
         let logits = rows * v * 2;
         let activations = l * rows * 10 * c;
         let need = (params * 4 + logits + activations) * 4;
-        if let Some(have) = crate::util::host::physical_memory().filter(|&have| need > have as u128)
-        {
+        // On a GPU the passes' memory is the GPU's, not the host's. A TP group may span tp
+        // GPUs (MPI), each holding at least a tp-th of it: the bound a GPU must meet.
+        let (have, holder, need) = match self.parallel.device {
+            crate::device::DeviceKind::Cuda => (
+                crate::device::gpu_memory(0),
+                "GPU 0",
+                need / self.parallel.tp.max(1) as u128,
+            ),
+            crate::device::DeviceKind::Cpu => {
+                (crate::util::host::physical_memory(), "this machine", need)
+            }
+        };
+        if let Some(have) = have.filter(|&have| need > have as u128) {
             let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
             user_bail!(
-                "this run needs at least {:.1} GiB (weights, gradients, optimiser state, activations and logits) but this machine has {:.1} GiB: lower n_layer, n_embd, block_size, batch_size or the vocabulary",
+                "this run needs at least {:.1} GiB (weights, gradients, optimiser state, activations and logits) but {holder} has {:.1} GiB: lower n_layer, n_embd, block_size, batch_size or the vocabulary",
                 gib(need),
                 gib(have as u128)
             );

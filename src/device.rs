@@ -235,12 +235,8 @@ pub fn set_tf32(on: bool) {
 /// build or where the driver does not answer.
 pub fn gpu_name(ordinal: usize) -> Option<String> {
     #[cfg(feature = "cuda")]
-    {
-        use candle_core::cuda_backend::cudarc::driver::result;
-        result::init().ok()?;
-        let dev = result::device::get(i32::try_from(ordinal).ok()?).ok()?;
-        result::device::get_name(dev).ok()
-    }
+    return driver_device(ordinal)
+        .and_then(|d| candle_core::cuda_backend::cudarc::driver::result::device::get_name(d).ok());
     #[cfg(not(feature = "cuda"))]
     {
         let _ = ordinal;
@@ -252,20 +248,28 @@ pub fn gpu_name(ordinal: usize) -> Option<String> {
 /// answer.
 pub fn gpu_memory(ordinal: usize) -> Option<u64> {
     #[cfg(feature = "cuda")]
-    {
-        use candle_core::cuda_backend::cudarc::driver::result;
-        result::init().ok()?;
-        let dev = result::device::get(i32::try_from(ordinal).ok()?).ok()?;
-        // SAFETY: `dev` is a device the driver just returned.
-        unsafe { result::device::total_mem(dev) }
+    return driver_device(ordinal).and_then(|d| {
+        // SAFETY: `d` is a device the driver just returned.
+        unsafe { candle_core::cuda_backend::cudarc::driver::result::device::total_mem(d) }
             .ok()
             .map(|b| b as u64)
-    }
+    });
     #[cfg(not(feature = "cuda"))]
     {
         let _ = ordinal;
         None
     }
+}
+
+/// The driver's handle of GPU `ordinal` (the driver initialised first), for the
+/// queries above.
+#[cfg(feature = "cuda")]
+fn driver_device(
+    ordinal: usize,
+) -> Option<candle_core::cuda_backend::cudarc::driver::sys::CUdevice> {
+    use candle_core::cuda_backend::cudarc::driver::result;
+    result::init().ok()?;
+    result::device::get(i32::try_from(ordinal).ok()?).ok()
 }
 
 /// GPUs the driver reports (0 in a CPU build).

@@ -10,7 +10,8 @@
 #                                         # against the CPU's val loss, GPT-2 124M bf16 tp 1
 #                                         # (fused, portable) beside PyTorch eager and SDPA
 #   bash dist/cuda/gpu-check.sh follow    # ~4 min: f32 and tp 2 rows, 3xsppp, torch.compile
-#   bash dist/cuda/gpu-check.sh profile   # ~3 min: every kernel of two GPT-2 124M bf16 steps
+#   bash dist/cuda/gpu-check.sh profile   # ~4 min: GPT-2 124M bf16 at batch 1 and 8 (host-
+#                                         # or GPU-bound?), then every kernel of two steps
 #                                         # timed by Nsight Compute (ncu), summed by kernel
 #   bash dist/cuda/gpu-check.sh diag      # ~2 min: why the binaries do not load or run
 #   bash dist/cuda/gpu-check.sh MODE --dry-run   # the plan and its time budget, no GPU
@@ -187,16 +188,32 @@ if [ "$mode" = diag ]; then
 fi
 
 if [ "$mode" = profile ]; then
+  # First, whether the step is bound by the GPU or by the host issuing its kernels: the
+  # same step at batch 1 and at batch 8 (a GPU-bound step takes ~8x as long at 8; a step
+  # whose time the host's launches set takes about as long at both).
   say ""
-  say "## Where a GPT-2 124M bf16 step's GPU time goes (tp 1, batch ${BATCH:-8}, two steps, ncu)"
+  say "## Bound by the GPU or by the host? GPT-2 124M bf16 tp 1, 3 + 5 steps"
+  say ""
+  say "| batch | ms/step |"
+  say "|---|---|"
+  for b in 1 8; do
+    part 90 scale-b$b "$train" --bench --device cuda --dtype bf16 --preset gpt2 --pattern 12xt \
+      --tp 1 --set kernels=fused --set batch_size=$b --bench-warmup 3 --bench-steps 5 \
+      --quiet --out "$work/scale-b$b" && [ "$dry" = 0 ] &&
+      say "| $b | $($py -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["ms_per_step"], 1))' "$work/scale-b$b/bench.json") |"
+  done
+  say ""
+  say "## Where a GPT-2 124M bf16 step's GPU time goes (tp 1, batch ${BATCH:-8}, ncu, per step)"
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   [ -n "$ncu" ] || [ "$dry" = 1 ] || { say "- no ncu on this machine"; failures=$((failures + 1)); finish; }
-  # One metric needs no kernel replay: each kernel runs once, serialised, and is timed.
-  part 240 ncu-gpt2-bf16 "${ncu:-ncu}" --metrics gpu__time_duration.sum --csv --page raw \
-    --print-units base --launch-count 40000 "$train" --bench --device cuda --dtype bf16 \
-    --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused --set batch_size="${BATCH:-8}" \
-    --bench-warmup 1 --bench-steps 1 --quiet --out "$work/ncu-run"
-  [ "$dry" = 0 ] && $py "$here/ncu-summary.py" "$work/ncu-gpt2-bf16.log" | tee -a "$summary"
+  # One metric needs no kernel replay: each kernel runs once, serialised, and is timed;
+  # the clocks are left as they are (ncu would lock them to base, not what a run sees).
+  # Two steps (one warm-up, one measured) run under it; the table divides by two.
+  part 240 ncu-gpt2-bf16 "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum \
+    --csv --page raw --print-units base --launch-count 40000 "$train" --bench --device cuda \
+    --dtype bf16 --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused \
+    --set batch_size="${BATCH:-8}" --bench-warmup 1 --bench-steps 1 --quiet --out "$work/ncu-run"
+  [ "$dry" = 0 ] && $py "$here/ncu-summary.py" --steps 2 "$work/ncu-gpt2-bf16.log" | tee -a "$summary"
   finish
 fi
 

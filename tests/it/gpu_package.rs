@@ -94,17 +94,19 @@ fn the_ncu_summary_sums_kernel_time_by_kernel_and_launch_shape() {
         "\"0\",\"gemm_bf16\",\"(128, 1, 1)\",\"(132, 1, 1)\",\"gpu__time_duration.sum\",\"usecond\",\"3000\"\n",
         "\"0\",\"gemm_bf16\",\"(128, 1, 1)\",\"(132, 1, 1)\",\"sm__throughput\",\"%\",\"90\"\n",
     );
-    let run = |name: &str, text: &str| {
+    let run_with = |name: &str, text: &str, extra: &[&str]| {
         let p = d.join(name);
         std::fs::write(&p, text).unwrap();
         let o = std::process::Command::new("python3")
             .arg(repo.join("scripts/cuda/ncu-summary.py"))
             .arg(&p)
+            .args(extra)
             .output()
             .unwrap();
         assert_ok(&o);
         String::from_utf8_lossy(&o.stdout).to_string()
     };
+    let run = |name: &str, text: &str| run_with(name, text, &[]);
     let t = run("raw.log", raw);
     assert!(t.contains("3 kernel launches, 12.0 ms"), "{t}");
     let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| `")).collect();
@@ -114,6 +116,13 @@ fn the_ncu_summary_sums_kernel_time_by_kernel_and_launch_shape() {
             "| `fast_sum_f64` | (1, 1, 1) | (1024, 1, 1) | 2 | 10.00 | 83.3% |",
             "| `gemm_bf16` | (132, 1, 1) | (128, 1, 1) | 1 | 2.00 | 16.7% |"
         ]
+    );
+    // Two profiled steps: every figure per step (calls too), shares unchanged.
+    let t = run_with("raw2.log", raw, &["--steps", "2"]);
+    assert!(t.contains("2 kernel launches a step, 6.0 ms of GPU time a step"), "{t}");
+    assert!(
+        t.contains("| `fast_sum_f64` | (1, 1, 1) | (1024, 1, 1) | 1 | 5.00 | 83.3% |"),
+        "{t}"
     );
     let t = run("details.log", details);
     assert!(t.contains("1 kernel launch, 3.0 ms"), "{t}");

@@ -219,15 +219,15 @@ fi
 # Issue 35, depth (plots/study/depth/): the 12-layer layouts at tp 2 and 4, beside the
 # 4-layer runs of study_power_tp2 (the same seeds: layouts stretched across depths pair
 # by seed in penalty_change.md); the s-then-p family against the length of its p runs;
-# the 12-layer family against modelled time, timed to 12xt's mean final val loss.
+# the 12-layer family against modelled time, timed to the worst final val loss of 12xt's
+# seeds (which each of them reaches, so that every seed pairs in "x sooner").
 if all_there study_depth; then
   # shellcheck disable=SC2046
   "$BIN/tp-plot" --penalty $(runs study_power_tp2) $(runs study_depth | grep -v "pattern=6x_sp_$") $(runs study_depth_tp4) \
     --out "$OUT/depth" > /dev/null
-  target=$(awk -F, '$1 == 12 && $4 == 2 && $6 == "12xt" { print $10 }' "$OUT/depth/penalty.csv")
   # shellcheck disable=SC2046
   "$BIN/tp-plot" $(runs study_depth | grep -v "pattern=6x_sp_$") --out "$OUT/depth/time" --x time --link 1:50 --link 0.1:50 \
-    ${target:+--target "$target"} > /dev/null
+    --baseline 12xt --target baseline > /dev/null
   machine_note > "$OUT/depth/MACHINE.md"
 fi
 # Issue 35, other data (plots/study/names/): the names corpus beside Shakespeare, the

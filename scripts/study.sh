@@ -223,8 +223,8 @@ fi
 # seeds (which each of them reaches, so that every seed pairs in "x sooner").
 if all_there study_depth; then
   # shellcheck disable=SC2046
-  "$BIN/tp-plot" --penalty $(runs study_power_tp2) $(runs study_depth | grep -v "pattern=6x_sp_$") $(runs study_depth_tp4) \
-    --out "$OUT/depth" > /dev/null
+  "$BIN/tp-plot" --penalty --margin 0.01 $(runs study_power_tp2) $(runs study_depth | grep -v "pattern=6x_sp_$") \
+    $(runs study_depth_tp4) --out "$OUT/depth" > /dev/null
   # shellcheck disable=SC2046
   "$BIN/tp-plot" $(runs study_depth | grep -v "pattern=6x_sp_$") --out "$OUT/depth/time" --x time --link 1:50 --link 0.1:50 \
     --baseline 12xt --target baseline > /dev/null
@@ -234,7 +234,7 @@ fi
 # same layouts at 4 and 12 layers, each corpus paired with its own all-t runs.
 if all_there study_names; then
   # shellcheck disable=SC2046
-  "$BIN/tp-plot" --penalty $(runs study_names) $(runs study_names_depth) \
+  "$BIN/tp-plot" --penalty --margin 0.01 $(runs study_names) $(runs study_names_depth) \
     $(runs study_power_tp2) $(runs study_depth | grep -E 'pattern=(12xt|3xsppp|12xp)$') \
     --out "$OUT/names" > /dev/null
   machine_note > "$OUT/names/MACHINE.md"

@@ -83,7 +83,19 @@ if [ "$lint" = 1 ]; then
   export NVCC="$repo/scripts/cuda/nvcc-lint.sh" TP_REAL_NVCC="$cuda/bin/nvcc"
   echo "build-cuda: lint of the cuda + mpi features (nvcc $(nvcc --version | grep -o 'release [0-9.]*'), candle's kernels stubbed)"
   cargo clippy --release --target-dir "$repo/target/cuda-lint" --features "cuda mpi" --all-targets -- -D warnings
-  echo "build-cuda: lint clean in $(( $(date +%s) - started )) s"
+  # Our kernels' PTX assembled for the H100/H200 (sm_90a), as the driver will at load:
+  # an error fails here, not on a lent GPU; a register spill is named.
+  out_dir=$(ls -td "$repo"/target/cuda-lint/release/build/tp-harness-*/out 2>/dev/null | head -1)
+  for ptx in "$out_dir"/*.ptx; do
+    info=$("$cuda/bin/ptxas" -arch=sm_90a -v "$ptx" -o /dev/null 2>&1) ||
+      { echo "$info" >&2; echo "build-cuda: ptxas rejects $(basename "$ptx")" >&2; exit 1; }
+    if echo "$info" | grep -q "[1-9][0-9]* bytes spill"; then
+      echo "$info" >&2
+      echo "build-cuda: $(basename "$ptx") spills registers on sm_90a" >&2
+      exit 1
+    fi
+  done
+  echo "build-cuda: lint clean in $(( $(date +%s) - started )) s ($(ls "$out_dir"/*.ptx | wc -l) kernels' PTX assembled for sm_90a, no spills)"
   exit 0
 fi
 

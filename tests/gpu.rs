@@ -151,6 +151,107 @@ fn gpu_attention_kernel_matches_the_portable_path_forward_and_backward() {
     }
 }
 
+/// A random `shape` tensor on the GPU in `dtype`, drawn on the host.
+fn random_on_gpu(shape: &[usize], dtype: DType) -> Var {
+    let x = Tensor::randn(0f32, 1.0, shape, &Device::Cpu).unwrap();
+    Var::from_tensor(&x.to_device(&gpu()).unwrap().to_dtype(dtype).unwrap()).unwrap()
+}
+
+/// Gradients (as f32) of `sum(f(inputs) * w)` with respect to `inputs`, and `f`'s output.
+fn output_and_grads(inputs: &[&Var], w: &Tensor, f: impl Fn() -> Tensor) -> Vec<Tensor> {
+    let y = f();
+    let loss = y
+        .to_dtype(DType::F32)
+        .unwrap()
+        .broadcast_mul(w)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let g = loss.backward().unwrap();
+    let mut out = vec![y.to_dtype(DType::F32).unwrap()];
+    for v in inputs {
+        out.push(
+            g.get(v.as_tensor())
+                .expect("a gradient for every input")
+                .to_dtype(DType::F32)
+                .unwrap(),
+        );
+    }
+    out
+}
+
+/// The LayerNorm kernels (`ops::cuda_layer_norm`) against the portable path: output, and
+/// the input, weight and bias gradients; rows not a multiple of the block's, widths not
+/// a multiple of a warp.
+#[test]
+fn gpu_layer_norm_kernel_matches_the_portable_path_forward_and_backward() {
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+        for (rows, c) in [(8192, 768), (37, 128), (5, 33), (1, 1000)] {
+            let x = random_on_gpu(&[rows, c], dtype);
+            let wt = Var::from_tensor(
+                &random_on_gpu(&[c], DType::F32)
+                    .as_tensor()
+                    .affine(0.5, 1.0)
+                    .unwrap(),
+            )
+            .unwrap();
+            let b = random_on_gpu(&[c], DType::F32);
+            let probe = Tensor::randn(0f32, 1.0, (rows, c), &Device::Cpu)
+                .unwrap()
+                .to_device(&gpu())
+                .unwrap();
+            let run = |k: Kernels| {
+                output_and_grads(&[&x, &wt, &b], &probe, || {
+                    ops::layer_norm(k, x.as_tensor(), wt.as_tensor(), Some(b.as_tensor()), 1e-5)
+                        .unwrap()
+                })
+            };
+            let (got, want) = (run(Kernels::Fused), run(Kernels::Portable));
+            for (what, (g, w)) in ["output", "dx", "dw", "db"]
+                .iter()
+                .zip(got.iter().zip(&want))
+            {
+                let e = common::rel_err(g, w);
+                assert!(
+                    e <= tol,
+                    "{dtype:?} {rows}x{c}: layer norm {what} differs by {e:e}"
+                );
+            }
+            eprintln!("{dtype:?} {rows}x{c}: layer norm kernel matches the portable path");
+        }
+    }
+}
+
+/// The cross-entropy kernels (`ops::cuda_cross_entropy`) against the portable path: the
+/// mean loss and the logits' gradient, at GPT-2's vocabulary and at sizes below a block.
+#[test]
+fn gpu_cross_entropy_kernel_matches_the_portable_path_loss_and_gradient() {
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+        for (rows, v) in [(64, 50304), (7, 65), (3, 1), (2, 300)] {
+            let x = random_on_gpu(&[rows, v], dtype);
+            let targets: Vec<u32> = (0..rows).map(|i| ((i * 7919) % v) as u32).collect();
+            let t = Tensor::new(targets.as_slice(), &gpu()).unwrap();
+            let one = Tensor::new(1f32, &gpu()).unwrap();
+            let run = |k: Kernels| {
+                output_and_grads(&[&x], &one, || {
+                    ops::cross_entropy(k, x.as_tensor(), &t).unwrap()
+                })
+            };
+            let (got, want) = (run(Kernels::Fused), run(Kernels::Portable));
+            // The loss is computed in f32 on both paths (the portable one from an f32 copy
+            // of the logits), so it agrees to f32 rounding whatever the logits' dtype.
+            let e = common::rel_err(&got[0], &want[0]);
+            assert!(e <= 1e-5, "{dtype:?} {rows}x{v}: loss differs by {e:e}");
+            let e = common::rel_err(&got[1], &want[1]);
+            assert!(
+                e <= tol,
+                "{dtype:?} {rows}x{v}: logits' gradient differs by {e:e}"
+            );
+            eprintln!("{dtype:?} {rows}x{v}: cross-entropy kernel matches the portable path");
+        }
+    }
+}
+
 /// Thread ranks sharing the GPU sum device tensors in rank order: the same bits as the
 /// CPU's host sums.
 #[test]

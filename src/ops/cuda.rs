@@ -24,19 +24,21 @@ pub const ATTENTION_MAX_HEAD_DIM: usize = 128;
 /// Rows (warps) per thread block.
 const WARPS: u32 = 4;
 
-fn suffix(dtype: DType) -> Result<&'static str> {
+/// The name suffix of a kernel's instance for `dtype` (every kernel of this crate has an
+/// f32 and a bf16 one).
+pub(super) fn suffix(dtype: DType) -> Result<&'static str> {
     match dtype {
         DType::F32 => Ok("f32"),
         DType::BF16 => Ok("bf16"),
-        d => candle_core::bail!("the CUDA attention kernel takes f32 or bf16, got {d:?}"),
+        d => candle_core::bail!("this crate's CUDA kernels take f32 or bf16, got {d:?}"),
     }
 }
 
 /// A contiguous view of `s` under `l`.
-fn view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, T>> {
+pub(super) fn view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, T>> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(s.as_cuda_slice::<T>()?.slice(a..b)),
-        None => candle_core::bail!("CUDA attention needs contiguous inputs"),
+        None => candle_core::bail!("this crate's CUDA kernels need contiguous inputs"),
     }
 }
 

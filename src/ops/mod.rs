@@ -4,7 +4,8 @@
 //! attention and the loss. Each takes the [`Kernels`] to run: `Portable` is made of
 //! candle's differentiable ops (any device; the `*_composed` functions), `Fused` the CPU
 //! kernels with hand-written backward in [`fused`], each tested against the portable one.
-//! A non-CPU tensor always takes the portable path. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
+//! On a GPU (CUDA build) `Fused` runs this crate's CUDA kernels where there is one
+//! (attention, LayerNorm, the loss; `ops::cuda*`) and the portable path elsewhere. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
 pub mod adamw;
@@ -13,6 +14,10 @@ pub mod copy;
 pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_adamw;
+#[cfg(feature = "cuda")]
+pub mod cuda_cross_entropy;
+#[cfg(feature = "cuda")]
+pub mod cuda_layer_norm;
 pub mod fastmath;
 #[cfg(target_arch = "x86_64")]
 pub mod fastmath_avx2;
@@ -72,6 +77,15 @@ pub fn layer_norm(
     b: Option<&Tensor>,
     eps: f64,
 ) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() && k.for_tensor(x) == Kernels::Fused && w.dtype() == DType::F32 {
+        // Normalised in f32 inside the kernel, returned in x's dtype; the bias added there.
+        let y = cuda_layer_norm::layer_norm(x, w, eps)?;
+        return match b {
+            Some(b) => y.broadcast_add(&as_dtype_of(b, &y)?),
+            None => Ok(y),
+        };
+    }
     if x.dtype() != w.dtype() {
         // Low-precision activations are normalised in the weights' f32.
         return layer_norm(k, &x.to_dtype(w.dtype())?, w, b, eps)?.to_dtype(x.dtype());
@@ -256,6 +270,11 @@ pub fn causal_softmax_composed(scores: &Tensor) -> Result<Tensor> {
 
 /// Mean cross-entropy of `logits (N, V)` against `targets (N,)` (u32).
 pub fn cross_entropy(k: Kernels, logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if logits.device().is_cuda() && k.for_tensor(logits) == Kernels::Fused {
+        // bf16 logits read as they are (the kernel's arithmetic is f32): no f32 copy.
+        return cuda_cross_entropy::cross_entropy(logits, targets);
+    }
     if logits.dtype() != DType::F32 {
         return cross_entropy(k, &logits.to_dtype(DType::F32)?, targets);
     }

@@ -1,0 +1,135 @@
+// LayerNorm without bias over the last dimension, `y = (x - mean) / sqrt(var + eps) * w`,
+// for rows of x (N, C) in f32 or bf16 (statistics and arithmetic in f32; w and dw f32):
+// what the portable path does in ~10 candle ops forward and ~25 backward, each a kernel
+// launch and a pass over memory. The same arithmetic as the CPU kernel
+// (src/ops/fused/layer_norm.rs): two-pass mean and variance, the backward recomputing
+// the row statistics instead of keeping them.
+//
+//   ln_fwd        one warp per row: y
+//   ln_dx         one warp per row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w
+//   ln_dw_partial one warp per ROWS_PER_WARP rows: its rows' sum of dy xhat per column
+//   ln_dw_reduce  one warp per column: the warps' partial sums in a fixed order
+// No atomics: the same bits every run. Tested against the portable path by tests/gpu.rs.
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void store(float *p, float x) { *p = x; }
+__device__ __forceinline__ void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Mean and 1 / std of a row (every lane ends with both).
+template <typename T>
+__device__ __forceinline__ void row_stats(const T *x, int C, int lane, float eps, float *mean,
+                                          float *rstd) {
+    float s = 0.f;
+    for (int c = lane; c < C; c += 32) s += to_f(x[c]);
+    const float m = warp_sum(s) / C;
+    float q = 0.f;
+    for (int c = lane; c < C; c += 32) {
+        const float d = to_f(x[c]) - m;
+        q += d * d;
+    }
+    *mean = m;
+    *rstd = 1.f / sqrtf(warp_sum(q) / C + eps);
+}
+
+// This warp's index among all the launch's warps (blocks of 32 x blockDim.y threads).
+__device__ __forceinline__ int64_t warp_index() {
+    return (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+}
+
+template <typename T>
+__device__ void ln_fwd(const T *x, const float *w, T *y, int64_t N, int C, float eps) {
+    const int64_t row = warp_index();
+    if (row >= N) return;
+    const int lane = threadIdx.x;
+    const T *xr = x + row * C;
+    T *yr = y + row * C;
+    float mean, rstd;
+    row_stats(xr, C, lane, eps, &mean, &rstd);
+    for (int c = lane; c < C; c += 32) store(yr + c, (to_f(xr[c]) - mean) * rstd * w[c]);
+}
+
+template <typename T>
+__device__ void ln_dx(const T *x, const float *w, const T *dy, T *dx, int64_t N, int C,
+                      float eps) {
+    const int64_t row = warp_index();
+    if (row >= N) return;
+    const int lane = threadIdx.x;
+    const T *xr = x + row * C;
+    const T *gr = dy + row * C;
+    float mean, rstd;
+    row_stats(xr, C, lane, eps, &mean, &rstd);
+    float s1 = 0.f, s2 = 0.f;
+    for (int c = lane; c < C; c += 32) {
+        const float xhat = (to_f(xr[c]) - mean) * rstd;
+        const float g = to_f(gr[c]) * w[c];
+        s1 += g;
+        s2 += g * xhat;
+    }
+    const float m1 = warp_sum(s1) / C, m2 = warp_sum(s2) / C;
+    T *dr = dx + row * C;
+    for (int c = lane; c < C; c += 32) {
+        const float xhat = (to_f(xr[c]) - mean) * rstd;
+        const float g = to_f(gr[c]) * w[c];
+        store(dr + c, rstd * (g - m1 - xhat * m2));
+    }
+}
+
+// partial (P, C), P = ceil(N / rows_per_warp): row p the sum over warp p's rows of
+// dy * xhat. Each lane reads and writes only its own columns: no race.
+template <typename T>
+__device__ void ln_dw_partial(const T *x, const T *dy, float *partial, int64_t N, int C,
+                              float eps, int rows_per_warp) {
+    const int64_t wid = warp_index();
+    const int64_t r0 = wid * rows_per_warp;
+    if (r0 >= N) return;
+    const int64_t r1 = r0 + rows_per_warp < N ? r0 + rows_per_warp : N;
+    const int lane = threadIdx.x;
+    float *pw = partial + wid * C;
+    for (int c = lane; c < C; c += 32) pw[c] = 0.f;
+    for (int64_t r = r0; r < r1; r++) {
+        const T *xr = x + r * C;
+        const T *gr = dy + r * C;
+        float mean, rstd;
+        row_stats(xr, C, lane, eps, &mean, &rstd);
+        for (int c = lane; c < C; c += 32) pw[c] += to_f(gr[c]) * (to_f(xr[c]) - mean) * rstd;
+    }
+}
+
+// dw[c] = sum over p of partial[p, c]: lane l adds rows l, l + 32, ... in order, then the
+// lanes' sums add in the butterfly's fixed order.
+extern "C" __global__ void ln_dw_reduce(const float *partial, float *dw, int64_t P, int C) {
+    const int64_t c = warp_index();
+    if (c >= C) return;
+    float s = 0.f;
+    for (int64_t p = threadIdx.x; p < P; p += 32) s += partial[p * C + c];
+    s = warp_sum(s);
+    if (threadIdx.x == 0) dw[c] = s;
+}
+
+#define LAYER_NORM(SUFFIX, T)                                                                 \
+    extern "C" __global__ void ln_fwd_##SUFFIX(const T *x, const float *w, T *y, int64_t N,   \
+                                               int C, float eps) {                            \
+        ln_fwd<T>(x, w, y, N, C, eps);                                                        \
+    }                                                                                         \
+    extern "C" __global__ void ln_dx_##SUFFIX(const T *x, const float *w, const T *dy, T *dx, \
+                                              int64_t N, int C, float eps) {                  \
+        ln_dx<T>(x, w, dy, dx, N, C, eps);                                                    \
+    }                                                                                         \
+    extern "C" __global__ void ln_dw_partial_##SUFFIX(const T *x, const T *dy, float *partial, \
+                                                      int64_t N, int C, float eps,            \
+                                                      int rows_per_warp) {                    \
+        ln_dw_partial<T>(x, dy, partial, N, C, eps, rows_per_warp);                           \
+    }
+
+LAYER_NORM(f32, float)
+LAYER_NORM(bf16, __nv_bfloat16)

@@ -1,0 +1,176 @@
+//! Cross-entropy on a GPU (`kernels/cross_entropy.cu`): each row's loss of `logits (N,
+//! V)` (f32 or bf16, read as they are) against u32 targets, one thread block a row, and
+//! its backward `(softmax - onehot) * g` in the logits' dtype; where the portable path
+//! casts the logits to f32 and runs ~17 candle ops over them. The mean over rows stays a
+//! candle op (its backward hands each row its `1 / N`). `tests/gpu.rs` holds it to the
+//! portable path.
+
+use super::cuda::{ptx, suffix, view};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::{
+    CpuStorage, CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType,
+};
+
+/// Threads a row: GPT-2's 50304 logits are ~200 a thread.
+const THREADS: u32 = 256;
+
+fn row_config(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn rows_of(l: &Layout) -> Result<(usize, usize)> {
+    match l.dims() {
+        &[n, v] if v > 0 && n <= u32::MAX as usize => Ok((n, v)),
+        d => candle_core::bail!("cross-entropy takes logits (N, V), got {d:?}"),
+    }
+}
+
+fn gpu_only() -> Result<(CpuStorage, Shape)> {
+    candle_core::bail!("the CUDA cross-entropy runs on GPUs only")
+}
+
+macro_rules! by_dtype {
+    ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            DType::F32 => $f::<f32>($($arg),*),
+            DType::BF16 => $f::<half::bf16>($($arg),*),
+            d => candle_core::bail!("the CUDA cross-entropy takes f32 or bf16 logits, got {d:?}"),
+        }
+    };
+}
+
+/// `(N,)` f32: each row's `-log softmax(x)[target]`.
+struct RowLosses;
+
+fn losses<T: CudaDType + DeviceRepr + WithDType>(
+    (x, lx): (&CudaStorage, &Layout),
+    (t, lt): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let (n, v) = rows_of(lx)?;
+    let dev = x.device().clone();
+    let (xv, tv) = (view::<T>(x, lx)?, view::<u32>(t, lt)?);
+    let f = dev.get_or_load_custom_func(
+        &format!("ce_fwd_{}", suffix(T::DTYPE)?),
+        "tp_cross_entropy",
+        ptx::CROSS_ENTROPY,
+    )?;
+    // SAFETY: the kernel writes every row's loss.
+    let out = unsafe { dev.alloc::<f32>(n)? };
+    let v64 = v as i64;
+    let mut args = f.builder();
+    args.arg(&xv).arg(&tv).arg(&out).arg(&v64);
+    // SAFETY: argument types and order match ce_fwd_* in kernels/cross_entropy.cu.
+    unsafe { args.launch(row_config(n)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+impl CustomOp2 for RowLosses {
+    fn name(&self) -> &'static str {
+        "cross-entropy-cuda"
+    }
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        gpu_only()
+    }
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        lx: &Layout,
+        t: &CudaStorage,
+        lt: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (n, _) = rows_of(lx)?;
+        if lt.shape().elem_count() != n || t.dtype() != DType::U32 {
+            candle_core::bail!("cross-entropy: targets must be u32, one a row");
+        }
+        Ok((
+            by_dtype!(x.dtype(), losses((x, lx), (t, lt)))?,
+            Shape::from(n),
+        ))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        t: &Tensor,
+        _: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let g = g.contiguous()?.to_dtype(DType::F32)?;
+        Ok((Some(x.apply_op3_no_bwd(t, &g, &RowLossesGrad)?), None))
+    }
+}
+
+/// `dlogits` from `(logits, targets, g (N,))`.
+struct RowLossesGrad;
+
+fn grad<T: CudaDType + DeviceRepr + WithDType>(
+    (x, lx): (&CudaStorage, &Layout),
+    (t, lt): (&CudaStorage, &Layout),
+    (g, lg): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let (n, v) = rows_of(lx)?;
+    let dev = x.device().clone();
+    let (xv, tv, gv) = (view::<T>(x, lx)?, view::<u32>(t, lt)?, view::<f32>(g, lg)?);
+    let f = dev.get_or_load_custom_func(
+        &format!("ce_bwd_{}", suffix(T::DTYPE)?),
+        "tp_cross_entropy",
+        ptx::CROSS_ENTROPY,
+    )?;
+    // SAFETY: the kernel writes every element of dx.
+    let out = unsafe { dev.alloc::<T>(n * v)? };
+    let v64 = v as i64;
+    let mut args = f.builder();
+    args.arg(&xv).arg(&tv).arg(&gv).arg(&out).arg(&v64);
+    // SAFETY: argument types and order match ce_bwd_* in kernels/cross_entropy.cu.
+    unsafe { args.launch(row_config(n)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+impl CustomOp3 for RowLossesGrad {
+    fn name(&self) -> &'static str {
+        "cross-entropy-cuda-grad"
+    }
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        gpu_only()
+    }
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        lx: &Layout,
+        t: &CudaStorage,
+        lt: &Layout,
+        g: &CudaStorage,
+        lg: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let out = by_dtype!(x.dtype(), grad((x, lx), (t, lt), (g, lg)))?;
+        Ok((out, lx.shape().clone()))
+    }
+}
+
+/// Mean cross-entropy of `logits (N, V)` (f32 or bf16, on the GPU) against `targets
+/// (N,)` u32, in f32.
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, RowLosses)?
+        .mean_all()
+}

@@ -1,0 +1,262 @@
+//! LayerNorm without bias on a GPU (`kernels/layer_norm.cu`): `x (.., C)` in f32 or bf16
+//! with an f32 weight, normalised in f32 and returned in x's dtype. One kernel forward,
+//! three backward (dx; dw as per-warp partial sums, then their fixed-order sum), where
+//! the portable path runs ~35 candle ops over an f32 copy. `tests/gpu.rs` holds it to
+//! the portable path.
+
+use super::cuda::{ptx, suffix, view};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::{
+    CpuStorage, CudaDevice, CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape,
+    Tensor, WithDType,
+};
+
+/// Rows (warps) per thread block of the row kernels.
+const WARPS: u32 = 4;
+/// Rows a warp sums into its partial `dw`: GPT-2's 8192 rows give 256 partial rows.
+const ROWS_PER_WARP: usize = 32;
+
+fn rows_config(warps: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((warps as u32).div_ceil(WARPS), 1, 1),
+        block_dim: (32, WARPS, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Rows and row length of `x (.., C)`.
+fn rows_of(l: &Layout) -> Result<(usize, usize)> {
+    let c = l.dims().last().copied().unwrap_or(1);
+    if c == 0 {
+        candle_core::bail!("layer norm over an empty last dimension");
+    }
+    Ok((l.shape().elem_count() / c, c))
+}
+
+fn gpu_only() -> Result<(CpuStorage, Shape)> {
+    candle_core::bail!("the CUDA layer norm runs on GPUs only")
+}
+
+/// Runs `f` with x's element type: f32 or bf16.
+macro_rules! by_dtype {
+    ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            DType::F32 => $f::<f32>($($arg),*),
+            DType::BF16 => $f::<half::bf16>($($arg),*),
+            d => candle_core::bail!("the CUDA layer norm takes f32 or bf16, got {d:?}"),
+        }
+    };
+}
+
+struct LayerNorm {
+    eps: f32,
+}
+
+fn forward<T: CudaDType + DeviceRepr + WithDType>(
+    eps: f32,
+    x: &CudaStorage,
+    lx: &Layout,
+    w: &CudaStorage,
+    lw: &Layout,
+) -> Result<CudaStorage> {
+    let (n, c) = rows_of(lx)?;
+    let dev = x.device().clone();
+    let (xv, wv) = (view::<T>(x, lx)?, view::<f32>(w, lw)?);
+    let f = dev.get_or_load_custom_func(
+        &format!("ln_fwd_{}", suffix(T::DTYPE)?),
+        "tp_layer_norm",
+        ptx::LAYER_NORM,
+    )?;
+    // SAFETY: the kernel writes every element of y.
+    let y = unsafe { dev.alloc::<T>(n * c)? };
+    let (n64, ci) = (n as i64, c as i32);
+    let mut args = f.builder();
+    args.arg(&xv).arg(&wv).arg(&y).arg(&n64).arg(&ci).arg(&eps);
+    // SAFETY: argument types and order match ln_fwd_* in kernels/layer_norm.cu.
+    unsafe { args.launch(rows_config(n)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(y, dev))
+}
+
+impl CustomOp2 for LayerNorm {
+    fn name(&self) -> &'static str {
+        "layer-norm-cuda"
+    }
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        gpu_only()
+    }
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        lx: &Layout,
+        w: &CudaStorage,
+        lw: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let y = by_dtype!(x.dtype(), forward(self.eps, x, lx, w, lw))?;
+        Ok((y, lx.shape().clone()))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let dy = dy.contiguous()?.to_dtype(x.dtype())?;
+        let dx = x.apply_op3_no_bwd(w, &dy, &LayerNormDx { eps: self.eps })?;
+        let dw = x.apply_op2_no_bwd(&dy, &LayerNormDw { eps: self.eps })?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// `dx` from `(x, w, dy)`.
+struct LayerNormDx {
+    eps: f32,
+}
+
+fn dx<T: CudaDType + DeviceRepr + WithDType>(
+    eps: f32,
+    (x, lx): (&CudaStorage, &Layout),
+    (w, lw): (&CudaStorage, &Layout),
+    (dy, ldy): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let (n, c) = rows_of(lx)?;
+    let dev = x.device().clone();
+    let (xv, wv, gv) = (view::<T>(x, lx)?, view::<f32>(w, lw)?, view::<T>(dy, ldy)?);
+    let f = dev.get_or_load_custom_func(
+        &format!("ln_dx_{}", suffix(T::DTYPE)?),
+        "tp_layer_norm",
+        ptx::LAYER_NORM,
+    )?;
+    // SAFETY: the kernel writes every element of dx.
+    let out = unsafe { dev.alloc::<T>(n * c)? };
+    let (n64, ci) = (n as i64, c as i32);
+    let mut args = f.builder();
+    args.arg(&xv)
+        .arg(&wv)
+        .arg(&gv)
+        .arg(&out)
+        .arg(&n64)
+        .arg(&ci)
+        .arg(&eps);
+    // SAFETY: argument types and order match ln_dx_* in kernels/layer_norm.cu.
+    unsafe { args.launch(rows_config(n)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+impl CustomOp3 for LayerNormDx {
+    fn name(&self) -> &'static str {
+        "layer-norm-cuda-dx"
+    }
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        gpu_only()
+    }
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        lx: &Layout,
+        w: &CudaStorage,
+        lw: &Layout,
+        dy: &CudaStorage,
+        ldy: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let out = by_dtype!(x.dtype(), dx(self.eps, (x, lx), (w, lw), (dy, ldy)))?;
+        Ok((out, lx.shape().clone()))
+    }
+}
+
+/// `dw (C,)` f32 from `(x, dy)`.
+struct LayerNormDw {
+    eps: f32,
+}
+
+fn dw<T: CudaDType + DeviceRepr + WithDType>(
+    eps: f32,
+    dev: &CudaDevice,
+    (x, lx): (&CudaStorage, &Layout),
+    (dy, ldy): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let (n, c) = rows_of(lx)?;
+    let (xv, gv) = (view::<T>(x, lx)?, view::<T>(dy, ldy)?);
+    let partials = n.div_ceil(ROWS_PER_WARP).max(1);
+    let f = dev.get_or_load_custom_func(
+        &format!("ln_dw_partial_{}", suffix(T::DTYPE)?),
+        "tp_layer_norm",
+        ptx::LAYER_NORM,
+    )?;
+    // SAFETY: the partial kernel writes every row of `partial` (one a warp, each warp's
+    // first rows existing since partials = ceil(n / ROWS_PER_WARP)), the reduction every
+    // element of dw.
+    let partial = unsafe { dev.alloc::<f32>(partials * c)? };
+    let out = unsafe { dev.alloc::<f32>(c)? };
+    let (n64, ci, rpw) = (n as i64, c as i32, ROWS_PER_WARP as i32);
+    let mut args = f.builder();
+    args.arg(&xv)
+        .arg(&gv)
+        .arg(&partial)
+        .arg(&n64)
+        .arg(&ci)
+        .arg(&eps)
+        .arg(&rpw);
+    // SAFETY: argument types and order match ln_dw_partial_* in kernels/layer_norm.cu.
+    unsafe { args.launch(rows_config(partials)) }.w()?;
+    let f = dev.get_or_load_custom_func("ln_dw_reduce", "tp_layer_norm", ptx::LAYER_NORM)?;
+    let p64 = partials as i64;
+    let mut args = f.builder();
+    args.arg(&partial).arg(&out).arg(&p64).arg(&ci);
+    // SAFETY: argument types and order match ln_dw_reduce (same stream: after the partials).
+    unsafe { args.launch(rows_config(c)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+impl CustomOp2 for LayerNormDw {
+    fn name(&self) -> &'static str {
+        "layer-norm-cuda-dw"
+    }
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        gpu_only()
+    }
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        lx: &Layout,
+        dy: &CudaStorage,
+        ldy: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (_, c) = rows_of(lx)?;
+        let dev = x.device().clone();
+        let out = by_dtype!(x.dtype(), dw(self.eps, &dev, (x, lx), (dy, ldy)))?;
+        Ok((out, Shape::from(c)))
+    }
+}
+
+/// LayerNorm without bias of `x (.., C)` (f32 or bf16, on the GPU) with the f32 weight
+/// `w (C,)`, in x's dtype.
+pub fn layer_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    if w.dtype() != DType::F32 || w.dims() != [x.dim(candle_core::D::Minus1)?] {
+        candle_core::bail!("the CUDA layer norm takes an f32 weight of the row's length");
+    }
+    x.contiguous()?
+        .apply_op2(&w.contiguous()?, LayerNorm { eps: eps as f32 })
+}

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 #[strum(serialize_all = "snake_case")]
 pub enum Kernels {
     /// Fused kernels with hand-written backward: all of the model's ops on the CPU; on a
-    /// GPU (CUDA build) causal attention, LayerNorm and the loss, the rest portable.
+    /// GPU (CUDA build) causal attention, LayerNorm, GELU and the loss, the rest portable.
     #[default]
     Fused,
     /// candle's differentiable ops: any device, the reference for every kernel.

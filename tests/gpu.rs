@@ -222,6 +222,45 @@ fn gpu_layer_norm_kernel_matches_the_portable_path_forward_and_backward() {
     }
 }
 
+/// The GELU kernels (`ops::cuda_gelu`), both forms, against the portable path (candle's
+/// `gelu_erf` and `gelu`): output and input gradient, over values where the curve bends
+/// and its tails, and a length no block size divides.
+#[test]
+fn gpu_gelu_kernel_matches_the_portable_path_forward_and_backward() {
+    use tp_harness::ops::Activation;
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+        for act in [Activation::Gelu, Activation::GeluTanh] {
+            for shape in [vec![8, 64, 3072], vec![1001]] {
+                let x = Var::from_tensor(
+                    &(random_on_gpu(&shape, DType::F32).as_tensor() * 3.0)
+                        .unwrap()
+                        .to_dtype(dtype)
+                        .unwrap(),
+                )
+                .unwrap();
+                let probe = Tensor::randn(0f32, 1.0, shape.as_slice(), &Device::Cpu)
+                    .unwrap()
+                    .to_device(&gpu())
+                    .unwrap();
+                let run = |k: Kernels| {
+                    output_and_grads(&[&x], &probe, || {
+                        ops::activation(k, x.as_tensor(), act).unwrap()
+                    })
+                };
+                let (got, want) = (run(Kernels::Fused), run(Kernels::Portable));
+                for (what, (g, w)) in ["output", "dx"].iter().zip(got.iter().zip(&want)) {
+                    let e = common::rel_err(g, w);
+                    assert!(
+                        e <= tol,
+                        "{dtype:?} {act:?} {shape:?}: GELU {what} differs by {e:e}"
+                    );
+                }
+                eprintln!("{dtype:?} {act:?} {shape:?}: GELU kernel matches the portable path");
+            }
+        }
+    }
+}
+
 /// The cross-entropy kernels (`ops::cuda_cross_entropy`) against the portable path: the
 /// mean loss and the logits' gradient, at GPT-2's vocabulary and at sizes below a block.
 #[test]

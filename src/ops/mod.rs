@@ -5,7 +5,7 @@
 //! candle's differentiable ops (any device; the `*_composed` functions), `Fused` the CPU
 //! kernels with hand-written backward in [`fused`], each tested against the portable one.
 //! On a GPU (CUDA build) `Fused` runs this crate's CUDA kernels where there is one
-//! (attention, LayerNorm, the loss; `ops::cuda*`) and the portable path elsewhere. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
+//! (attention, LayerNorm, GELU, the loss; `ops::cuda*`) and the portable path elsewhere. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
 pub mod adamw;
@@ -16,6 +16,8 @@ pub mod cuda;
 pub mod cuda_adamw;
 #[cfg(feature = "cuda")]
 pub mod cuda_cross_entropy;
+#[cfg(feature = "cuda")]
+pub mod cuda_gelu;
 #[cfg(feature = "cuda")]
 pub mod cuda_layer_norm;
 pub mod fastmath;
@@ -143,6 +145,10 @@ impl Norm {
 }
 
 pub fn activation(k: Kernels, x: &Tensor, act: Activation) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() && k.for_tensor(x) == Kernels::Fused && act != Activation::Relu {
+        return cuda_gelu::gelu(x, act == Activation::GeluTanh);
+    }
     if !fused_for(k, x) {
         return activation_composed(x, act);
     }

@@ -1,0 +1,48 @@
+// GELU, exact (erf) or tanh form, on f32 or bf16 (arithmetic in f32), forward and
+// backward, element by element: where the portable path's backward runs ~10 candle ops
+// (each a kernel and a pass over the (B, T, 4C) activation). The formulas are the CPU
+// kernel's (src/ops/fused/gelu.rs) with CUDA's erff and tanhf. Tested against the portable
+// path by tests/gpu.rs.
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void store(float *p, float x) { *p = x; }
+__device__ __forceinline__ void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+
+#define SQRT_2_OVER_PI 0.7978846f
+#define INV_SQRT_2 0.70710678f
+#define INV_SQRT_2PI 0.3989423f
+
+__device__ __forceinline__ float gelu(float x, int tanh_form) {
+    if (tanh_form) return 0.5f * x * (1.f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.f + erff(x * INV_SQRT_2));
+}
+
+__device__ __forceinline__ float gelu_grad(float x, int tanh_form) {
+    if (tanh_form) {
+        const float t = tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x));
+        const float du = SQRT_2_OVER_PI * (1.f + 3.f * 0.044715f * x * x);
+        return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
+    }
+    // d/dx x Phi(x) = Phi(x) + x phi(x).
+    return 0.5f * (1.f + erff(x * INV_SQRT_2)) + x * expf(-0.5f * x * x) * INV_SQRT_2PI;
+}
+
+#define GELU(SUFFIX, T)                                                                       \
+    extern "C" __global__ void gelu_fwd_##SUFFIX(const T *x, T *y, int64_t n, int tanh_form) { \
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;               \
+             i += (int64_t)blockDim.x * gridDim.x)                                            \
+            store(y + i, gelu(to_f(x[i]), tanh_form));                                        \
+    }                                                                                         \
+    extern "C" __global__ void gelu_bwd_##SUFFIX(const T *x, const T *dy, T *dx, int64_t n,   \
+                                                 int tanh_form) {                             \
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;               \
+             i += (int64_t)blockDim.x * gridDim.x)                                            \
+            store(dx + i, to_f(dy[i]) * gelu_grad(to_f(x[i]), tanh_form));                    \
+    }
+
+GELU(f32, float)
+GELU(bf16, __nv_bfloat16)

@@ -119,7 +119,10 @@ fn the_ncu_summary_sums_kernel_time_by_kernel_and_launch_shape() {
     );
     // Two profiled steps: every figure per step (calls too), shares unchanged.
     let t = run_with("raw2.log", raw, &["--steps", "2"]);
-    assert!(t.contains("2 kernel launches a step, 6.0 ms of GPU time a step"), "{t}");
+    assert!(
+        t.contains("2 kernel launches a step, 6.0 ms of GPU time a step"),
+        "{t}"
+    );
     assert!(
         t.contains("| `fast_sum_f64` | (1, 1, 1) | (1024, 1, 1) | 1 | 5.00 | 83.3% |"),
         "{t}"

@@ -14,22 +14,10 @@
 //                dk_j = scale * sum_{i>=j} p_ij (dy_i . v_j - delta_i) q_i
 // Tested against the portable path by tests/gpu.rs.
 
-#include <cuda_bf16.h>
-#include <stdint.h>
+#include "common.cuh"
 
 #define D_MAX 128
 #define PER_LANE (D_MAX / 32)
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void store(float *p, float x) { *p = x; }
-__device__ __forceinline__ void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 template <typename T>
 __device__ __forceinline__ void load_row(const T *p, int D, int lane, float *r) {

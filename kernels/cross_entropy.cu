@@ -7,13 +7,7 @@
 // softmax); the backward recomputes them. Threads combine in a fixed order: the same bits
 // every run. Tested against the portable path by tests/gpu.rs.
 
-#include <cuda_bf16.h>
-#include <stdint.h>
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void store(float *p, float x) { *p = x; }
-__device__ __forceinline__ void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+#include "common.cuh"
 
 // (m, s) <- the running max and sum of exp(x - max) of two parts together. Two empty
 // parts (max -inf) stay empty instead of computing exp(-inf + inf).

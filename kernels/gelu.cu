@@ -4,13 +4,7 @@
 // kernel's (src/ops/fused/gelu.rs) with CUDA's erff and tanhf. Tested against the portable
 // path by tests/gpu.rs.
 
-#include <cuda_bf16.h>
-#include <stdint.h>
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void store(float *p, float x) { *p = x; }
-__device__ __forceinline__ void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
+#include "common.cuh"
 
 #define SQRT_2_OVER_PI 0.7978846f
 #define INV_SQRT_2 0.70710678f

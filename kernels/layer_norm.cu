@@ -11,19 +11,7 @@
 //   ln_dw_reduce  one warp per column: the warps' partial sums in a fixed order
 // No atomics: the same bits every run. Tested against the portable path by tests/gpu.rs.
 
-#include <cuda_bf16.h>
-#include <stdint.h>
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void store(float *p, float x) { *p = x; }
-__device__ __forceinline__ void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+#include "common.cuh"
 
 // Mean and 1 / std of a row (every lane ends with both).
 template <typename T>

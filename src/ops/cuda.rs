@@ -34,6 +34,24 @@ pub(super) fn suffix(dtype: DType) -> Result<&'static str> {
     }
 }
 
+/// `$f::<T>(args)` with `T` the element type of `$dtype`: every kernel of this crate has an
+/// f32 and a bf16 instance; `$op` names the op in the error for any other dtype.
+macro_rules! by_dtype {
+    ($op:expr, $dtype:expr, $f:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            candle_core::DType::F32 => $f::<f32>($($arg),*),
+            candle_core::DType::BF16 => $f::<half::bf16>($($arg),*),
+            d => candle_core::bail!("{} takes f32 or bf16, got {d:?}", $op),
+        }
+    };
+}
+pub(super) use by_dtype;
+
+/// The `cpu_fwd` of an op that exists on GPUs only.
+pub(super) fn gpu_only(op: &str) -> Result<(candle_core::CpuStorage, Shape)> {
+    candle_core::bail!("{op} runs on GPUs only")
+}
+
 /// A contiguous view of `s` under `l`.
 pub(super) fn view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, T>> {
     match l.contiguous_offsets() {

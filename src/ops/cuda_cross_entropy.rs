@@ -5,13 +5,16 @@
 //! candle op (its backward hands each row its `1 / N`). `tests/gpu.rs` holds it to the
 //! portable path.
 
-use super::cuda::{ptx, suffix, view};
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{
     CpuStorage, CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType,
 };
+
+/// The op, as errors name it.
+const OP: &str = "the CUDA cross-entropy";
 
 /// Threads a row: GPT-2's 50304 logits are ~200 a thread.
 const THREADS: u32 = 256;
@@ -29,20 +32,6 @@ fn rows_of(l: &Layout) -> Result<(usize, usize)> {
         &[n, v] if v > 0 && n <= u32::MAX as usize => Ok((n, v)),
         d => candle_core::bail!("cross-entropy takes logits (N, V), got {d:?}"),
     }
-}
-
-fn gpu_only() -> Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the CUDA cross-entropy runs on GPUs only")
-}
-
-macro_rules! by_dtype {
-    ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
-        match $dtype {
-            DType::F32 => $f::<f32>($($arg),*),
-            DType::BF16 => $f::<half::bf16>($($arg),*),
-            d => candle_core::bail!("the CUDA cross-entropy takes f32 or bf16 logits, got {d:?}"),
-        }
-    };
 }
 
 /// `(N,)` f32: each row's `-log softmax(x)[target]`.
@@ -81,7 +70,7 @@ impl CustomOp2 for RowLosses {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        gpu_only()
+        gpu_only(OP)
     }
     fn cuda_fwd(
         &self,
@@ -95,7 +84,7 @@ impl CustomOp2 for RowLosses {
             candle_core::bail!("cross-entropy: targets must be u32, one a row");
         }
         Ok((
-            by_dtype!(x.dtype(), losses((x, lx), (t, lt)))?,
+            by_dtype!(OP, x.dtype(), losses((x, lx), (t, lt)))?,
             Shape::from(n),
         ))
     }
@@ -150,7 +139,7 @@ impl CustomOp3 for RowLossesGrad {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        gpu_only()
+        gpu_only(OP)
     }
     fn cuda_fwd(
         &self,
@@ -161,7 +150,7 @@ impl CustomOp3 for RowLossesGrad {
         g: &CudaStorage,
         lg: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        let out = by_dtype!(x.dtype(), grad((x, lx), (t, lt), (g, lg)))?;
+        let out = by_dtype!(OP, x.dtype(), grad((x, lx), (t, lt), (g, lg)))?;
         Ok((out, lx.shape().clone()))
     }
 }

@@ -3,13 +3,16 @@
 //! candle ops over the `(B, T, 4C)` activation. `tests/gpu.rs` holds it to the portable
 //! path.
 
-use super::cuda::{ptx, suffix, view};
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{
-    CpuStorage, CudaStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
+    CpuStorage, CudaStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, WithDType,
 };
+
+/// The op, as errors name it.
+const OP: &str = "the CUDA GELU";
 
 /// Threads a block; blocks at most this many (a grid-stride loop covers the rest).
 const THREADS: usize = 256;
@@ -21,20 +24,6 @@ fn config(n: usize) -> LaunchConfig {
         block_dim: (THREADS as u32, 1, 1),
         shared_mem_bytes: 0,
     }
-}
-
-fn gpu_only() -> Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the CUDA GELU runs on GPUs only")
-}
-
-macro_rules! by_dtype {
-    ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
-        match $dtype {
-            DType::F32 => $f::<f32>($($arg),*),
-            DType::BF16 => $f::<half::bf16>($($arg),*),
-            d => candle_core::bail!("the CUDA GELU takes f32 or bf16, got {d:?}"),
-        }
-    };
 }
 
 struct Gelu {
@@ -69,10 +58,10 @@ impl CustomOp1 for Gelu {
         "gelu-cuda"
     }
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        gpu_only()
+        gpu_only(OP)
     }
     fn cuda_fwd(&self, x: &CudaStorage, lx: &Layout) -> Result<(CudaStorage, Shape)> {
-        let y = by_dtype!(x.dtype(), forward(self.tanh, x, lx))?;
+        let y = by_dtype!(OP, x.dtype(), forward(self.tanh, x, lx))?;
         Ok((y, lx.shape().clone()))
     }
     fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
@@ -122,7 +111,7 @@ impl CustomOp2 for GeluGrad {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        gpu_only()
+        gpu_only(OP)
     }
     fn cuda_fwd(
         &self,
@@ -138,7 +127,7 @@ impl CustomOp2 for GeluGrad {
                 ldy.dims()
             );
         }
-        let dx = by_dtype!(x.dtype(), backward(self.tanh, (x, lx), (dy, ldy)))?;
+        let dx = by_dtype!(OP, x.dtype(), backward(self.tanh, (x, lx), (dy, ldy)))?;
         Ok((dx, lx.shape().clone()))
     }
 }

@@ -4,7 +4,7 @@
 //! the portable path runs ~35 candle ops over an f32 copy. `tests/gpu.rs` holds it to
 //! the portable path.
 
-use super::cuda::{ptx, suffix, view};
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
@@ -12,6 +12,9 @@ use candle_core::{
     CpuStorage, CudaDevice, CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape,
     Tensor, WithDType,
 };
+
+/// The op, as errors name it.
+const OP: &str = "the CUDA layer norm";
 
 /// Rows (warps) per thread block of the row kernels.
 const WARPS: u32 = 4;
@@ -33,21 +36,6 @@ fn rows_of(l: &Layout) -> Result<(usize, usize)> {
         candle_core::bail!("layer norm over an empty last dimension");
     }
     Ok((l.shape().elem_count() / c, c))
-}
-
-fn gpu_only() -> Result<(CpuStorage, Shape)> {
-    candle_core::bail!("the CUDA layer norm runs on GPUs only")
-}
-
-/// Runs `f` with x's element type: f32 or bf16.
-macro_rules! by_dtype {
-    ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
-        match $dtype {
-            DType::F32 => $f::<f32>($($arg),*),
-            DType::BF16 => $f::<half::bf16>($($arg),*),
-            d => candle_core::bail!("the CUDA layer norm takes f32 or bf16, got {d:?}"),
-        }
-    };
 }
 
 struct LayerNorm {
@@ -90,7 +78,7 @@ impl CustomOp2 for LayerNorm {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        gpu_only()
+        gpu_only(OP)
     }
     fn cuda_fwd(
         &self,
@@ -99,7 +87,7 @@ impl CustomOp2 for LayerNorm {
         w: &CudaStorage,
         lw: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        let y = by_dtype!(x.dtype(), forward(self.eps, x, lx, w, lw))?;
+        let y = by_dtype!(OP, x.dtype(), forward(self.eps, x, lx, w, lw))?;
         Ok((y, lx.shape().clone()))
     }
     fn bwd(
@@ -164,7 +152,7 @@ impl CustomOp3 for LayerNormDx {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        gpu_only()
+        gpu_only(OP)
     }
     fn cuda_fwd(
         &self,
@@ -175,7 +163,7 @@ impl CustomOp3 for LayerNormDx {
         dy: &CudaStorage,
         ldy: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        let out = by_dtype!(x.dtype(), dx(self.eps, (x, lx), (w, lw), (dy, ldy)))?;
+        let out = by_dtype!(OP, x.dtype(), dx(self.eps, (x, lx), (w, lw), (dy, ldy)))?;
         Ok((out, lx.shape().clone()))
     }
 }
@@ -235,7 +223,7 @@ impl CustomOp2 for LayerNormDw {
         _: &CpuStorage,
         _: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        gpu_only()
+        gpu_only(OP)
     }
     fn cuda_fwd(
         &self,
@@ -246,7 +234,7 @@ impl CustomOp2 for LayerNormDw {
     ) -> Result<(CudaStorage, Shape)> {
         let (_, c) = rows_of(lx)?;
         let dev = x.device().clone();
-        let out = by_dtype!(x.dtype(), dw(self.eps, &dev, (x, lx), (dy, ldy)))?;
+        let out = by_dtype!(OP, x.dtype(), dw(self.eps, &dev, (x, lx), (dy, ldy)))?;
         Ok((out, Shape::from(c)))
     }
 }

@@ -228,6 +228,11 @@ if all_there study_depth; then
   # shellcheck disable=SC2046
   "$BIN/tp-plot" $(runs study_depth | grep -v "pattern=6x_sp_$") --out "$OUT/depth/time" --x time --link 1:50 --link 0.1:50 \
     --baseline 12xt --target baseline > /dev/null
+  # The 4-layer layouts kept in study_power_tp2 (Megatron's, the ladder, the two cuts) the
+  # same way: one CPU's compute, timed to the worst final loss of tttt's seeds.
+  # shellcheck disable=SC2046
+  "$BIN/tp-plot" $(runs study_power_tp2 | grep -E 'pattern=(tttt|sppp|pppp|llll),') --out "$OUT/depth/time_4layers" \
+    --x time --link 1:50 --link 0.1:50 --baseline tttt --target baseline > /dev/null
   machine_note > "$OUT/depth/MACHINE.md"
 fi
 # Issue 35, other data (plots/study/names/): the names corpus beside Shakespeare, the
@@ -244,7 +249,7 @@ fi
 # 2000 and 6000 iterations and 4, 6 and 8 layers; the tuning figure; loss against
 # modelled time at 1 and 0.1 Gbit/s from one CPU's compute, timed to the worst final
 # loss of 12xt's seeds.
-if all_there study_tuned; then
+if all_there study_tuned && { [ -f "$KEPT/study_tuned/tuning.json" ] || [ -f runs/study_tuned/tuning.json ]; }; then
   # shellcheck disable=SC2046
   "$BIN/tp-plot" --penalty --margin 0.01 $(for s in $ISSUE46; do runs "$s"; done) \
     --out "$OUT/tuned" > /dev/null
@@ -252,5 +257,7 @@ if all_there study_tuned; then
   "$BIN/tp-plot" $(runs study_tuned) --out "$OUT/tuned/time" --x time --link 1:50 --link 0.1:50 \
     --baseline 12xt --target baseline > /dev/null
   machine_note > "$OUT/tuned/MACHINE.md"
+elif all_there study_tuned; then
+  echo "plots/study/tuned/ not drawn: study_tuned has not made its choices final (its tuning.json is written when its report runs end)"
 fi
 echo "tables and figures in $OUT/"

@@ -1,5 +1,6 @@
 // What every kernel of this crate shares: f32 and bf16 loads and stores (arithmetic is
-// always f32), and a warp's sum by butterfly (every lane ends with it, in one fixed order).
+// always f32), a warp's sum and max by butterfly (every lane ends with it, in one fixed
+// order), and a warp's index in a launch of blocks of 32 x blockDim.y threads.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,4 +15,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ int64_t warp_index() {
+    return (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
 }

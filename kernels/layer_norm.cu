@@ -29,11 +29,6 @@ __device__ __forceinline__ void row_stats(const T *x, int C, int lane, float eps
     *rstd = 1.f / sqrtf(warp_sum(q) / C + eps);
 }
 
-// This warp's index among all the launch's warps (blocks of 32 x blockDim.y threads).
-__device__ __forceinline__ int64_t warp_index() {
-    return (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
-}
-
 template <typename T>
 __device__ void ln_fwd(const T *x, const float *w, T *y, int64_t N, int C, float eps) {
     const int64_t row = warp_index();

@@ -5,7 +5,8 @@
 //! candle's differentiable ops (any device; the `*_composed` functions), `Fused` the CPU
 //! kernels with hand-written backward in [`fused`], each tested against the portable one.
 //! On a GPU (CUDA build) `Fused` runs this crate's CUDA kernels where there is one
-//! (attention, LayerNorm, GELU, the loss; `ops::cuda*`) and the portable path elsewhere. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
+//! (attention's softmax or whole attention, LayerNorm, GELU, the loss; `ops::cuda*`) and
+//! the portable path elsewhere. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
 pub mod adamw;
@@ -20,6 +21,8 @@ pub mod cuda_cross_entropy;
 pub mod cuda_gelu;
 #[cfg(feature = "cuda")]
 pub mod cuda_layer_norm;
+#[cfg(feature = "cuda")]
+pub mod cuda_softmax;
 pub mod fastmath;
 #[cfg(target_arch = "x86_64")]
 pub mod fastmath_avx2;
@@ -213,11 +216,16 @@ pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Ten
 /// heads contiguous within each) -> `(B, T, heads * head_dim)`.
 pub fn causal_attention(k: Kernels, qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if qkv.device().is_cuda()
-        && k.for_tensor(qkv) == Kernels::Fused
-        && head_dim <= cuda::ATTENTION_MAX_HEAD_DIM
-    {
-        return cuda::causal_attention(qkv, heads, head_dim);
+    if qkv.device().is_cuda() && k.for_tensor(qkv) == Kernels::Fused {
+        // Scores that fit: cuBLAS's tensor-core matmuls around one softmax kernel each
+        // way. Longer sequences: the kernel that never holds the scores.
+        let (b, t, _) = qkv.dims3()?;
+        if b * heads * t * t <= cuda_softmax::MAX_SCORES {
+            return causal_attention_materialised(qkv, heads, head_dim);
+        }
+        if head_dim <= cuda::ATTENTION_MAX_HEAD_DIM {
+            return cuda::causal_attention(qkv, heads, head_dim);
+        }
     }
     if !fused_for(k, qkv) {
         return causal_attention_composed(qkv, heads, head_dim);
@@ -231,6 +239,16 @@ pub fn causal_attention_composed(qkv: &Tensor, heads: usize, head_dim: usize) ->
     let [q, k, v] = split_heads(qkv, heads, head_dim)?;
     let att = (q.matmul(&k.t()?)? * (1.0 / (head_dim as f64).sqrt()))?;
     merge_heads(&causal_softmax_composed(&att)?.matmul(&v)?)
+}
+
+/// Attention on a GPU with the `(B, heads, T, T)` scores held: the portable path's
+/// matmuls (cuBLAS) around the fused causal softmax.
+#[cfg(feature = "cuda")]
+fn causal_attention_materialised(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    let [q, k, v] = split_heads(qkv, heads, head_dim)?;
+    let scores = q.matmul(&k.t()?)?;
+    let p = cuda_softmax::causal_softmax(&scores, 1.0 / (head_dim as f64).sqrt())?;
+    merge_heads(&p.matmul(&v)?)
 }
 
 /// Q, K and V of a packed `qkv (B, T, 3 * heads * head_dim)`, each `(B, heads, T,

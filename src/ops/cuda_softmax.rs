@@ -1,0 +1,159 @@
+//! The causal softmax of attention scores on a GPU (`kernels/causal_softmax.cu`): `(..,
+//! T, T)` scores in f32 or bf16, scaled, masked and normalised in one kernel (f32
+//! arithmetic), and its backward in one more. `ops::causal_attention` puts it between
+//! cuBLAS's batched matmuls where the scores fit [`MAX_SCORES`]; the attention kernel of
+//! `ops::cuda`, which never holds them, takes longer sequences. `tests/gpu.rs` holds both
+//! to the portable path.
+
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::{
+    CpuStorage, CudaStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, WithDType,
+};
+
+/// The op, as errors name it.
+const OP: &str = "the CUDA causal softmax";
+
+/// The most score elements (B x heads x T x T, each layer) that attention holds: 2^28,
+/// 512 MiB of bf16 scores and as much of probabilities a layer (GPT-2 at batch 8 x 1024:
+/// 2^26.6). Beyond it the attention kernel that never holds them runs instead.
+pub const MAX_SCORES: usize = 1 << 28;
+
+/// Rows (warps) per thread block.
+const WARPS: u32 = 4;
+
+fn rows_config(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((rows as u32).div_ceil(WARPS), 1, 1),
+        block_dim: (32, WARPS, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Rows and T of scores `(.., T, T)`.
+fn rows_of(l: &Layout) -> Result<(usize, usize)> {
+    match l.dims() {
+        [.., a, b] if a == b && *a > 0 => Ok((l.shape().elem_count() / b, *b)),
+        d => candle_core::bail!("causal softmax takes scores (.., T, T), got {d:?}"),
+    }
+}
+
+struct CausalSoftmax {
+    scale: f32,
+}
+
+fn forward<T: CudaDType + DeviceRepr + WithDType>(
+    scale: f32,
+    s: &CudaStorage,
+    ls: &Layout,
+) -> Result<CudaStorage> {
+    let (rows, t) = rows_of(ls)?;
+    let dev = s.device().clone();
+    let sv = view::<T>(s, ls)?;
+    let f = dev.get_or_load_custom_func(
+        &format!("csm_fwd_{}", suffix(T::DTYPE)?),
+        "tp_causal_softmax",
+        ptx::CAUSAL_SOFTMAX,
+    )?;
+    // SAFETY: the kernel writes every element of p (masked ones as 0).
+    let p = unsafe { dev.alloc::<T>(rows * t)? };
+    let (r64, ti) = (rows as i64, t as i32);
+    let mut args = f.builder();
+    args.arg(&sv).arg(&p).arg(&r64).arg(&ti).arg(&scale);
+    // SAFETY: argument types and order match csm_fwd_* in kernels/causal_softmax.cu.
+    unsafe { args.launch(rows_config(rows)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(p, dev))
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "causal-softmax-cuda"
+    }
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        gpu_only(OP)
+    }
+    fn cuda_fwd(&self, s: &CudaStorage, ls: &Layout) -> Result<(CudaStorage, Shape)> {
+        let p = by_dtype!(OP, s.dtype(), forward(self.scale, s, ls))?;
+        Ok((p, ls.shape().clone()))
+    }
+    fn bwd(&self, _s: &Tensor, p: &Tensor, dp: &Tensor) -> Result<Option<Tensor>> {
+        let dp = dp.contiguous()?.to_dtype(p.dtype())?;
+        let op = CausalSoftmaxGrad { scale: self.scale };
+        Ok(Some(p.apply_op2_no_bwd(&dp, &op)?))
+    }
+}
+
+/// `ds` from `(p, dp)`.
+struct CausalSoftmaxGrad {
+    scale: f32,
+}
+
+fn backward<T: CudaDType + DeviceRepr + WithDType>(
+    scale: f32,
+    (p, lp): (&CudaStorage, &Layout),
+    (dp, ldp): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let (rows, t) = rows_of(lp)?;
+    let dev = p.device().clone();
+    let (pv, gv) = (view::<T>(p, lp)?, view::<T>(dp, ldp)?);
+    let f = dev.get_or_load_custom_func(
+        &format!("csm_bwd_{}", suffix(T::DTYPE)?),
+        "tp_causal_softmax",
+        ptx::CAUSAL_SOFTMAX,
+    )?;
+    // SAFETY: the kernel writes every element of ds (masked ones as 0).
+    let ds = unsafe { dev.alloc::<T>(rows * t)? };
+    let (r64, ti) = (rows as i64, t as i32);
+    let mut args = f.builder();
+    args.arg(&pv)
+        .arg(&gv)
+        .arg(&ds)
+        .arg(&r64)
+        .arg(&ti)
+        .arg(&scale);
+    // SAFETY: argument types and order match csm_bwd_* in kernels/causal_softmax.cu.
+    unsafe { args.launch(rows_config(rows)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(ds, dev))
+}
+
+impl CustomOp2 for CausalSoftmaxGrad {
+    fn name(&self) -> &'static str {
+        "causal-softmax-cuda-grad"
+    }
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        gpu_only(OP)
+    }
+    fn cuda_fwd(
+        &self,
+        p: &CudaStorage,
+        lp: &Layout,
+        dp: &CudaStorage,
+        ldp: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        if lp.shape() != ldp.shape() {
+            candle_core::bail!(
+                "causal softmax backward: p {:?} and dp {:?} differ",
+                lp.dims(),
+                ldp.dims()
+            );
+        }
+        let ds = by_dtype!(OP, p.dtype(), backward(self.scale, (p, lp), (dp, ldp)))?;
+        Ok((ds, lp.shape().clone()))
+    }
+}
+
+/// `softmax(scale * scores)` over keys `j <= i` for query `i`, 0 beyond, for scores `(..,
+/// T, T)` (f32 or bf16, on the GPU), in their dtype.
+pub fn causal_softmax(scores: &Tensor, scale: f64) -> Result<Tensor> {
+    scores.contiguous()?.apply_op1(CausalSoftmax {
+        scale: scale as f32,
+    })
+}

@@ -1,5 +1,5 @@
-// LayerNorm without bias over the last dimension, `y = (x - mean) / sqrt(var + eps) * w`,
-// for rows of x (N, C) in f32 or bf16 (statistics and arithmetic in f32; w and dw f32):
+// LayerNorm over the last dimension, `y = (x - mean) / sqrt(var + eps) * w (+ b)`, for
+// rows of x (N, C) in f32 or bf16 (statistics and arithmetic in f32; w, b, dw, db f32):
 // what the portable path does in ~10 candle ops forward and ~25 backward, each a kernel
 // launch and a pass over memory. The same arithmetic as the CPU kernel
 // (src/ops/fused/layer_norm.rs): two-pass mean and variance, the backward recomputing
@@ -7,8 +7,11 @@
 //
 //   ln_fwd        one warp per row: y
 //   ln_dx         one warp per row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w
-//   ln_dw_partial one warp per ROWS_PER_WARP rows: its rows' sum of dy xhat per column
+//   ln_dw_partial one warp per ROWS_PER_WARP rows: its rows' sums of dy xhat (dw) and of
+//                 dy (db) per column
 //   ln_dw_reduce  one warp per column: the warps' partial sums in a fixed order
+// The bias's gradient is summed here in f32: added as a bf16 tensor, candle would sum it
+// over the rows in bf16.
 // No atomics: the same bits every run. Tested against the portable path by tests/gpu.rs.
 
 #include "common.cuh"
@@ -29,8 +32,10 @@ __device__ __forceinline__ void row_stats(const T *x, int C, int lane, float eps
     *rstd = 1.f / sqrtf(warp_sum(q) / C + eps);
 }
 
+// b is read only where has_bias (else any valid pointer).
 template <typename T>
-__device__ void ln_fwd(const T *x, const float *w, T *y, int64_t N, int C, float eps) {
+__device__ void ln_fwd(const T *x, const float *w, const float *b, int has_bias, T *y,
+                       int64_t N, int C, float eps) {
     const int64_t row = warp_index();
     if (row >= N) return;
     const int lane = threadIdx.x;
@@ -38,7 +43,8 @@ __device__ void ln_fwd(const T *x, const float *w, T *y, int64_t N, int C, float
     T *yr = y + row * C;
     float mean, rstd;
     row_stats(xr, C, lane, eps, &mean, &rstd);
-    for (int c = lane; c < C; c += 32) store(yr + c, (to_f(xr[c]) - mean) * rstd * w[c]);
+    for (int c = lane; c < C; c += 32)
+        store(yr + c, (to_f(xr[c]) - mean) * rstd * w[c] + (has_bias ? b[c] : 0.f));
 }
 
 template <typename T>
@@ -67,8 +73,9 @@ __device__ void ln_dx(const T *x, const float *w, const T *dy, T *dx, int64_t N,
     }
 }
 
-// partial (P, C), P = ceil(N / rows_per_warp): row p the sum over warp p's rows of
-// dy * xhat. Each lane reads and writes only its own columns: no race.
+// partial (P, 2C), P = ceil(N / rows_per_warp): row p holds the sums over warp p's rows
+// of dy * xhat (columns 0..C) and of dy (C..2C). Each lane reads and writes only its own
+// columns: no race.
 template <typename T>
 __device__ void ln_dw_partial(const T *x, const T *dy, float *partial, int64_t N, int C,
                               float eps, int rows_per_warp) {
@@ -77,32 +84,37 @@ __device__ void ln_dw_partial(const T *x, const T *dy, float *partial, int64_t N
     if (r0 >= N) return;
     const int64_t r1 = r0 + rows_per_warp < N ? r0 + rows_per_warp : N;
     const int lane = threadIdx.x;
-    float *pw = partial + wid * C;
-    for (int c = lane; c < C; c += 32) pw[c] = 0.f;
+    float *pw = partial + wid * 2 * C;
+    for (int c = lane; c < 2 * C; c += 32) pw[c] = 0.f;
     for (int64_t r = r0; r < r1; r++) {
         const T *xr = x + r * C;
         const T *gr = dy + r * C;
         float mean, rstd;
         row_stats(xr, C, lane, eps, &mean, &rstd);
-        for (int c = lane; c < C; c += 32) pw[c] += to_f(gr[c]) * (to_f(xr[c]) - mean) * rstd;
+        for (int c = lane; c < C; c += 32) {
+            const float g = to_f(gr[c]);
+            pw[c] += g * (to_f(xr[c]) - mean) * rstd;
+            pw[C + c] += g;
+        }
     }
 }
 
-// dw[c] = sum over p of partial[p, c]: lane l adds rows l, l + 32, ... in order, then the
-// lanes' sums add in the butterfly's fixed order.
-extern "C" __global__ void ln_dw_reduce(const float *partial, float *dw, int64_t P, int C) {
+// out[c] = sum over p of partial[p, c] for partial (P, cols): lane l adds rows l, l + 32,
+// ... in order, then the lanes' sums add in the butterfly's fixed order.
+extern "C" __global__ void ln_dw_reduce(const float *partial, float *out, int64_t P, int cols) {
     const int64_t c = warp_index();
-    if (c >= C) return;
+    if (c >= cols) return;
     float s = 0.f;
-    for (int64_t p = threadIdx.x; p < P; p += 32) s += partial[p * C + c];
+    for (int64_t p = threadIdx.x; p < P; p += 32) s += partial[p * cols + c];
     s = warp_sum(s);
-    if (threadIdx.x == 0) dw[c] = s;
+    if (threadIdx.x == 0) out[c] = s;
 }
 
 #define LAYER_NORM(SUFFIX, T)                                                                 \
-    extern "C" __global__ void ln_fwd_##SUFFIX(const T *x, const float *w, T *y, int64_t N,   \
-                                               int C, float eps) {                            \
-        ln_fwd<T>(x, w, y, N, C, eps);                                                        \
+    extern "C" __global__ void ln_fwd_##SUFFIX(const T *x, const float *w, const float *b,    \
+                                               int has_bias, T *y, int64_t N, int C,          \
+                                               float eps) {                                   \
+        ln_fwd<T>(x, w, b, has_bias, y, N, C, eps);                                           \
     }                                                                                         \
     extern "C" __global__ void ln_dx_##SUFFIX(const T *x, const float *w, const T *dy, T *dx, \
                                               int64_t N, int C, float eps) {                  \

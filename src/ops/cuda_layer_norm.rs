@@ -1,8 +1,8 @@
-//! LayerNorm without bias on a GPU (`kernels/layer_norm.cu`): `x (.., C)` in f32 or bf16
-//! with an f32 weight, normalised in f32 and returned in x's dtype. One kernel forward,
-//! three backward (dx; dw as per-warp partial sums, then their fixed-order sum), where
-//! the portable path runs ~35 candle ops over an f32 copy. `tests/gpu.rs` holds it to
-//! the portable path.
+//! LayerNorm on a GPU (`kernels/layer_norm.cu`): `x (.., C)` in f32 or bf16 with an f32
+//! weight and, if the model has one, an f32 bias, normalised in f32 and returned in x's
+//! dtype. One kernel forward, three backward (dx; dw and db as per-warp partial sums,
+//! then their fixed-order sum), where the portable path runs ~35 candle ops over an f32
+//! copy. `tests/gpu.rs` holds it to the portable path.
 
 use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
 use candle_core::backend::BackendStorage;
@@ -42,16 +42,24 @@ struct LayerNorm {
     eps: f32,
 }
 
+/// A storage and its layout.
+type Arg<'a> = (&'a CudaStorage, &'a Layout);
+
 fn forward<T: CudaDType + DeviceRepr + WithDType>(
     eps: f32,
-    x: &CudaStorage,
-    lx: &Layout,
-    w: &CudaStorage,
-    lw: &Layout,
+    (x, lx): Arg,
+    (w, lw): Arg,
+    b: Option<Arg>,
 ) -> Result<CudaStorage> {
     let (n, c) = rows_of(lx)?;
     let dev = x.device().clone();
     let (xv, wv) = (view::<T>(x, lx)?, view::<f32>(w, lw)?);
+    // Without a bias the kernel is given the weight, which it does not read as one.
+    let bv = match b {
+        Some((b, lb)) => view::<f32>(b, lb)?,
+        None => view::<f32>(w, lw)?,
+    };
+    let has_bias = i32::from(b.is_some());
     let f = dev.get_or_load_custom_func(
         &format!("ln_fwd_{}", suffix(T::DTYPE)?),
         "tp_layer_norm",
@@ -61,7 +69,8 @@ fn forward<T: CudaDType + DeviceRepr + WithDType>(
     let y = unsafe { dev.alloc::<T>(n * c)? };
     let (n64, ci) = (n as i64, c as i32);
     let mut args = f.builder();
-    args.arg(&xv).arg(&wv).arg(&y).arg(&n64).arg(&ci).arg(&eps);
+    args.arg(&xv).arg(&wv).arg(&bv).arg(&has_bias).arg(&y);
+    args.arg(&n64).arg(&ci).arg(&eps);
     // SAFETY: argument types and order match ln_fwd_* in kernels/layer_norm.cu.
     unsafe { args.launch(rows_config(n)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(y, dev))
@@ -87,7 +96,7 @@ impl CustomOp2 for LayerNorm {
         w: &CudaStorage,
         lw: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        let y = by_dtype!(OP, x.dtype(), forward(self.eps, x, lx, w, lw))?;
+        let y = by_dtype!(OP, x.dtype(), forward(self.eps, (x, lx), (w, lw), None))?;
         Ok((y, lx.shape().clone()))
     }
     fn bwd(
@@ -97,10 +106,63 @@ impl CustomOp2 for LayerNorm {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, _) = self.grads(x, w, dy)?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+impl LayerNorm {
+    /// `dx`, `dw` and `db` (the last two f32, from one pair of kernels).
+    fn grads(&self, x: &Tensor, w: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         let dy = dy.contiguous()?.to_dtype(x.dtype())?;
         let dx = x.apply_op3_no_bwd(w, &dy, &LayerNormDx { eps: self.eps })?;
-        let dw = x.apply_op2_no_bwd(&dy, &LayerNormDw { eps: self.eps })?;
-        Ok((Some(dx), Some(dw)))
+        let dwdb = x.apply_op2_no_bwd(&dy, &LayerNormDw { eps: self.eps })?;
+        Ok((dx, dwdb.get(0)?, dwdb.get(1)?))
+    }
+}
+
+/// With a bias: `(x, w, b)`.
+impl CustomOp3 for LayerNorm {
+    fn name(&self) -> &'static str {
+        "layer-norm-bias-cuda"
+    }
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        gpu_only(OP)
+    }
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        lx: &Layout,
+        w: &CudaStorage,
+        lw: &Layout,
+        b: &CudaStorage,
+        lb: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let y = by_dtype!(
+            OP,
+            x.dtype(),
+            forward(self.eps, (x, lx), (w, lw), Some((b, lb)))
+        )?;
+        Ok((y, lx.shape().clone()))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, db) = self.grads(x, w, dy)?;
+        Ok((Some(dx), Some(dw), Some(db)))
     }
 }
 
@@ -168,7 +230,7 @@ impl CustomOp3 for LayerNormDx {
     }
 }
 
-/// `dw (C,)` f32 from `(x, dy)`.
+/// `(2, C)` f32 from `(x, dy)`: `dw` and `db`.
 struct LayerNormDw {
     eps: f32,
 }
@@ -189,10 +251,10 @@ fn dw<T: CudaDType + DeviceRepr + WithDType>(
     )?;
     // SAFETY: the partial kernel writes every row of `partial` (one a warp, each warp's
     // first rows existing since partials = ceil(n / ROWS_PER_WARP)), the reduction every
-    // element of dw.
-    let partial = unsafe { dev.alloc::<f32>(partials * c)? };
-    let out = unsafe { dev.alloc::<f32>(c)? };
-    let (n64, ci, rpw) = (n as i64, c as i32, ROWS_PER_WARP as i32);
+    // element of out (dw, then db).
+    let partial = unsafe { dev.alloc::<f32>(partials * 2 * c)? };
+    let out = unsafe { dev.alloc::<f32>(2 * c)? };
+    let (n64, ci, rpw, cols) = (n as i64, c as i32, ROWS_PER_WARP as i32, 2 * c as i32);
     let mut args = f.builder();
     args.arg(&xv)
         .arg(&gv)
@@ -206,9 +268,9 @@ fn dw<T: CudaDType + DeviceRepr + WithDType>(
     let f = dev.get_or_load_custom_func("ln_dw_reduce", "tp_layer_norm", ptx::LAYER_NORM)?;
     let p64 = partials as i64;
     let mut args = f.builder();
-    args.arg(&partial).arg(&out).arg(&p64).arg(&ci);
+    args.arg(&partial).arg(&out).arg(&p64).arg(&cols);
     // SAFETY: argument types and order match ln_dw_reduce (same stream: after the partials).
-    unsafe { args.launch(rows_config(c)) }.w()?;
+    unsafe { args.launch(rows_config(2 * c)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
@@ -235,16 +297,25 @@ impl CustomOp2 for LayerNormDw {
         let (_, c) = rows_of(lx)?;
         let dev = x.device().clone();
         let out = by_dtype!(OP, x.dtype(), dw(self.eps, &dev, (x, lx), (dy, ldy)))?;
-        Ok((out, Shape::from(c)))
+        Ok((out, Shape::from((2, c))))
     }
 }
 
-/// LayerNorm without bias of `x (.., C)` (f32 or bf16, on the GPU) with the f32 weight
-/// `w (C,)`, in x's dtype.
-pub fn layer_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
-    if w.dtype() != DType::F32 || w.dims() != [x.dim(candle_core::D::Minus1)?] {
-        candle_core::bail!("the CUDA layer norm takes an f32 weight of the row's length");
+/// LayerNorm of `x (.., C)` (f32 or bf16, on the GPU) with the f32 weight `w (C,)` and
+/// bias `b (C,)` if any, in x's dtype.
+pub fn layer_norm(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    let c = x.dim(candle_core::D::Minus1)?;
+    if [Some(w), b]
+        .into_iter()
+        .flatten()
+        .any(|t| t.dtype() != DType::F32 || t.dims() != [c])
+    {
+        candle_core::bail!("the CUDA layer norm takes an f32 weight and bias of the row's length");
     }
-    x.contiguous()?
-        .apply_op2(&w.contiguous()?, LayerNorm { eps: eps as f32 })
+    let (x, w) = (x.contiguous()?, w.contiguous()?);
+    let op = LayerNorm { eps: eps as f32 };
+    match b {
+        Some(b) => x.apply_op3(&w, &b.contiguous()?, op),
+        None => x.apply_op2(&w, op),
+    }
 }

@@ -84,12 +84,8 @@ pub fn layer_norm(
 ) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if x.device().is_cuda() && k.for_tensor(x) == Kernels::Fused && w.dtype() == DType::F32 {
-        // Normalised in f32 inside the kernel, returned in x's dtype; the bias added there.
-        let y = cuda_layer_norm::layer_norm(x, w, eps)?;
-        return match b {
-            Some(b) => y.broadcast_add(&as_dtype_of(b, &y)?),
-            None => Ok(y),
-        };
+        // Normalised (and the bias added) in f32 inside the kernel, returned in x's dtype.
+        return cuda_layer_norm::layer_norm(x, w, b, eps);
     }
     if x.dtype() != w.dtype() {
         // Low-precision activations are normalised in the weights' f32.

@@ -10,8 +10,8 @@
 //   ln_dw_partial one warp per ROWS_PER_WARP rows: its rows' sums of dy xhat (dw) and of
 //                 dy (db) per column
 //   ln_dw_reduce  one warp per column: the warps' partial sums in a fixed order
-// The bias's gradient is summed here in f32: added as a bf16 tensor, candle would sum it
-// over the rows in bf16.
+// The bias is added, and its gradient summed, in f32 here: added as a bf16 tensor after
+// the norm, it and its gradient would each be rounded to bf16 (and cost two more passes).
 // No atomics: the same bits every run. Tested against the portable path by tests/gpu.rs.
 
 #include "common.cuh"

@@ -281,6 +281,48 @@ fn gpu_gelu_kernel_matches_the_portable_path_forward_and_backward() {
     }
 }
 
+/// The embedding kernels (`ops::cuda_embedding`) against candle's `index_select` and its
+/// `index_add` backward: in f32 the same bits (the same additions in the same order), in
+/// bf16 within its rounding (candle's backward sums in bf16, the kernel in f32); ids that
+/// repeat (one a thousand times), GPT-2's table, and rows wider than one scan (1000).
+#[test]
+fn gpu_embedding_kernel_matches_index_select_and_its_backward() {
+    for (dtype, tol) in [(DType::F32, 0.0), (DType::BF16, 1e-2)] {
+        for (v, c, n) in [(50304, 768, 8192), (65, 33, 100), (7, 1000, 2000)] {
+            let table = random_on_gpu(&[v, c], dtype);
+            // Every id once in a while, id 3 a thousand times where there are that many.
+            let ids: Vec<u32> = (0..n)
+                .map(|i| {
+                    if i % 2 == 0 && i < 2000 {
+                        3
+                    } else {
+                        ((i * 7919) % v) as u32
+                    }
+                })
+                .collect();
+            let ids = Tensor::new(ids.as_slice(), &gpu()).unwrap();
+            let probe = Tensor::randn(0f32, 1.0, (n, c), &Device::Cpu)
+                .unwrap()
+                .to_device(&gpu())
+                .unwrap();
+            let run = |k: Kernels| {
+                output_and_grads(&[&table], &probe, || {
+                    ops::embedding(k, table.as_tensor(), &ids).unwrap()
+                })
+            };
+            let (got, want) = (run(Kernels::Fused), run(Kernels::Portable));
+            for (what, (g, w)) in ["rows", "table gradient"].iter().zip(got.iter().zip(&want)) {
+                let e = common::rel_err(g, w);
+                assert!(
+                    e <= tol,
+                    "{dtype:?} V{v} C{c} N{n}: embedding {what} differs by {e:e}"
+                );
+            }
+            eprintln!("{dtype:?} V{v} C{c} N{n}: embedding kernel matches index_select");
+        }
+    }
+}
+
 /// The cross-entropy kernels (`ops::cuda_cross_entropy`) against the portable path: the
 /// mean loss and the logits' gradient, at GPT-2's vocabulary and at sizes below a block.
 #[test]

@@ -109,7 +109,7 @@ impl Gpt {
         let ids = idx.flatten_all()?;
         let tok = match &self.vocab {
             Some(shard) => shard.embed(&self.wte, &ids, &self.tp)?,
-            None => self.wte.index_select(&ids, 0)?,
+            None => ops::embedding(self.cfg.kernels, &self.wte, &ids)?,
         };
         let tok = tok.reshape((b, t, self.cfg.n_embd))?;
         let x = tok.broadcast_add(&self.wpe.narrow(0, 0, t)?)?;
@@ -132,12 +132,16 @@ impl Gpt {
     /// Hidden states `(R, C)` -> this rank's logits in f32: all `V` columns, or its
     /// vocabulary slice when vocab-parallel.
     fn head(&self, h: &Tensor) -> Result<Tensor> {
+        Ok(self.head_in_compute_dtype(h)?.to_dtype(DType::F32)?)
+    }
+
+    /// [`Self::head`]'s logits before their cast to f32 (bf16 in a bf16 pass).
+    fn head_in_compute_dtype(&self, h: &Tensor) -> Result<Tensor> {
         let k = self.cfg.kernels;
-        let logits = match &self.vocab {
+        Ok(match &self.vocab {
             Some(shard) => shard.logits(k, h, &self.wte, &self.tp)?,
             None => ops::linear_t(k, h, &self.wte, None)?,
-        };
-        Ok(logits.to_dtype(DType::F32)?)
+        })
     }
 
     /// All `V` logits of rows whose slices the ranks hold (the identity when replicated).
@@ -172,11 +176,19 @@ impl Gpt {
 
     /// Mean cross-entropy over all `B x T` positions.
     pub fn loss_embedded(&self, x: &Tensor, targets: &Tensor, fwd: &Fwd) -> Result<Tensor> {
-        let logits = self.head(&self.hidden(x, fwd)?)?;
+        let h = self.hidden(x, fwd)?;
         let targets = targets.flatten_all()?;
         match &self.vocab {
-            Some(shard) => shard.cross_entropy(self.cfg.kernels, &logits, &targets, &self.tp),
-            None => Ok(ops::cross_entropy(self.cfg.kernels, &logits, &targets)?),
+            Some(shard) => {
+                shard.cross_entropy(self.cfg.kernels, &self.head(&h)?, &targets, &self.tp)
+            }
+            // The loss casts bf16 logits to f32 itself, as `head` would have, except on a
+            // GPU, whose kernel reads them as they are (no 1.6 GB f32 copy for GPT-2).
+            None => Ok(ops::cross_entropy(
+                self.cfg.kernels,
+                &self.head_in_compute_dtype(&h)?,
+                &targets,
+            )?),
         }
     }
 

@@ -5,8 +5,8 @@
 //! candle's differentiable ops (any device; the `*_composed` functions), `Fused` the CPU
 //! kernels with hand-written backward in [`fused`], each tested against the portable one.
 //! On a GPU (CUDA build) `Fused` runs this crate's CUDA kernels where there is one
-//! (attention's softmax or whole attention, LayerNorm, GELU, the loss; `ops::cuda*`) and
-//! the portable path elsewhere. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
+//! (attention's softmax or whole attention, LayerNorm, GELU, the loss, the embedding's
+//! backward; `ops::cuda*`) and the portable path elsewhere. candle-nn's fast `layer_norm` / `softmax_last_dim` / `rms_norm`
 //! have no backward (candle #2977, #3011): do not use them for training.
 
 pub mod adamw;
@@ -17,6 +17,8 @@ pub mod cuda;
 pub mod cuda_adamw;
 #[cfg(feature = "cuda")]
 pub mod cuda_cross_entropy;
+#[cfg(feature = "cuda")]
+pub mod cuda_embedding;
 #[cfg(feature = "cuda")]
 pub mod cuda_gelu;
 #[cfg(feature = "cuda")]
@@ -286,6 +288,17 @@ pub fn causal_softmax_composed(scores: &Tensor) -> Result<Tensor> {
     let mask = Tensor::from_vec(mask, (t, t), scores.device())?.broadcast_as(scores.shape())?;
     let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?.broadcast_as(scores.shape())?;
     softmax_last_dim(&mask.where_cond(&neg_inf, scores)?)
+}
+
+/// Rows `ids (N,)` (u32) of `table (V, C)`: the token embedding's lookup.
+pub fn embedding(k: Kernels, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if table.device().is_cuda() && k.for_tensor(table) == Kernels::Fused {
+        // candle's backward (index_add) walks all ids in one thread a column.
+        return cuda_embedding::embedding(table, ids);
+    }
+    let _ = k;
+    table.index_select(ids, 0)
 }
 
 /// Mean cross-entropy of `logits (N, V)` against `targets (N,)` (u32).

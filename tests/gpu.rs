@@ -11,13 +11,12 @@
 
 #[path = "it/common/mod.rs"]
 mod common;
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor};
 use common::checks::{self, check_golden_cases, On};
 use std::sync::{Arc, OnceLock};
 use tp_harness::comm::nccl::NcclComm;
 use tp_harness::comm::{compressed, Comm, ThreadWorld};
 use tp_harness::device::{ComputeDtype, DeviceKind, Kernels};
-use tp_harness::ops;
 
 /// One candle device for the whole test binary (thread ranks share it, as the launcher
 /// does), with TF32 off so that f32 matmuls are f32.
@@ -46,6 +45,9 @@ fn on_gpu(kernels: Kernels, dtype: ComputeDtype) -> On {
 }
 
 const BOTH: [Kernels; 2] = [Kernels::Fused, Kernels::Portable];
+
+#[path = "gpu/kernels.rs"]
+mod kernels;
 
 #[test]
 fn gpu_t_only_model_matches_dense_gpt2_at_tp1_2_and_4() {
@@ -93,263 +95,6 @@ fn gpu_bf16_passes_stay_within_bf16_rounding_of_the_f32_references() {
             checks::check_against_dense("tttt", tp, true, &on);
         }
         checks::check_against_literal("sppp", 2, true, &on);
-    }
-}
-
-/// Random `qkv (B, T, 3 H D)` on the GPU in `dtype`.
-fn random_qkv(b: usize, t: usize, h: usize, d: usize, dtype: DType) -> Var {
-    let x = Tensor::randn(0f32, 1.0, (b, t, 3 * h * d), &Device::Cpu).unwrap();
-    Var::from_tensor(&x.to_device(&gpu()).unwrap().to_dtype(dtype).unwrap()).unwrap()
-}
-
-/// Output and input gradient of an attention `f` under `sum(y * w)`.
-fn attention_and_grad(f: impl Fn(&Tensor) -> Tensor, qkv: &Var, w: &Tensor) -> (Tensor, Tensor) {
-    let y = f(qkv.as_tensor());
-    let loss = y
-        .to_dtype(DType::F32)
-        .unwrap()
-        .mul(w)
-        .unwrap()
-        .sum_all()
-        .unwrap();
-    let g = loss.backward().unwrap();
-    let dq = g
-        .get(qkv.as_tensor())
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap();
-    (y.to_dtype(DType::F32).unwrap(), dq)
-}
-
-/// Both GPU attentions against the portable path: the fused dispatch (at these sizes the
-/// scores fit, so cuBLAS's matmuls around the causal softmax kernel) and the kernel that
-/// never holds the scores (`ops::cuda::causal_attention`, which longer sequences take).
-#[test]
-fn gpu_attention_kernels_match_the_portable_path_forward_and_backward() {
-    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
-        // Head sizes below, at and at the kernel's limit; T not a multiple of anything,
-        // and GPT-2's.
-        for (b, t, h, d) in [
-            (2, 67, 3, 64),
-            (1, 130, 2, 32),
-            (2, 33, 2, 128),
-            (1, 1, 1, 8),
-            (2, 1024, 2, 64),
-        ] {
-            let qkv = random_qkv(b, t, h, d, dtype);
-            let w = Tensor::randn(0f32, 1.0, (b, t, h * d), &Device::Cpu)
-                .unwrap()
-                .to_device(&gpu())
-                .unwrap();
-            let portable = |x: &Tensor| ops::causal_attention(Kernels::Portable, x, h, d).unwrap();
-            let (y_ref, dq_ref) = attention_and_grad(portable, &qkv, &w);
-            let fused = |x: &Tensor| ops::causal_attention(Kernels::Fused, x, h, d).unwrap();
-            let unheld = |x: &Tensor| ops::cuda::causal_attention(x, h, d).unwrap();
-            for (which, (y, dq)) in [
-                ("scores held", attention_and_grad(fused, &qkv, &w)),
-                ("scores never held", attention_and_grad(unheld, &qkv, &w)),
-            ] {
-                let what = format!("{dtype:?} B{b} T{t} H{h} D{d}, {which}");
-                let e = common::rel_err(&y, &y_ref);
-                assert!(e <= tol, "{what}: attention output differs by {e:e}");
-                let e = common::rel_err(&dq, &dq_ref);
-                assert!(
-                    e <= tol,
-                    "{what}: attention input gradient differs by {e:e}"
-                );
-                eprintln!("{what}: matches the portable path");
-            }
-        }
-    }
-}
-
-/// A random `shape` tensor on the GPU in `dtype`, drawn on the host.
-fn random_on_gpu(shape: &[usize], dtype: DType) -> Var {
-    let x = Tensor::randn(0f32, 1.0, shape, &Device::Cpu).unwrap();
-    Var::from_tensor(&x.to_device(&gpu()).unwrap().to_dtype(dtype).unwrap()).unwrap()
-}
-
-/// Gradients (as f32) of `sum(f(inputs) * w)` with respect to `inputs`, and `f`'s output.
-fn output_and_grads(inputs: &[&Var], w: &Tensor, f: impl Fn() -> Tensor) -> Vec<Tensor> {
-    let y = f();
-    let loss = y
-        .to_dtype(DType::F32)
-        .unwrap()
-        .broadcast_mul(w)
-        .unwrap()
-        .sum_all()
-        .unwrap();
-    let g = loss.backward().unwrap();
-    let mut out = vec![y.to_dtype(DType::F32).unwrap()];
-    for v in inputs {
-        out.push(
-            g.get(v.as_tensor())
-                .expect("a gradient for every input")
-                .to_dtype(DType::F32)
-                .unwrap(),
-        );
-    }
-    out
-}
-
-/// The LayerNorm kernels (`ops::cuda_layer_norm`) against the portable path: output, and
-/// the input, weight and bias gradients, with and without a bias; rows not a multiple of
-/// the block's, widths not a multiple of a warp.
-#[test]
-fn gpu_layer_norm_kernel_matches_the_portable_path_forward_and_backward() {
-    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
-        for (rows, c) in [(8192, 768), (37, 128), (5, 33), (1, 1000)] {
-            let x = random_on_gpu(&[rows, c], dtype);
-            let wt = Var::from_tensor(
-                &random_on_gpu(&[c], DType::F32)
-                    .as_tensor()
-                    .affine(0.5, 1.0)
-                    .unwrap(),
-            )
-            .unwrap();
-            let b = random_on_gpu(&[c], DType::F32);
-            let probe = Tensor::randn(0f32, 1.0, (rows, c), &Device::Cpu)
-                .unwrap()
-                .to_device(&gpu())
-                .unwrap();
-            // With the bias (GPT-2's norms), and without (`bias: false`).
-            for bias in [Some(&b), None] {
-                let inputs: Vec<&Var> = [&x, &wt].into_iter().chain(bias).collect();
-                let run = |k: Kernels| {
-                    output_and_grads(&inputs, &probe, || {
-                        let b = bias.map(|b| b.as_tensor());
-                        ops::layer_norm(k, x.as_tensor(), wt.as_tensor(), b, 1e-5).unwrap()
-                    })
-                };
-                let (got, want) = (run(Kernels::Fused), run(Kernels::Portable));
-                for (what, (g, w)) in ["output", "dx", "dw", "db"]
-                    .iter()
-                    .zip(got.iter().zip(&want))
-                {
-                    let e = common::rel_err(g, w);
-                    assert!(
-                        e <= tol,
-                        "{dtype:?} {rows}x{c}, bias {}: layer norm {what} differs by {e:e}",
-                        bias.is_some()
-                    );
-                }
-            }
-            eprintln!("{dtype:?} {rows}x{c}: layer norm kernel matches the portable path");
-        }
-    }
-}
-
-/// The GELU kernels (`ops::cuda_gelu`), both forms, against the portable path (candle's
-/// `gelu_erf` and `gelu`) in f32 on the same values: output and input gradient, over
-/// values where the curve bends and its tails, and a length no block size divides. The
-/// reference is f32 for the bf16 kernel too, whose answer is then off by its rounding
-/// only (the portable path in bf16 rounds each of its ~10 backward ops).
-#[test]
-fn gpu_gelu_kernel_matches_the_portable_path_forward_and_backward() {
-    use tp_harness::ops::Activation;
-    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 1e-2)] {
-        for act in [Activation::Gelu, Activation::GeluTanh] {
-            for shape in [vec![8, 64, 3072], vec![1001]] {
-                let x = (random_on_gpu(&shape, DType::F32).as_tensor() * 3.0)
-                    .unwrap()
-                    .to_dtype(dtype)
-                    .unwrap();
-                let (x, x32) = (
-                    Var::from_tensor(&x).unwrap(),
-                    Var::from_tensor(&x.to_dtype(DType::F32).unwrap()).unwrap(),
-                );
-                let probe = Tensor::randn(0f32, 1.0, shape.as_slice(), &Device::Cpu)
-                    .unwrap()
-                    .to_device(&gpu())
-                    .unwrap();
-                let run = |k: Kernels, x: &Var| {
-                    output_and_grads(&[x], &probe, || {
-                        ops::activation(k, x.as_tensor(), act).unwrap()
-                    })
-                };
-                let (got, want) = (run(Kernels::Fused, &x), run(Kernels::Portable, &x32));
-                for (what, (g, w)) in ["output", "dx"].iter().zip(got.iter().zip(&want)) {
-                    let e = common::rel_err(g, w);
-                    assert!(
-                        e <= tol,
-                        "{dtype:?} {act:?} {shape:?}: GELU {what} differs by {e:e}"
-                    );
-                }
-                eprintln!("{dtype:?} {act:?} {shape:?}: GELU kernel matches the portable path");
-            }
-        }
-    }
-}
-
-/// The embedding kernels (`ops::cuda_embedding`) against candle's `index_select` and its
-/// `index_add` backward: in f32 the same bits (the same additions in the same order), in
-/// bf16 within its rounding (candle's backward sums in bf16, the kernel in f32); ids that
-/// repeat (one a thousand times), GPT-2's table, and rows wider than one scan (1000).
-#[test]
-fn gpu_embedding_kernel_matches_index_select_and_its_backward() {
-    for (dtype, tol) in [(DType::F32, 0.0), (DType::BF16, 1e-2)] {
-        for (v, c, n) in [(50304, 768, 8192), (65, 33, 100), (7, 1000, 2000)] {
-            let table = random_on_gpu(&[v, c], dtype);
-            // Every id once in a while, id 3 a thousand times where there are that many.
-            let ids: Vec<u32> = (0..n)
-                .map(|i| {
-                    if i % 2 == 0 && i < 2000 {
-                        3
-                    } else {
-                        ((i * 7919) % v) as u32
-                    }
-                })
-                .collect();
-            let ids = Tensor::new(ids.as_slice(), &gpu()).unwrap();
-            let probe = Tensor::randn(0f32, 1.0, (n, c), &Device::Cpu)
-                .unwrap()
-                .to_device(&gpu())
-                .unwrap();
-            let run = |k: Kernels| {
-                output_and_grads(&[&table], &probe, || {
-                    ops::embedding(k, table.as_tensor(), &ids).unwrap()
-                })
-            };
-            let (got, want) = (run(Kernels::Fused), run(Kernels::Portable));
-            for (what, (g, w)) in ["rows", "table gradient"].iter().zip(got.iter().zip(&want)) {
-                let e = common::rel_err(g, w);
-                assert!(
-                    e <= tol,
-                    "{dtype:?} V{v} C{c} N{n}: embedding {what} differs by {e:e}"
-                );
-            }
-            eprintln!("{dtype:?} V{v} C{c} N{n}: embedding kernel matches index_select");
-        }
-    }
-}
-
-/// The cross-entropy kernels (`ops::cuda_cross_entropy`) against the portable path: the
-/// mean loss and the logits' gradient, at GPT-2's vocabulary and at sizes below a block.
-#[test]
-fn gpu_cross_entropy_kernel_matches_the_portable_path_loss_and_gradient() {
-    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
-        for (rows, v) in [(64, 50304), (7, 65), (3, 1), (2, 300)] {
-            let x = random_on_gpu(&[rows, v], dtype);
-            let targets: Vec<u32> = (0..rows).map(|i| ((i * 7919) % v) as u32).collect();
-            let t = Tensor::new(targets.as_slice(), &gpu()).unwrap();
-            let one = Tensor::new(1f32, &gpu()).unwrap();
-            let run = |k: Kernels| {
-                output_and_grads(&[&x], &one, || {
-                    ops::cross_entropy(k, x.as_tensor(), &t).unwrap()
-                })
-            };
-            let (got, want) = (run(Kernels::Fused), run(Kernels::Portable));
-            // The loss is computed in f32 on both paths (the portable one from an f32 copy
-            // of the logits), so it agrees to f32 rounding whatever the logits' dtype.
-            let e = common::rel_err(&got[0], &want[0]);
-            assert!(e <= 1e-5, "{dtype:?} {rows}x{v}: loss differs by {e:e}");
-            let e = common::rel_err(&got[1], &want[1]);
-            assert!(
-                e <= tol,
-                "{dtype:?} {rows}x{v}: logits' gradient differs by {e:e}"
-            );
-            eprintln!("{dtype:?} {rows}x{v}: cross-entropy kernel matches the portable path");
-        }
     }
 }
 
@@ -467,55 +212,4 @@ fn gpu_device_is_one_explicit_stream_shared_by_its_clones_with_the_pool_kept() {
         here, other_thread,
         "a clone on another thread has another stream"
     );
-}
-
-/// The fused AdamW kernel (`ops::cuda_adamw`) against PyTorch's AdamW computed in f64 on
-/// the host, over five steps with weight decay and, in one of them, a clipping factor: to
-/// f32 rounding (1e-6 relative in the parameter, the moments likewise).
-#[test]
-fn gpu_fused_adamw_matches_the_textbook_update_over_several_steps() {
-    use tp_harness::ops::cuda_adamw::{adamw, AdamWScalars};
-    let n = 100_003; // odd: the grid-stride loop's tail
-    let (b1, b2, eps, wd, lr) = (0.9f64, 0.99f64, 1e-8f64, 0.1f64, 1e-2f64);
-    let p0: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin()).collect();
-    let p = Tensor::new(p0.as_slice(), &gpu()).unwrap();
-    let (m, v) = (p.zeros_like().unwrap(), p.zeros_like().unwrap());
-    let mut rp: Vec<f64> = p0.iter().map(|&x| x as f64).collect();
-    let (mut rm, mut rv) = (vec![0f64; n], vec![0f64; n]);
-    for t in 1..=5 {
-        let g: Vec<f32> = (0..n).map(|i| ((i * t) as f32 * 0.011).cos()).collect();
-        let scale = if t == 3 { 0.5f32 } else { 1.0 };
-        let (c1, c2) = (
-            1.0 / (1.0 - b1.powi(t as i32)),
-            1.0 / (1.0 - b2.powi(t as i32)),
-        );
-        let k = AdamWScalars {
-            b1: b1 as f32,
-            b2: b2 as f32,
-            lr: lr as f32,
-            eps: eps as f32,
-            c1: c1 as f32,
-            c2: c2 as f32,
-            shrink: (1.0 - lr * wd) as f32,
-            grad_scale: scale,
-        };
-        adamw(&p, &Tensor::new(g.as_slice(), &gpu()).unwrap(), &m, &v, k).unwrap();
-        for i in 0..n {
-            let gi = (g[i] * scale) as f64;
-            rm[i] = b1 * rm[i] + (1.0 - b1) * gi;
-            rv[i] = b2 * rv[i] + (1.0 - b2) * gi * gi;
-            rp[i] = rp[i] * (1.0 - lr * wd) - lr * (rm[i] * c1) / ((rv[i] * c2).sqrt() + eps);
-        }
-    }
-    let worst = |got: &Tensor, want: &[f64]| {
-        let got = got.to_vec1::<f32>().unwrap();
-        let scale = want.iter().fold(0f64, |a, w| a.max(w.abs()));
-        got.iter()
-            .zip(want)
-            .map(|(&g, &w)| (g as f64 - w).abs() / scale)
-            .fold(0f64, f64::max)
-    };
-    let (ep, em, ev) = (worst(&p, &rp), worst(&m, &rm), worst(&v, &rv));
-    println!("worst relative error: parameter {ep:.2e}, m {em:.2e}, v {ev:.2e}");
-    assert!(ep < 1e-6 && em < 1e-6 && ev < 1e-6, "{ep} {em} {ev}");
 }

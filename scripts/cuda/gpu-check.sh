@@ -44,7 +44,8 @@ left() { echo $((budget - ($(date +%s) - started))); }
 
 # Runs `cmd` as part `name` under `timeout limit`, its output in $work/name.log, if the
 # budget has `limit` seconds left; returns the command's status (3: skipped, 124: timed
-# out). In a dry run it only adds the limit to the plan.
+# out), sets `took` to its seconds and adds a line to timings.txt (in the tarball: what
+# the next run's budgets are sized from). In a dry run it only adds the limit to the plan.
 part() { # limit name cmd...
   local limit=$1 name=$2 rc t0
   shift 2
@@ -60,11 +61,13 @@ part() { # limit name cmd...
   t0=$(date +%s)
   timeout -k 5 "$limit" "$@" >"$work/$name.log" 2>&1
   rc=$?
+  took=$(($(date +%s) - t0))
+  echo "$name $rc ${took}s" >>"$work/timings.txt"
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     say "- $name: TIMED OUT after ${limit} s (log: $name.log)"
     failures=$((failures + 1))
   elif [ "$rc" != 0 ]; then
-    say "- $name: FAILED, exit $rc, $(($(date +%s) - t0)) s: $(tail -1 "$work/$name.log" | cut -c1-300)"
+    say "- $name: FAILED, exit $rc, $took s: $(tail -1 "$work/$name.log" | cut -c1-300)"
     failures=$((failures + 1))
   fi
   return "$rc"
@@ -253,7 +256,7 @@ if [ "$mode" = first ]; then
     limit=$((tests_until - ($(date +%s) - started)))
     [ "$limit" -gt 90 ] && limit=90
     if part "$limit" "test-$t" "$bin/gpu-tests" --exact "$t" --test-threads=1; then
-      say "- $t: ok ($(grep -hE 'worst|matches' "$work/test-$t.log" | head -1 | cut -c1-160))"
+      say "- $t: ok in $took s ($(grep -hE 'worst|matches' "$work/test-$t.log" | head -1 | cut -c1-160))"
     fi
   done
 

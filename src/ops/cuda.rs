@@ -21,8 +21,11 @@ pub(super) mod ptx {
 
 /// Head sizes the attention kernel takes (a warp holds one row, four values a lane).
 pub const ATTENTION_MAX_HEAD_DIM: usize = 128;
-/// Rows (warps) per thread block.
+/// Rows (warps) per thread block of every one-warp-a-row kernel.
 const WARPS: u32 = 4;
+
+/// A storage and its layout, as a kernel wrapper takes each input.
+pub(super) type Arg<'a> = (&'a CudaStorage, &'a Layout);
 
 /// The name suffix of a kernel's instance for `dtype` (every kernel of this crate has an
 /// f32 and a bf16 one).
@@ -60,7 +63,9 @@ pub(super) fn view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<C
     }
 }
 
-fn launch_config(rows: usize) -> LaunchConfig {
+/// The launch of a kernel that gives each of `rows` rows one warp ([`WARPS`] a block);
+/// warps past the last row return at once.
+pub(super) fn warp_rows(rows: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: ((rows as u32).div_ceil(WARPS), 1, 1),
         block_dim: (32, WARPS, 1),
@@ -111,7 +116,7 @@ impl CausalAttention {
             .arg(&di)
             .arg(&scale);
         // SAFETY: argument types and order match attn_fwd_* in kernels/attention.cu.
-        unsafe { args.launch(launch_config(b * h * t)) }.w()?;
+        unsafe { args.launch(warp_rows(b * h * t)) }.w()?;
         Ok(y)
     }
 }
@@ -199,7 +204,7 @@ impl CausalAttentionBackward {
             .arg(&delta);
         args.arg(&bi).arg(&ti).arg(&hi).arg(&di).arg(&scale);
         // SAFETY: argument types and order match attn_bwd_q_* in kernels/attention.cu.
-        unsafe { args.launch(launch_config(rows)) }.w()?;
+        unsafe { args.launch(warp_rows(rows)) }.w()?;
 
         let f = dev.get_or_load_custom_func(
             &format!("attn_bwd_kv_{sfx}"),
@@ -210,7 +215,7 @@ impl CausalAttentionBackward {
         args.arg(qkv).arg(dy).arg(&dqkv).arg(&lse).arg(&delta);
         args.arg(&bi).arg(&ti).arg(&hi).arg(&di).arg(&scale);
         // SAFETY: argument types and order match attn_bwd_kv_* (same stream: after dq).
-        unsafe { args.launch(launch_config(rows)) }.w()?;
+        unsafe { args.launch(warp_rows(rows)) }.w()?;
         Ok(dqkv)
     }
 }

@@ -5,7 +5,7 @@
 //! candle op (its backward hands each row its `1 / N`). `tests/gpu.rs` holds it to the
 //! portable path.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, Arg};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
@@ -38,8 +38,8 @@ fn rows_of(l: &Layout) -> Result<(usize, usize)> {
 struct RowLosses;
 
 fn losses<T: CudaDType + DeviceRepr + WithDType>(
-    (x, lx): (&CudaStorage, &Layout),
-    (t, lt): (&CudaStorage, &Layout),
+    (x, lx): Arg,
+    (t, lt): Arg,
 ) -> Result<CudaStorage> {
     let (n, v) = rows_of(lx)?;
     let dev = x.device().clone();
@@ -104,9 +104,9 @@ impl CustomOp2 for RowLosses {
 struct RowLossesGrad;
 
 fn grad<T: CudaDType + DeviceRepr + WithDType>(
-    (x, lx): (&CudaStorage, &Layout),
-    (t, lt): (&CudaStorage, &Layout),
-    (g, lg): (&CudaStorage, &Layout),
+    (x, lx): Arg,
+    (t, lt): Arg,
+    (g, lg): Arg,
 ) -> Result<CudaStorage> {
     let (n, v) = rows_of(lx)?;
     let dev = x.device().clone();

@@ -4,9 +4,9 @@
 //! after zero-filling and copying the table's whole gradient. The same additions in the
 //! same order: the same bits. `tests/gpu.rs` checks it through the models' gradients.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, warp_rows, Arg};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{
     CpuStorage, CudaStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
@@ -14,20 +14,6 @@ use candle_core::{
 
 /// The op, as errors name it.
 const OP: &str = "the CUDA embedding";
-
-/// Rows (warps) per thread block.
-const WARPS: u32 = 4;
-
-fn rows_config(rows: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((rows as u32).div_ceil(WARPS), 1, 1),
-        block_dim: (32, WARPS, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
-/// A storage and its layout.
-type Arg<'a> = (&'a CudaStorage, &'a Layout);
 
 /// `(V, C)` of a table, `n` of ids.
 fn sizes(table: &Layout, ids: &Layout) -> Result<(usize, usize, usize)> {
@@ -64,7 +50,7 @@ fn lookup<T: CudaDType + DeviceRepr + WithDType>(
         .arg(&ci)
         .arg(&v64);
     // SAFETY: argument types and order match emb_fwd_* in kernels/embedding.cu.
-    unsafe { args.launch(rows_config(n)) }.w()?;
+    unsafe { args.launch(warp_rows(n)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
@@ -149,7 +135,7 @@ fn grad<T: CudaDType + DeviceRepr + WithDType>(
         .arg(&ci)
         .arg(&v64);
     // SAFETY: argument types and order match emb_bwd_* in kernels/embedding.cu.
-    unsafe { args.launch(rows_config(v)) }.w()?;
+    unsafe { args.launch(warp_rows(v)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 

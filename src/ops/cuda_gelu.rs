@@ -3,7 +3,7 @@
 //! candle ops over the `(B, T, 4C)` activation. `tests/gpu.rs` holds it to the portable
 //! path.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, Arg};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
@@ -79,8 +79,8 @@ struct GeluGrad {
 
 fn backward<T: CudaDType + DeviceRepr + WithDType>(
     tanh: bool,
-    (x, lx): (&CudaStorage, &Layout),
-    (dy, ldy): (&CudaStorage, &Layout),
+    (x, lx): Arg,
+    (dy, ldy): Arg,
 ) -> Result<CudaStorage> {
     let n = lx.shape().elem_count();
     let dev = x.device().clone();

@@ -4,9 +4,9 @@
 //! then their fixed-order sum), where the portable path runs ~35 candle ops over an f32
 //! copy. `tests/gpu.rs` holds it to the portable path.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, warp_rows, Arg};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{
     CpuStorage, CudaDevice, CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape,
@@ -16,18 +16,8 @@ use candle_core::{
 /// The op, as errors name it.
 const OP: &str = "the CUDA layer norm";
 
-/// Rows (warps) per thread block of the row kernels.
-const WARPS: u32 = 4;
 /// Rows a warp sums into its partial `dw`: GPT-2's 8192 rows give 256 partial rows.
 const ROWS_PER_WARP: usize = 32;
-
-fn rows_config(warps: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((warps as u32).div_ceil(WARPS), 1, 1),
-        block_dim: (32, WARPS, 1),
-        shared_mem_bytes: 0,
-    }
-}
 
 /// Rows and row length of `x (.., C)`.
 fn rows_of(l: &Layout) -> Result<(usize, usize)> {
@@ -41,9 +31,6 @@ fn rows_of(l: &Layout) -> Result<(usize, usize)> {
 struct LayerNorm {
     eps: f32,
 }
-
-/// A storage and its layout.
-type Arg<'a> = (&'a CudaStorage, &'a Layout);
 
 fn forward<T: CudaDType + DeviceRepr + WithDType>(
     eps: f32,
@@ -72,7 +59,7 @@ fn forward<T: CudaDType + DeviceRepr + WithDType>(
     args.arg(&xv).arg(&wv).arg(&bv).arg(&has_bias).arg(&y);
     args.arg(&n64).arg(&ci).arg(&eps);
     // SAFETY: argument types and order match ln_fwd_* in kernels/layer_norm.cu.
-    unsafe { args.launch(rows_config(n)) }.w()?;
+    unsafe { args.launch(warp_rows(n)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(y, dev))
 }
 
@@ -173,9 +160,9 @@ struct LayerNormDx {
 
 fn dx<T: CudaDType + DeviceRepr + WithDType>(
     eps: f32,
-    (x, lx): (&CudaStorage, &Layout),
-    (w, lw): (&CudaStorage, &Layout),
-    (dy, ldy): (&CudaStorage, &Layout),
+    (x, lx): Arg,
+    (w, lw): Arg,
+    (dy, ldy): Arg,
 ) -> Result<CudaStorage> {
     let (n, c) = rows_of(lx)?;
     let dev = x.device().clone();
@@ -197,7 +184,7 @@ fn dx<T: CudaDType + DeviceRepr + WithDType>(
         .arg(&ci)
         .arg(&eps);
     // SAFETY: argument types and order match ln_dx_* in kernels/layer_norm.cu.
-    unsafe { args.launch(rows_config(n)) }.w()?;
+    unsafe { args.launch(warp_rows(n)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
@@ -238,8 +225,8 @@ struct LayerNormDw {
 fn dw<T: CudaDType + DeviceRepr + WithDType>(
     eps: f32,
     dev: &CudaDevice,
-    (x, lx): (&CudaStorage, &Layout),
-    (dy, ldy): (&CudaStorage, &Layout),
+    (x, lx): Arg,
+    (dy, ldy): Arg,
 ) -> Result<CudaStorage> {
     let (n, c) = rows_of(lx)?;
     let (xv, gv) = (view::<T>(x, lx)?, view::<T>(dy, ldy)?);
@@ -264,13 +251,13 @@ fn dw<T: CudaDType + DeviceRepr + WithDType>(
         .arg(&eps)
         .arg(&rpw);
     // SAFETY: argument types and order match ln_dw_partial_* in kernels/layer_norm.cu.
-    unsafe { args.launch(rows_config(partials)) }.w()?;
+    unsafe { args.launch(warp_rows(partials)) }.w()?;
     let f = dev.get_or_load_custom_func("ln_dw_reduce", "tp_layer_norm", ptx::LAYER_NORM)?;
     let p64 = partials as i64;
     let mut args = f.builder();
     args.arg(&partial).arg(&out).arg(&p64).arg(&cols);
     // SAFETY: argument types and order match ln_dw_reduce (same stream: after the partials).
-    unsafe { args.launch(rows_config(2 * c)) }.w()?;
+    unsafe { args.launch(warp_rows(2 * c)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 

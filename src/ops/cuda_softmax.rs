@@ -5,9 +5,9 @@
 //! `ops::cuda`, which never holds them, takes longer sequences. `tests/gpu.rs` holds both
 //! to the portable path.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view};
+use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, warp_rows, Arg};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{
     CpuStorage, CudaStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, WithDType,
@@ -20,17 +20,6 @@ const OP: &str = "the CUDA causal softmax";
 /// 512 MiB of bf16 scores and as much of probabilities a layer (GPT-2 at batch 8 x 1024:
 /// 2^26.6). Beyond it the attention kernel that never holds them runs instead.
 pub const MAX_SCORES: usize = 1 << 28;
-
-/// Rows (warps) per thread block.
-const WARPS: u32 = 4;
-
-fn rows_config(rows: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((rows as u32).div_ceil(WARPS), 1, 1),
-        block_dim: (32, WARPS, 1),
-        shared_mem_bytes: 0,
-    }
-}
 
 /// Rows and T of scores `(.., T, T)`.
 fn rows_of(l: &Layout) -> Result<(usize, usize)> {
@@ -63,7 +52,7 @@ fn forward<T: CudaDType + DeviceRepr + WithDType>(
     let mut args = f.builder();
     args.arg(&sv).arg(&p).arg(&r64).arg(&ti).arg(&scale);
     // SAFETY: argument types and order match csm_fwd_* in kernels/causal_softmax.cu.
-    unsafe { args.launch(rows_config(rows)) }.w()?;
+    unsafe { args.launch(warp_rows(rows)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(p, dev))
 }
 
@@ -92,8 +81,8 @@ struct CausalSoftmaxGrad {
 
 fn backward<T: CudaDType + DeviceRepr + WithDType>(
     scale: f32,
-    (p, lp): (&CudaStorage, &Layout),
-    (dp, ldp): (&CudaStorage, &Layout),
+    (p, lp): Arg,
+    (dp, ldp): Arg,
 ) -> Result<CudaStorage> {
     let (rows, t) = rows_of(lp)?;
     let dev = p.device().clone();
@@ -114,7 +103,7 @@ fn backward<T: CudaDType + DeviceRepr + WithDType>(
         .arg(&ti)
         .arg(&scale);
     // SAFETY: argument types and order match csm_bwd_* in kernels/causal_softmax.cu.
-    unsafe { args.launch(rows_config(rows)) }.w()?;
+    unsafe { args.launch(warp_rows(rows)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(ds, dev))
 }
 

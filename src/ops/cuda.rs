@@ -7,10 +7,8 @@
 //! row). f32 and bf16 (computed in f32).
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
-};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::CudaDType;
 use candle_core::{
     CudaDevice, CudaStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType,
 };
@@ -54,6 +52,90 @@ pub(super) use by_dtype;
 pub(super) fn gpu_only(op: &str) -> Result<(candle_core::CpuStorage, Shape)> {
     candle_core::bail!("{op} runs on GPUs only")
 }
+
+/// The `cpu_fwd` of a custom op of 1, 2 or 3 inputs that exists on GPUs only, `$op`
+/// naming it in the error.
+macro_rules! cpu_fwd_gpu_only {
+    ($op:expr, 1) => {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            $crate::ops::cuda::gpu_only($op)
+        }
+    };
+    ($op:expr, 2) => {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            $crate::ops::cuda::gpu_only($op)
+        }
+    };
+    ($op:expr, 3) => {
+        fn cpu_fwd(
+            &self,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+            _: &candle_core::CpuStorage,
+            _: &candle_core::Layout,
+        ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+            $crate::ops::cuda::gpu_only($op)
+        }
+    };
+}
+pub(super) use cpu_fwd_gpu_only;
+
+/// One of this crate's PTX modules (`kernels/<name>.cu`): the name candle's device keeps
+/// it under once loaded, and its text.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Module {
+    pub name: &'static str,
+    pub ptx: &'static str,
+}
+
+impl Module {
+    const fn new(name: &'static str, ptx: &'static str) -> Self {
+        Self { name, ptx }
+    }
+}
+
+pub(super) const ATTENTION: Module = Module::new("tp_attention", ptx::ATTENTION);
+pub(super) const CAUSAL_SOFTMAX: Module = Module::new("tp_causal_softmax", ptx::CAUSAL_SOFTMAX);
+pub(super) const CROSS_ENTROPY: Module = Module::new("tp_cross_entropy", ptx::CROSS_ENTROPY);
+pub(super) const EMBEDDING: Module = Module::new("tp_embedding", ptx::EMBEDDING);
+pub(super) const GELU: Module = Module::new("tp_gelu", ptx::GELU);
+pub(super) const LAYER_NORM: Module = Module::new("tp_layer_norm", ptx::LAYER_NORM);
+pub(super) const ADAMW: Module = Module::new("tp_adamw", ptx::ADAMW);
+
+/// The name of kernel `base`'s instance for `dtype` (`ln_fwd` -> `ln_fwd_bf16`).
+pub(super) fn instance(base: &str, dtype: DType) -> Result<String> {
+    Ok(format!("{base}_{}", suffix(dtype)?))
+}
+
+/// Loads kernel `$name` of `$module` into `$dev` (once a device) and launches it over
+/// `$cfg` with the arguments in order: what every wrapper would otherwise spell out as
+/// load, builder, arguments and launch. Evaluates to the launch's candle `Result`; a
+/// kernel that does not load returns its error through `?` inside. Unsafe, as the launch is: the caller wraps it in `unsafe` and says in
+/// its `SAFETY:` line that the arguments match the kernel's parameters in type and order
+/// and that every buffer holds what the kernel reads and writes.
+macro_rules! launch {
+    ($dev:expr, $module:expr, $name:expr, $cfg:expr; $($arg:expr),+ $(,)?) => {{
+        let module: $crate::ops::cuda::Module = $module;
+        let func = $dev.get_or_load_custom_func(&$name, module.name, module.ptx)?;
+        let cfg: candle_core::cuda_backend::cudarc::driver::LaunchConfig = $cfg;
+        let mut args = func.builder();
+        $(candle_core::cuda_backend::cudarc::driver::PushKernelArg::arg(&mut args, $arg);)+
+        candle_core::cuda_backend::WrapErr::w(args.launch(cfg))
+    }};
+}
+pub(super) use launch;
 
 /// A contiguous view of `s` under `l`.
 pub(super) fn view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, T>> {
@@ -102,21 +184,15 @@ impl CausalAttention {
         t: usize,
     ) -> Result<CudaSlice<T>> {
         let (h, d) = (self.heads, self.head_dim);
-        let name = format!("attn_fwd_{}", suffix(T::DTYPE)?);
-        let func = dev.get_or_load_custom_func(&name, "tp_attention", ptx::ATTENTION)?;
         // SAFETY: the kernel writes every element of y.
         let y = unsafe { dev.alloc::<T>(b * t * h * d)? };
         let (bi, ti, hi, di, scale) = (b as i32, t as i32, h as i32, d as i32, self.scale());
-        let mut args = func.builder();
-        args.arg(qkv)
-            .arg(&y)
-            .arg(&bi)
-            .arg(&ti)
-            .arg(&hi)
-            .arg(&di)
-            .arg(&scale);
-        // SAFETY: argument types and order match attn_fwd_* in kernels/attention.cu.
-        unsafe { args.launch(warp_rows(b * h * t)) }.w()?;
+        let name = instance("attn_fwd", T::DTYPE)?;
+        // SAFETY: the arguments match attn_fwd_* in kernels/attention.cu; qkv holds
+        // B x T x 3HD (checked by `dims`), y B x T x HD.
+        unsafe {
+            launch!(dev, ATTENTION, name, warp_rows(b * h * t); qkv, &y, &bi, &ti, &hi, &di, &scale)
+        }?;
         Ok(y)
     }
 }
@@ -126,13 +202,7 @@ impl CustomOp1 for CausalAttention {
         "causal-attention-cuda"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("the CUDA attention op runs on GPUs only")
-    }
+    cpu_fwd_gpu_only!("the CUDA attention op", 1);
 
     fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
         let (b, t) = dims(l, self.heads, self.head_dim)?;
@@ -180,7 +250,6 @@ impl CausalAttentionBackward {
         t: usize,
     ) -> Result<CudaSlice<T>> {
         let (h, d) = (self.heads, self.head_dim);
-        let sfx = suffix(T::DTYPE)?;
         let rows = b * h * t;
         // SAFETY: the two kernels together write every element of dqkv, lse and delta
         // (the first the Q block and the statistics, the second the K and V blocks).
@@ -190,32 +259,20 @@ impl CausalAttentionBackward {
         let (bi, ti, hi, di) = (b as i32, t as i32, h as i32, d as i32);
         let scale = 1.0 / (d as f32).sqrt();
 
-        let f = dev.get_or_load_custom_func(
-            &format!("attn_bwd_q_{sfx}"),
-            "tp_attention",
-            ptx::ATTENTION,
-        )?;
-        let mut args = f.builder();
-        args.arg(qkv)
-            .arg(y)
-            .arg(dy)
-            .arg(&dqkv)
-            .arg(&lse)
-            .arg(&delta);
-        args.arg(&bi).arg(&ti).arg(&hi).arg(&di).arg(&scale);
-        // SAFETY: argument types and order match attn_bwd_q_* in kernels/attention.cu.
-        unsafe { args.launch(warp_rows(rows)) }.w()?;
-
-        let f = dev.get_or_load_custom_func(
-            &format!("attn_bwd_kv_{sfx}"),
-            "tp_attention",
-            ptx::ATTENTION,
-        )?;
-        let mut args = f.builder();
-        args.arg(qkv).arg(dy).arg(&dqkv).arg(&lse).arg(&delta);
-        args.arg(&bi).arg(&ti).arg(&hi).arg(&di).arg(&scale);
-        // SAFETY: argument types and order match attn_bwd_kv_* (same stream: after dq).
-        unsafe { args.launch(warp_rows(rows)) }.w()?;
+        let (cfg, name) = (warp_rows(rows), instance("attn_bwd_q", T::DTYPE)?);
+        // SAFETY: the arguments match attn_bwd_q_* in kernels/attention.cu; qkv and dqkv
+        // hold B x T x 3HD, y and dy B x T x HD (the forward's), lse and delta one a row.
+        unsafe {
+            launch!(dev, ATTENTION, name, cfg;
+                qkv, y, dy, &dqkv, &lse, &delta, &bi, &ti, &hi, &di, &scale)
+        }?;
+        let name = instance("attn_bwd_kv", T::DTYPE)?;
+        // SAFETY: the arguments match attn_bwd_kv_* (the sizes as above). On the same
+        // stream, it runs after dq's kernel, which wrote lse and delta.
+        unsafe {
+            launch!(dev, ATTENTION, name, cfg;
+                qkv, dy, &dqkv, &lse, &delta, &bi, &ti, &hi, &di, &scale)
+        }?;
         Ok(dqkv)
     }
 }
@@ -225,17 +282,7 @@ impl CustomOp3 for CausalAttentionBackward {
         "causal-attention-cuda-backward"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("the CUDA attention op runs on GPUs only")
-    }
+    cpu_fwd_gpu_only!("the CUDA attention op", 3);
 
     fn cuda_fwd(
         &self,

@@ -5,7 +5,7 @@
 //! path.
 
 pub use super::adamw::AdamWScalars;
-use super::cuda::ptx;
+use super::cuda::ADAMW;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaViewMut, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
@@ -54,7 +54,7 @@ pub fn adamw(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, k: AdamWScalars) ->
     let grad = gs.as_cuda_slice::<f32>()?.slice(a..b);
     let func = gs
         .device()
-        .get_or_load_custom_func("adamw_f32", "tp_adamw", ptx::ADAMW)?;
+        .get_or_load_custom_func("adamw_f32", ADAMW.name, ADAMW.ptx)?;
     let n = u32::try_from(n)
         .map_err(|_| candle_core::Error::Msg("adamw: over 2^32 elements".into()))?;
     let scalars = [k.b1, k.b2, k.lr, k.eps, k.c1, k.c2, k.shrink, k.grad_scale];

@@ -5,12 +5,12 @@
 //! candle op (its backward hands each row its `1 / N`). `tests/gpu.rs` holds it to the
 //! portable path.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, Arg};
+use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, Arg, CROSS_ENTROPY};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::CudaDType;
 use candle_core::{
-    CpuStorage, CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType,
+    CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType,
 };
 
 /// The op, as errors name it.
@@ -44,18 +44,13 @@ fn losses<T: CudaDType + DeviceRepr + WithDType>(
     let (n, v) = rows_of(lx)?;
     let dev = x.device().clone();
     let (xv, tv) = (view::<T>(x, lx)?, view::<u32>(t, lt)?);
-    let f = dev.get_or_load_custom_func(
-        &format!("ce_fwd_{}", suffix(T::DTYPE)?),
-        "tp_cross_entropy",
-        ptx::CROSS_ENTROPY,
-    )?;
     // SAFETY: the kernel writes every row's loss.
     let out = unsafe { dev.alloc::<f32>(n)? };
     let v64 = v as i64;
-    let mut args = f.builder();
-    args.arg(&xv).arg(&tv).arg(&out).arg(&v64);
-    // SAFETY: argument types and order match ce_fwd_* in kernels/cross_entropy.cu.
-    unsafe { args.launch(row_config(n)) }.w()?;
+    let name = instance("ce_fwd", T::DTYPE)?;
+    // SAFETY: the arguments match ce_fwd_* in kernels/cross_entropy.cu; x holds n x V,
+    // the targets and out n each (checked by the caller).
+    unsafe { launch!(dev, CROSS_ENTROPY, name, row_config(n); &xv, &tv, &out, &v64) }?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
@@ -63,15 +58,7 @@ impl CustomOp2 for RowLosses {
     fn name(&self) -> &'static str {
         "cross-entropy-cuda"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 2);
     fn cuda_fwd(
         &self,
         x: &CudaStorage,
@@ -111,18 +98,13 @@ fn grad<T: CudaDType + DeviceRepr + WithDType>(
     let (n, v) = rows_of(lx)?;
     let dev = x.device().clone();
     let (xv, tv, gv) = (view::<T>(x, lx)?, view::<u32>(t, lt)?, view::<f32>(g, lg)?);
-    let f = dev.get_or_load_custom_func(
-        &format!("ce_bwd_{}", suffix(T::DTYPE)?),
-        "tp_cross_entropy",
-        ptx::CROSS_ENTROPY,
-    )?;
     // SAFETY: the kernel writes every element of dx.
     let out = unsafe { dev.alloc::<T>(n * v)? };
     let v64 = v as i64;
-    let mut args = f.builder();
-    args.arg(&xv).arg(&tv).arg(&gv).arg(&out).arg(&v64);
-    // SAFETY: argument types and order match ce_bwd_* in kernels/cross_entropy.cu.
-    unsafe { args.launch(row_config(n)) }.w()?;
+    let name = instance("ce_bwd", T::DTYPE)?;
+    // SAFETY: the arguments match ce_bwd_* in kernels/cross_entropy.cu; x and out hold
+    // n x V, the targets and g n each (the forward's, through its backward).
+    unsafe { launch!(dev, CROSS_ENTROPY, name, row_config(n); &xv, &tv, &gv, &out, &v64) }?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
@@ -130,17 +112,7 @@ impl CustomOp3 for RowLossesGrad {
     fn name(&self) -> &'static str {
         "cross-entropy-cuda-grad"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 3);
     fn cuda_fwd(
         &self,
         x: &CudaStorage,

@@ -4,13 +4,11 @@
 //! after zero-filling and copying the table's whole gradient. The same additions in the
 //! same order: the same bits. `tests/gpu.rs` checks it through the models' gradients.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, warp_rows, Arg};
+use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, EMBEDDING};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{
-    CpuStorage, CudaStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType,
-};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::CudaDType;
+use candle_core::{CudaStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType};
 
 /// The op, as errors name it.
 const OP: &str = "the CUDA embedding";
@@ -34,23 +32,13 @@ fn lookup<T: CudaDType + DeviceRepr + WithDType>(
     let (v, c, n) = sizes(lt, li)?;
     let dev = t.device().clone();
     let (tv, iv) = (view::<T>(t, lt)?, view::<u32>(ids, li)?);
-    let f = dev.get_or_load_custom_func(
-        &format!("emb_fwd_{}", suffix(T::DTYPE)?),
-        "tp_embedding",
-        ptx::EMBEDDING,
-    )?;
     // SAFETY: the kernel writes every element of out.
     let out = unsafe { dev.alloc::<T>(n * c)? };
     let (n64, ci, v64) = (n as i64, c as i32, v as i64);
-    let mut args = f.builder();
-    args.arg(&tv)
-        .arg(&iv)
-        .arg(&out)
-        .arg(&n64)
-        .arg(&ci)
-        .arg(&v64);
-    // SAFETY: argument types and order match emb_fwd_* in kernels/embedding.cu.
-    unsafe { args.launch(warp_rows(n)) }.w()?;
+    let name = instance("emb_fwd", T::DTYPE)?;
+    // SAFETY: the arguments match emb_fwd_* in kernels/embedding.cu; the table holds
+    // V x C (ids outside it are not read), the ids n, out n x C.
+    unsafe { launch!(dev, EMBEDDING, name, warp_rows(n); &tv, &iv, &out, &n64, &ci, &v64) }?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
@@ -58,15 +46,7 @@ impl CustomOp2 for Embedding {
     fn name(&self) -> &'static str {
         "embedding-cuda"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 2);
     fn cuda_fwd(
         &self,
         t: &CudaStorage,
@@ -118,24 +98,14 @@ fn grad<T: CudaDType + DeviceRepr + WithDType>(
     }
     let dev = dy.device().clone();
     let (iv, gv) = (view::<u32>(ids, li)?, view::<T>(dy, ld)?);
-    let f = dev.get_or_load_custom_func(
-        &format!("emb_bwd_{}", suffix(T::DTYPE)?),
-        "tp_embedding",
-        ptx::EMBEDDING,
-    )?;
     // SAFETY: the kernel writes every element of the table's gradient (rows without a
     // match as 0).
     let out = unsafe { dev.alloc::<T>(v * c)? };
     let (n64, ci, v64) = (n as i64, c as i32, v as i64);
-    let mut args = f.builder();
-    args.arg(&iv)
-        .arg(&gv)
-        .arg(&out)
-        .arg(&n64)
-        .arg(&ci)
-        .arg(&v64);
-    // SAFETY: argument types and order match emb_bwd_* in kernels/embedding.cu.
-    unsafe { args.launch(warp_rows(v)) }.w()?;
+    let name = instance("emb_bwd", T::DTYPE)?;
+    // SAFETY: the arguments match emb_bwd_* in kernels/embedding.cu; the ids hold n
+    // (checked above), dy n x C, out V x C.
+    unsafe { launch!(dev, EMBEDDING, name, warp_rows(v); &iv, &gv, &out, &n64, &ci, &v64) }?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
@@ -143,15 +113,7 @@ impl CustomOp2 for EmbeddingGrad {
     fn name(&self) -> &'static str {
         "embedding-cuda-grad"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 2);
     fn cuda_fwd(
         &self,
         ids: &CudaStorage,

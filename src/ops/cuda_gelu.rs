@@ -3,13 +3,11 @@
 //! candle ops over the `(B, T, 4C)` activation. `tests/gpu.rs` holds it to the portable
 //! path.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, Arg};
+use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, Arg, GELU};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{
-    CpuStorage, CudaStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, WithDType,
-};
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::CudaDType;
+use candle_core::{CudaStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, WithDType};
 
 /// The op, as errors name it.
 const OP: &str = "the CUDA GELU";
@@ -38,18 +36,12 @@ fn forward<T: CudaDType + DeviceRepr + WithDType>(
     let n = lx.shape().elem_count();
     let dev = x.device().clone();
     let xv = view::<T>(x, lx)?;
-    let f = dev.get_or_load_custom_func(
-        &format!("gelu_fwd_{}", suffix(T::DTYPE)?),
-        "tp_gelu",
-        ptx::GELU,
-    )?;
     // SAFETY: the kernel writes every element of y.
     let y = unsafe { dev.alloc::<T>(n)? };
     let (n64, form) = (n as i64, i32::from(tanh));
-    let mut args = f.builder();
-    args.arg(&xv).arg(&y).arg(&n64).arg(&form);
-    // SAFETY: argument types and order match gelu_fwd_* in kernels/gelu.cu.
-    unsafe { args.launch(config(n)) }.w()?;
+    let name = instance("gelu_fwd", T::DTYPE)?;
+    // SAFETY: the arguments match gelu_fwd_* in kernels/gelu.cu; x and y hold n each.
+    unsafe { launch!(dev, GELU, name, config(n); &xv, &y, &n64, &form) }?;
     Ok(CudaStorage::wrap_cuda_slice(y, dev))
 }
 
@@ -57,9 +49,7 @@ impl CustomOp1 for Gelu {
     fn name(&self) -> &'static str {
         "gelu-cuda"
     }
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 1);
     fn cuda_fwd(&self, x: &CudaStorage, lx: &Layout) -> Result<(CudaStorage, Shape)> {
         let y = by_dtype!(OP, x.dtype(), forward(self.tanh, x, lx))?;
         Ok((y, lx.shape().clone()))
@@ -85,18 +75,13 @@ fn backward<T: CudaDType + DeviceRepr + WithDType>(
     let n = lx.shape().elem_count();
     let dev = x.device().clone();
     let (xv, gv) = (view::<T>(x, lx)?, view::<T>(dy, ldy)?);
-    let f = dev.get_or_load_custom_func(
-        &format!("gelu_bwd_{}", suffix(T::DTYPE)?),
-        "tp_gelu",
-        ptx::GELU,
-    )?;
     // SAFETY: the kernel writes every element of dx.
     let dx = unsafe { dev.alloc::<T>(n)? };
     let (n64, form) = (n as i64, i32::from(tanh));
-    let mut args = f.builder();
-    args.arg(&xv).arg(&gv).arg(&dx).arg(&n64).arg(&form);
-    // SAFETY: argument types and order match gelu_bwd_* in kernels/gelu.cu.
-    unsafe { args.launch(config(n)) }.w()?;
+    let name = instance("gelu_bwd", T::DTYPE)?;
+    // SAFETY: the arguments match gelu_bwd_* in kernels/gelu.cu; x, dy (same shape,
+    // checked by the caller) and dx hold n each.
+    unsafe { launch!(dev, GELU, name, config(n); &xv, &gv, &dx, &n64, &form) }?;
     Ok(CudaStorage::wrap_cuda_slice(dx, dev))
 }
 
@@ -104,15 +89,7 @@ impl CustomOp2 for GeluGrad {
     fn name(&self) -> &'static str {
         "gelu-cuda-grad"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 2);
     fn cuda_fwd(
         &self,
         x: &CudaStorage,

@@ -4,13 +4,12 @@
 //! then their fixed-order sum), where the portable path runs ~35 candle ops over an f32
 //! copy. `tests/gpu.rs` holds it to the portable path.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, warp_rows, Arg};
+use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, LAYER_NORM};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::CudaDType;
 use candle_core::{
-    CpuStorage, CudaDevice, CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape,
-    Tensor, WithDType,
+    CudaDevice, CudaStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType,
 };
 
 /// The op, as errors name it.
@@ -47,19 +46,15 @@ fn forward<T: CudaDType + DeviceRepr + WithDType>(
         None => view::<f32>(w, lw)?,
     };
     let has_bias = i32::from(b.is_some());
-    let f = dev.get_or_load_custom_func(
-        &format!("ln_fwd_{}", suffix(T::DTYPE)?),
-        "tp_layer_norm",
-        ptx::LAYER_NORM,
-    )?;
     // SAFETY: the kernel writes every element of y.
     let y = unsafe { dev.alloc::<T>(n * c)? };
     let (n64, ci) = (n as i64, c as i32);
-    let mut args = f.builder();
-    args.arg(&xv).arg(&wv).arg(&bv).arg(&has_bias).arg(&y);
-    args.arg(&n64).arg(&ci).arg(&eps);
-    // SAFETY: argument types and order match ln_fwd_* in kernels/layer_norm.cu.
-    unsafe { args.launch(warp_rows(n)) }.w()?;
+    let name = instance("ln_fwd", T::DTYPE)?;
+    // SAFETY: the arguments match ln_fwd_* in kernels/layer_norm.cu; x and y hold n x C,
+    // w and b C each (checked by `layer_norm`).
+    unsafe {
+        launch!(dev, LAYER_NORM, name, warp_rows(n); &xv, &wv, &bv, &has_bias, &y, &n64, &ci, &eps)
+    }?;
     Ok(CudaStorage::wrap_cuda_slice(y, dev))
 }
 
@@ -67,15 +62,7 @@ impl CustomOp2 for LayerNorm {
     fn name(&self) -> &'static str {
         "layer-norm-cuda"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 2);
     fn cuda_fwd(
         &self,
         x: &CudaStorage,
@@ -113,17 +100,7 @@ impl CustomOp3 for LayerNorm {
     fn name(&self) -> &'static str {
         "layer-norm-bias-cuda"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 3);
     fn cuda_fwd(
         &self,
         x: &CudaStorage,
@@ -167,24 +144,13 @@ fn dx<T: CudaDType + DeviceRepr + WithDType>(
     let (n, c) = rows_of(lx)?;
     let dev = x.device().clone();
     let (xv, wv, gv) = (view::<T>(x, lx)?, view::<f32>(w, lw)?, view::<T>(dy, ldy)?);
-    let f = dev.get_or_load_custom_func(
-        &format!("ln_dx_{}", suffix(T::DTYPE)?),
-        "tp_layer_norm",
-        ptx::LAYER_NORM,
-    )?;
     // SAFETY: the kernel writes every element of dx.
     let out = unsafe { dev.alloc::<T>(n * c)? };
     let (n64, ci) = (n as i64, c as i32);
-    let mut args = f.builder();
-    args.arg(&xv)
-        .arg(&wv)
-        .arg(&gv)
-        .arg(&out)
-        .arg(&n64)
-        .arg(&ci)
-        .arg(&eps);
-    // SAFETY: argument types and order match ln_dx_* in kernels/layer_norm.cu.
-    unsafe { args.launch(warp_rows(n)) }.w()?;
+    let name = instance("ln_dx", T::DTYPE)?;
+    // SAFETY: the arguments match ln_dx_* in kernels/layer_norm.cu; x, dy and dx hold
+    // n x C (dy is the forward's output gradient), w C.
+    unsafe { launch!(dev, LAYER_NORM, name, warp_rows(n); &xv, &wv, &gv, &out, &n64, &ci, &eps) }?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
@@ -192,17 +158,7 @@ impl CustomOp3 for LayerNormDx {
     fn name(&self) -> &'static str {
         "layer-norm-cuda-dx"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 3);
     fn cuda_fwd(
         &self,
         x: &CudaStorage,
@@ -231,33 +187,25 @@ fn dw<T: CudaDType + DeviceRepr + WithDType>(
     let (n, c) = rows_of(lx)?;
     let (xv, gv) = (view::<T>(x, lx)?, view::<T>(dy, ldy)?);
     let partials = n.div_ceil(ROWS_PER_WARP).max(1);
-    let f = dev.get_or_load_custom_func(
-        &format!("ln_dw_partial_{}", suffix(T::DTYPE)?),
-        "tp_layer_norm",
-        ptx::LAYER_NORM,
-    )?;
     // SAFETY: the partial kernel writes every row of `partial` (one a warp, each warp's
     // first rows existing since partials = ceil(n / ROWS_PER_WARP)), the reduction every
     // element of out (dw, then db).
     let partial = unsafe { dev.alloc::<f32>(partials * 2 * c)? };
     let out = unsafe { dev.alloc::<f32>(2 * c)? };
     let (n64, ci, rpw, cols) = (n as i64, c as i32, ROWS_PER_WARP as i32, 2 * c as i32);
-    let mut args = f.builder();
-    args.arg(&xv)
-        .arg(&gv)
-        .arg(&partial)
-        .arg(&n64)
-        .arg(&ci)
-        .arg(&eps)
-        .arg(&rpw);
-    // SAFETY: argument types and order match ln_dw_partial_* in kernels/layer_norm.cu.
-    unsafe { args.launch(warp_rows(partials)) }.w()?;
-    let f = dev.get_or_load_custom_func("ln_dw_reduce", "tp_layer_norm", ptx::LAYER_NORM)?;
+    let name = instance("ln_dw_partial", T::DTYPE)?;
+    // SAFETY: the arguments match ln_dw_partial_* in kernels/layer_norm.cu; x and dy hold
+    // n x C, partial `partials` rows of 2C.
+    unsafe {
+        launch!(dev, LAYER_NORM, name, warp_rows(partials);
+            &xv, &gv, &partial, &n64, &ci, &eps, &rpw)
+    }?;
     let p64 = partials as i64;
-    let mut args = f.builder();
-    args.arg(&partial).arg(&out).arg(&p64).arg(&cols);
-    // SAFETY: argument types and order match ln_dw_reduce (same stream: after the partials).
-    unsafe { args.launch(warp_rows(2 * c)) }.w()?;
+    // SAFETY: the arguments match ln_dw_reduce; partial holds `partials` rows of 2C, out
+    // 2C. On the same stream, it runs after the partials.
+    unsafe {
+        launch!(dev, LAYER_NORM, "ln_dw_reduce", warp_rows(2 * c); &partial, &out, &p64, &cols)
+    }?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
@@ -265,15 +213,7 @@ impl CustomOp2 for LayerNormDw {
     fn name(&self) -> &'static str {
         "layer-norm-cuda-dw"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 2);
     fn cuda_fwd(
         &self,
         x: &CudaStorage,

@@ -5,13 +5,13 @@
 //! `ops::cuda`, which never holds them, takes longer sequences. `tests/gpu.rs` holds both
 //! to the portable path.
 
-use super::cuda::{by_dtype, gpu_only, ptx, suffix, view, warp_rows, Arg};
-use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{
-    CpuStorage, CudaStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, WithDType,
+use super::cuda::{
+    by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, CAUSAL_SOFTMAX,
 };
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::CudaDType;
+use candle_core::{CudaStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, WithDType};
 
 /// The op, as errors name it.
 const OP: &str = "the CUDA causal softmax";
@@ -41,18 +41,13 @@ fn forward<T: CudaDType + DeviceRepr + WithDType>(
     let (rows, t) = rows_of(ls)?;
     let dev = s.device().clone();
     let sv = view::<T>(s, ls)?;
-    let f = dev.get_or_load_custom_func(
-        &format!("csm_fwd_{}", suffix(T::DTYPE)?),
-        "tp_causal_softmax",
-        ptx::CAUSAL_SOFTMAX,
-    )?;
     // SAFETY: the kernel writes every element of p (masked ones as 0).
     let p = unsafe { dev.alloc::<T>(rows * t)? };
     let (r64, ti) = (rows as i64, t as i32);
-    let mut args = f.builder();
-    args.arg(&sv).arg(&p).arg(&r64).arg(&ti).arg(&scale);
-    // SAFETY: argument types and order match csm_fwd_* in kernels/causal_softmax.cu.
-    unsafe { args.launch(warp_rows(rows)) }.w()?;
+    let name = instance("csm_fwd", T::DTYPE)?;
+    // SAFETY: the arguments match csm_fwd_* in kernels/causal_softmax.cu; s and p hold
+    // rows x T each.
+    unsafe { launch!(dev, CAUSAL_SOFTMAX, name, warp_rows(rows); &sv, &p, &r64, &ti, &scale) }?;
     Ok(CudaStorage::wrap_cuda_slice(p, dev))
 }
 
@@ -60,9 +55,7 @@ impl CustomOp1 for CausalSoftmax {
     fn name(&self) -> &'static str {
         "causal-softmax-cuda"
     }
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 1);
     fn cuda_fwd(&self, s: &CudaStorage, ls: &Layout) -> Result<(CudaStorage, Shape)> {
         let p = by_dtype!(OP, s.dtype(), forward(self.scale, s, ls))?;
         Ok((p, ls.shape().clone()))
@@ -87,23 +80,15 @@ fn backward<T: CudaDType + DeviceRepr + WithDType>(
     let (rows, t) = rows_of(lp)?;
     let dev = p.device().clone();
     let (pv, gv) = (view::<T>(p, lp)?, view::<T>(dp, ldp)?);
-    let f = dev.get_or_load_custom_func(
-        &format!("csm_bwd_{}", suffix(T::DTYPE)?),
-        "tp_causal_softmax",
-        ptx::CAUSAL_SOFTMAX,
-    )?;
     // SAFETY: the kernel writes every element of ds (masked ones as 0).
     let ds = unsafe { dev.alloc::<T>(rows * t)? };
     let (r64, ti) = (rows as i64, t as i32);
-    let mut args = f.builder();
-    args.arg(&pv)
-        .arg(&gv)
-        .arg(&ds)
-        .arg(&r64)
-        .arg(&ti)
-        .arg(&scale);
-    // SAFETY: argument types and order match csm_bwd_* in kernels/causal_softmax.cu.
-    unsafe { args.launch(warp_rows(rows)) }.w()?;
+    let name = instance("csm_bwd", T::DTYPE)?;
+    // SAFETY: the arguments match csm_bwd_* in kernels/causal_softmax.cu; p, dp (same
+    // shape, checked by the caller) and ds hold rows x T each.
+    unsafe {
+        launch!(dev, CAUSAL_SOFTMAX, name, warp_rows(rows); &pv, &gv, &ds, &r64, &ti, &scale)
+    }?;
     Ok(CudaStorage::wrap_cuda_slice(ds, dev))
 }
 
@@ -111,15 +96,7 @@ impl CustomOp2 for CausalSoftmaxGrad {
     fn name(&self) -> &'static str {
         "causal-softmax-cuda-grad"
     }
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        gpu_only(OP)
-    }
+    cpu_fwd_gpu_only!(OP, 2);
     fn cuda_fwd(
         &self,
         p: &CudaStorage,

@@ -250,25 +250,8 @@ pub fn markdown(choices: &[Choice]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::setting::tests::setting;
-    use crate::analysis::tuning::{Outcome, TuneDecl};
-
-    fn run(variant: &str, v: &str, seed: u64, outcome: Outcome) -> TuneRun {
-        TuneRun {
-            setting: setting(2),
-            variant: Variant::parse(variant).unwrap(),
-            values: TunedValues(vec![("learning_rate".into(), v.into())]),
-            seed,
-            outcome,
-        }
-    }
-
-    fn decl() -> TuneDecl {
-        TuneDecl {
-            keys: vec!["learning_rate".into()],
-            selection_seeds: vec![101, 102],
-        }
-    }
+    use crate::analysis::tuning::tests::{decl, run};
+    use crate::analysis::tuning::Outcome;
 
     /// The row note says the value, what was tried and an edge.
     #[test]

@@ -373,15 +373,17 @@ fn edges(c: &Choice, keys: &[String]) -> Vec<(String, Edge)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::analysis::setting::tests::setting;
 
-    fn lr(v: &str) -> TunedValues {
+    /// A learning rate as the tuned value.
+    pub(crate) fn lr(v: &str) -> TunedValues {
         TunedValues(vec![("learning_rate".into(), v.into())])
     }
 
-    fn run(variant: &str, v: &str, seed: u64, outcome: Outcome) -> TuneRun {
+    /// A run of `variant` at learning rate `v` in a two-layer setting.
+    pub(crate) fn run(variant: &str, v: &str, seed: u64, outcome: Outcome) -> TuneRun {
         TuneRun {
             setting: setting(2),
             variant: Variant::parse(variant).unwrap(),
@@ -391,7 +393,8 @@ mod tests {
         }
     }
 
-    fn decl() -> TuneDecl {
+    /// The learning rate tuned on seeds 101 and 102.
+    pub(crate) fn decl() -> TuneDecl {
         TuneDecl {
             keys: vec!["learning_rate".into()],
             selection_seeds: vec![101, 102],

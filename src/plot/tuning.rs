@@ -2,12 +2,15 @@
 //! selection seeds against the tuned value (the first tuned key; a log axis where its
 //! values are positive numbers), the mean as a line with a band of one standard
 //! deviation, each seed as a dot, the chosen value ringed. The curve a reviewer asks for:
-//! whether each layout's best lies inside what was tried, and how flat it is there.
+//! whether each layout's best lies inside what was tried, and how flat it is there. The
+//! x axis is marked at the values tried, as the config spelt them.
 
 use super::font;
 use super::style::{color, draw_legend, range, PlotResult};
 use crate::analysis::tuning::Choice;
 use anyhow::{Context, Result};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -66,16 +69,51 @@ pub fn plot_tuning(choices: &[Choice], out: &Path) -> Result<Vec<PathBuf>> {
         true => format!("{key} (log scale)"),
         false => key,
     };
+    let ticks = ticks(choices, x_of);
     Ok(both_formats!(out, "tuning", (1100, 700), |a| draw(
-        a, &curves, &desc, positive
+        a, &curves, &desc, &ticks
     )))
+}
+
+/// The x axis's marks: each value tried (its position, its text as the config spelt
+/// it), in order, one a position.
+fn ticks(choices: &[Choice], x_of: impl Fn(f64) -> f64) -> Vec<(f64, String)> {
+    let mut ticks: Vec<(f64, String)> = choices
+        .iter()
+        .flat_map(|c| &c.tried)
+        .filter_map(|t| Some((x_of(t.values.number(0)?), t.values.0.first()?.1.clone())))
+        .collect();
+    ticks.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ticks.dedup_by(|a, b| (a.0 - b.0).abs() < 1e-9);
+    ticks
+}
+
+/// A linear f64 axis marked (labels and grid lines) at given points only: plotters'
+/// `with_key_points` leaves an f64 axis without a label formatter.
+struct Marked {
+    range: RangedCoordf64,
+    marks: Vec<f64>,
+}
+
+impl Ranged for Marked {
+    type ValueType = f64;
+    type FormatOption = DefaultFormatting;
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        self.range.map(v, limit)
+    }
+    fn key_points<H: KeyPointHint>(&self, _: H) -> Vec<f64> {
+        self.marks.clone()
+    }
+    fn range(&self) -> std::ops::Range<f64> {
+        self.range.range()
+    }
 }
 
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     curves: &[Curve],
     desc: &str,
-    log10: bool,
+    ticks: &[(f64, String)],
 ) -> PlotResult
 where
     DB::ErrorType: 'static,
@@ -105,14 +143,22 @@ where
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(75)
-        .build_cartesian_2d((x_lo - pad)..(x_hi + pad), lo..hi)?;
+        .build_cartesian_2d(
+            Marked {
+                range: ((x_lo - pad)..(x_hi + pad)).into(),
+                marks: ticks.iter().map(|t| t.0).collect(),
+            },
+            lo..hi,
+        )?;
     chart
         .configure_mesh()
         .x_desc(desc)
         .y_desc("final val loss (whole split)")
-        .x_label_formatter(&|v| match log10 {
-            true => format!("{:.2e}", 10f64.powf(*v)),
-            false => format!("{v}"),
+        .x_label_formatter(&|v| {
+            ticks
+                .iter()
+                .find(|t| (t.0 - v).abs() < 1e-9)
+                .map_or_else(String::new, |t| t.1.clone())
         })
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
@@ -150,4 +196,31 @@ where
     draw_legend(&mut chart, 14)?;
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::tuning::choose;
+    use crate::analysis::tuning::tests::{decl, run};
+    use crate::analysis::tuning::Outcome::Loss;
+
+    /// Two layouts that tried overlapping grids, in no order: the axis is marked once at
+    /// each value tried, in order, with the value's text.
+    #[test]
+    fn the_axis_is_marked_once_at_each_value_tried() {
+        let runs = [
+            ("tttt", "0.004"),
+            ("tttt", "0.001"),
+            ("pppp", "0.002"),
+            ("pppp", "0.004"),
+        ]
+        .iter()
+        .flat_map(|&(p, v)| [101, 102].map(|s| run(p, v, s, Loss(2.0))))
+        .collect::<Vec<_>>();
+        let marks = ticks(&choose(&runs, &decl()), f64::log10);
+        let texts: Vec<&str> = marks.iter().map(|m| m.1.as_str()).collect();
+        assert_eq!(texts, ["0.001", "0.002", "0.004"]);
+        assert!((marks[1].0 - 0.002f64.log10()).abs() < 1e-12);
+    }
 }

@@ -1,7 +1,9 @@
-//! What every figure shares: its colours, value ranges and drawing result; and the
-//! legend labels of runs.
+//! What every figure shares: its colours, value ranges, axes marked where the data lie,
+//! and drawing result; and the legend labels of runs.
 
 use crate::analysis::RunCurves;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 /// What a drawing function returns (plotters' errors differ by backend).
@@ -35,6 +37,37 @@ pub fn label_runs(runs: &mut [RunCurves]) {
                 .unwrap_or_default();
             r.label = format!("{} ({name})", r.label);
         }
+    }
+}
+
+/// A linear f64 axis marked (labels and grid lines) at given points only: plotters'
+/// `with_key_points` leaves an f64 axis without a label formatter.
+pub struct Marked {
+    range: RangedCoordf64,
+    marks: Vec<f64>,
+}
+
+impl Marked {
+    /// The axis over `range`, marked at `marks`.
+    pub fn new(range: std::ops::Range<f64>, marks: impl Iterator<Item = f64>) -> Self {
+        Self {
+            range: range.into(),
+            marks: marks.collect(),
+        }
+    }
+}
+
+impl Ranged for Marked {
+    type ValueType = f64;
+    type FormatOption = DefaultFormatting;
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        self.range.map(v, limit)
+    }
+    fn key_points<H: KeyPointHint>(&self, _: H) -> Vec<f64> {
+        self.marks.clone()
+    }
+    fn range(&self) -> std::ops::Range<f64> {
+        self.range.range()
     }
 }
 

@@ -6,11 +6,9 @@
 //! x axis is marked at the values tried, as the config spelt them.
 
 use super::font;
-use super::style::{color, draw_legend, range, PlotResult};
+use super::style::{color, draw_legend, range, Marked, PlotResult};
 use crate::analysis::tuning::Choice;
 use anyhow::{Context, Result};
-use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
-use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -88,27 +86,6 @@ fn ticks(choices: &[Choice], x_of: impl Fn(f64) -> f64) -> Vec<(f64, String)> {
     ticks
 }
 
-/// A linear f64 axis marked (labels and grid lines) at given points only: plotters'
-/// `with_key_points` leaves an f64 axis without a label formatter.
-struct Marked {
-    range: RangedCoordf64,
-    marks: Vec<f64>,
-}
-
-impl Ranged for Marked {
-    type ValueType = f64;
-    type FormatOption = DefaultFormatting;
-    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
-        self.range.map(v, limit)
-    }
-    fn key_points<H: KeyPointHint>(&self, _: H) -> Vec<f64> {
-        self.marks.clone()
-    }
-    fn range(&self) -> std::ops::Range<f64> {
-        self.range.range()
-    }
-}
-
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     curves: &[Curve],
@@ -144,10 +121,7 @@ where
         .x_label_area_size(50)
         .y_label_area_size(75)
         .build_cartesian_2d(
-            Marked {
-                range: ((x_lo - pad)..(x_hi + pad)).into(),
-                marks: ticks.iter().map(|t| t.0).collect(),
-            },
+            Marked::new((x_lo - pad)..(x_hi + pad), ticks.iter().map(|t| t.0)),
             lo..hi,
         )?;
     chart

@@ -9,6 +9,7 @@ use crate::analysis::penalty::PenaltyRow;
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::{Path, PathBuf};
 
 /// A row's series name and x in one figure.
@@ -200,6 +201,24 @@ fn frame(series: &[(String, Vec<Point>)]) -> Frame {
     }
 }
 
+/// Which points are named by their pattern: each pattern once at an x (a layout in
+/// several settings, `12xt` at 24, is named by its first series).
+fn pattern_labels(series: &[(String, Vec<Point>)]) -> Vec<Vec<bool>> {
+    let mut seen: Vec<(f64, &str)> = Vec::new();
+    series
+        .iter()
+        .map(|(_, pts)| {
+            pts.iter()
+                .map(|p| {
+                    let first = !seen.iter().any(|s| (s.0 - p.0).abs() < 1e-9 && s.1 == p.3);
+                    seen.push((p.0, &p.3));
+                    first
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Where the x axis is marked: at each x a point lies at, once.
 fn marks(series: &[(String, Vec<Point>)]) -> Vec<f64> {
     let mut xs: Vec<f64> = series
@@ -257,6 +276,7 @@ where
     ))?;
     // Series side by side at a shared x, so that their error bars do not overprint.
     let width = spread / series.len().max(1) as f64;
+    let named = pattern_labels(series);
     for (i, (name, pts)) in series.iter().enumerate() {
         let c = color(i);
         let dx = (i as f64 - (series.len() as f64 - 1.0) / 2.0) * width;
@@ -274,10 +294,20 @@ where
                 .label(name.clone())
                 .legend(legend);
         } else {
+            // The left half of the series name their points left of the group of points
+            // at their x, the rest right of it: side by side at one x, their names would
+            // otherwise overprint each other and the error bars.
+            let half = (series.len() as f64 - 1.0) / 2.0 * width;
+            let (edge, px, h) = match 2 * i + 1 < series.len() {
+                true => (-half - dx, -8, HPos::Right),
+                false => (half - dx, 8, HPos::Left),
+            };
+            let font = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(h, VPos::Top));
             chart
-                .draw_series(pts.iter().map(|p| {
-                    EmptyElement::at((p.0, p.1))
-                        + Text::new(p.3.clone(), (8, -16), ("sans-serif", 14).into_font())
+                .draw_series(pts.iter().zip(&named[i]).map(|(p, &shown)| {
+                    let text = if shown { p.3.as_str() } else { "" };
+                    EmptyElement::at((p.0 + edge, p.1))
+                        + Text::new(text.to_string(), (px, -16), font.clone())
                 }))?
                 .label(name.clone())
                 .legend(legend);
@@ -325,5 +355,25 @@ mod tests {
         // One x only: no gap to keep to.
         let f = frame(&at(&[8.0]));
         assert!((f.spread - 0.5).abs() < 1e-12, "{}", f.spread);
+    }
+
+    /// `12xt` at 24 in two settings is named once; `12xs` at 12 and `12xt` at 24 in the
+    /// first, and `s11xp` at 2 in both (two patterns at one x), each get a name; the axis
+    /// is marked once at each x.
+    #[test]
+    fn each_pattern_is_named_once_at_an_x_and_each_x_marked_once() {
+        let p = |x: f64, name: &str| (x, 0.0, 0.01, name.to_string());
+        let series = vec![
+            (
+                "tp 2".to_string(),
+                vec![p(2.0, "s11xp"), p(12.0, "12xs"), p(24.0, "12xt")],
+            ),
+            ("tp 4".to_string(), vec![p(2.0, "sppp"), p(24.0, "12xt")]),
+        ];
+        assert_eq!(
+            pattern_labels(&series),
+            [vec![true, true, true], vec![true, false]]
+        );
+        assert_eq!(marks(&series), [2.0, 12.0, 24.0]);
     }
 }

@@ -253,6 +253,13 @@ if all_there study_tuned && { [ -f "$KEPT/study_tuned/tuning.json" ] || [ -f run
   # shellcheck disable=SC2046
   "$BIN/tp-plot" --penalty --margin 0.01 $(for s in $ISSUE46; do runs "$s"; done) \
     --out "$OUT/tuned" > /dev/null
+  # The README's figure: the tuned penalty against all-reduces a pass at 4, 6, 8 and 12
+  # layers (Shakespeare, 2000 iterations; the longer runs and names left out).
+  if all_there study_tuned_depth; then
+    # shellcheck disable=SC2046
+    "$BIN/tp-plot" --penalty --margin 0.01 $(runs study_tuned) $(runs study_tuned_depth) \
+      --out "$OUT/tuned/depth" > /dev/null
+  fi
   # shellcheck disable=SC2046
   "$BIN/tp-plot" $(runs study_tuned) --out "$OUT/tuned/time" --x time --link 1:50 --link 0.1:50 \
     --baseline 12xt --target baseline > /dev/null

@@ -1,5 +1,6 @@
 //! How a pattern's loss penalty changes along one axis of a study — the TP degree, the
-//! training length or the model — paired by seed: for every seed that has the pattern
+//! training length, the model or the tuning (one learning rate for all, then each
+//! layout's own best) — paired by seed: for every seed that has the pattern
 //! and its baseline in both settings, (pattern − baseline) in the second setting less
 //! (pattern − baseline) in the first. Whether a gap closes, stays or grows is then a
 //! change with its 95% interval, not two intervals eyed against each other (each of which
@@ -14,7 +15,7 @@ use crate::config::Variant;
 /// One pattern's penalty in two settings that differ along one axis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PenaltyChange {
-    /// The TP degree, the length or the model ([`Setting::axis_to`]).
+    /// The TP degree, the length, the model or the tuning ([`Setting::axis_to`]).
     pub axis: Axis,
     /// The two settings as the penalty table names them, the smaller first, and what
     /// they are.
@@ -74,9 +75,28 @@ fn both(a: &Variant, b: &Variant) -> String {
     }
 }
 
+/// Two settings along `axis` in the order a change runs, each with its label: as given
+/// (the smaller first), except that a tuning change runs from the setting of one value for
+/// every layout (its label naming that value) to the tuned one.
+fn ordered<'a>(
+    axis: Axis,
+    first: (&'a Setting, &'a str),
+    second: (&'a Setting, &'a str),
+) -> ((&'a Setting, String), (&'a Setting, String)) {
+    let (from, to) = match axis == Axis::Tuning && !first.0.tuned.is_empty() {
+        true => (second, first),
+        false => (first, second),
+    };
+    let from_label = match axis {
+        Axis::Tuning => format!("{}, {}", from.1, from.0.values_of(&to.0.tuned)),
+        _ => from.1.to_string(),
+    };
+    ((from.0, from_label), (to.0, to.1.to_string()))
+}
+
 /// Every pattern's change between every two settings of `rows` that differ along one
-/// axis only, smaller setting first (both must pair it with the same baseline; across
-/// depths, layouts match by [`same_layout`]).
+/// axis only, smaller setting first, untuned before tuned (both must pair it with the
+/// same baseline; across depths, layouts match by [`same_layout`]).
 pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyChange> {
     let mut settings: Vec<(&Setting, &str)> = Vec::new();
     for r in rows {
@@ -85,9 +105,12 @@ pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyC
         }
     }
     let mut out = Vec::new();
-    for (i, &(a, a_label)) in settings.iter().enumerate() {
-        for &(b, b_label) in &settings[i + 1..] {
-            let Some(axis) = a.axis_to(b) else { continue };
+    for (i, &first) in settings.iter().enumerate() {
+        for &second in &settings[i + 1..] {
+            let Some(axis) = first.0.axis_to(second.0) else {
+                continue;
+            };
+            let ((a, a_label), (b, b_label)) = ordered(axis, first, second);
             let same = |x: &Variant, y: &Variant| same_layout(x, y, a.n_layer == b.n_layer);
             for ra in rows.iter().filter(|r| &r.setting == a) {
                 let Some(base) = &ra.baseline else { continue };
@@ -115,8 +138,8 @@ pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyC
                 };
                 out.push(PenaltyChange {
                     axis,
-                    from: a_label.to_string(),
-                    to: b_label.to_string(),
+                    from: a_label.clone(),
+                    to: b_label.clone(),
                     from_setting: a.clone(),
                     to_setting: b.clone(),
                     variant: both(&ra.variant, &rb.variant),
@@ -184,7 +207,7 @@ pub fn markdown(changes: &[PenaltyChange]) -> String {
         ]);
     }
     format!(
-        "How each pattern's penalty (its final val loss less its baseline's, paired by seed) changes between two settings that differ along one axis only: TP degree, length (iterations) or model (layers, width, heads). Per seed that has both patterns in both settings: the penalty in the second setting less the penalty in the first, with the 95% interval of its mean (Student's t). The penalties shown are the means over those seeds. A change whose interval excludes zero grows (+) or shrinks (-) the gap; one that does not, leaves it within what the pairs can tell.\n\n{}",
+        "How each pattern's penalty (its final val loss less its baseline's, paired by seed) changes between two settings that differ along one axis only: TP degree, length (iterations), model (layers, width, heads) or tuning (every layout at one value of the tuned keys, then each at its own best: the change is what tuning did to the penalty). Per seed that has both patterns in both settings: the penalty in the second setting less the penalty in the first, with the 95% interval of its mean (Student's t). The penalties shown are the means over those seeds. A change whose interval excludes zero grows (+) or shrinks (-) the gap; one that does not, leaves it within what the pairs can tell.\n\n{}",
         t.markdown()
     )
 }
@@ -238,7 +261,58 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::same_layout;
+    use super::*;
+    use crate::analysis::penalty::penalty_rows;
+    use crate::analysis::setting::tests::{keyed, setting};
+
+    /// tttt and sppp at lr 0.001 (sppp 0.02 better, seeds 1 to 3) and each at its own
+    /// best (sppp 0.01 better, seeds 1 and 2, given first): one change, from the untuned
+    /// setting (its label naming the rate) to the tuned one, +0.01 on the two seeds both
+    /// have.
+    #[test]
+    fn a_penalty_changes_from_the_untuned_setting_to_the_tuned_one() {
+        let fixed = Setting {
+            rest: keyed("tp:2 learning_rate:0.001"),
+            ..setting(2)
+        };
+        let tuned = Setting {
+            rest: keyed("tp:2"),
+            tuned: vec!["learning_rate".into()],
+            ..setting(2)
+        };
+        let run = |s: &Setting, v: &str, seed: u64, loss: f64| PenaltyRun {
+            setting: s.clone(),
+            variant: Variant::parse(v).unwrap(),
+            seed,
+            final_val: loss,
+            syncs: 0,
+            exposed_syncs: 0,
+            p_run: None,
+            train_seconds: None,
+            machine: None,
+        };
+        let mut runs = Vec::new();
+        for seed in [1, 2] {
+            let x = seed as f64 * 0.001;
+            runs.push(run(&tuned, "tttt", seed, 1.80 + x));
+            runs.push(run(&tuned, "sppp", seed, 1.79 + x));
+        }
+        for seed in [1, 2, 3] {
+            let x = seed as f64 * 0.003;
+            runs.push(run(&fixed, "tttt", seed, 1.90 + x));
+            runs.push(run(&fixed, "sppp", seed, 1.88 + x));
+        }
+        let rows = penalty_rows(&runs, None);
+        let changes = penalty_changes(&runs, &rows);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        let c = &changes[0];
+        assert_eq!((c.axis, c.variant.as_str()), (Axis::Tuning, "sppp"));
+        assert!(c.from.ends_with(", learning_rate 0.001"), "{}", c.from);
+        assert!(c.to.ends_with("learning_rate tuned"), "{}", c.to);
+        assert_eq!(c.change.n, 2);
+        assert!((c.from_penalty + 0.02).abs() < 1e-9 && (c.to_penalty + 0.01).abs() < 1e-9);
+        assert!((c.change.mean - 0.01).abs() < 1e-9, "{:?}", c.change);
+    }
 
     #[test]
     fn layouts_match_exactly_at_one_depth_and_stretched_across_depths() {

@@ -16,6 +16,9 @@ pub enum Axis {
     Length,
     /// The model: layers, width, heads.
     Model,
+    /// Tuning: every layout at one value of some config keys, against each layout at its
+    /// own best value of them (the untuned answer against the tuned one).
+    Tuning,
 }
 
 impl Axis {
@@ -36,6 +39,7 @@ impl std::fmt::Display for Axis {
             Axis::Tp => "tp",
             Axis::Length => "length",
             Axis::Model => "model",
+            Axis::Tuning => "tuning",
         })
     }
 }
@@ -111,7 +115,7 @@ impl Setting {
     /// is the axis's effect.
     pub fn axis_to(&self, other: &Setting) -> Option<Axis> {
         if self.tuned != other.tuned {
-            return None;
+            return self.tuning_to(other);
         }
         let keys = self.rest.keys().chain(other.rest.keys());
         let differing = keys.filter(|k| self.rest.get(*k) != other.rest.get(*k));
@@ -124,6 +128,28 @@ impl Setting {
             }
         }
         found
+    }
+
+    /// [`Axis::Tuning`] where one of the two settings ran every layout at one value of
+    /// the keys that the other tuned layout by layout, and they agree in everything else.
+    fn tuning_to(&self, other: &Setting) -> Option<Axis> {
+        let (fixed, tuned) = match (self.tuned.is_empty(), other.tuned.is_empty()) {
+            (true, false) => (self, other),
+            (false, true) => (other, self),
+            _ => return None,
+        };
+        let mut rest = fixed.rest.clone();
+        for k in &tuned.tuned {
+            rest.remove(k)?;
+        }
+        (rest == tuned.rest).then_some(Axis::Tuning)
+    }
+
+    /// The values of `keys` this setting ran every layout at, as `learning_rate 0.001`
+    /// (the untuned side of an [`Axis::Tuning`] change).
+    pub fn values_of(&self, keys: &[String]) -> String {
+        let value = |k: &String| self.rest.get(k).map(|v| format!("{k} {v}"));
+        keys.iter().filter_map(value).collect::<Vec<_>>().join(", ")
     }
 
     /// The config keys that tell this setting from `others` (all of them settings that
@@ -193,5 +219,26 @@ pub(crate) mod tests {
             None
         );
         assert_eq!(axis("n_layer:4 n_head:4 tp:2 max_iters:2000 seed:0"), None);
+    }
+
+    /// A setting with the learning rate tuned per layout lies on the tuning axis from the
+    /// one that ran every layout at one learning rate, either way round, when nothing
+    /// else differs; and not from one at another length, nor from another tuned one.
+    #[test]
+    fn the_untuned_setting_lies_on_the_tuning_axis_from_the_tuned_one() {
+        let of = |pairs: &str, tuned: &[&str]| Setting {
+            rest: keyed(pairs),
+            tuned: tuned.iter().map(|k| k.to_string()).collect(),
+            ..setting(2)
+        };
+        let fixed = of("tp:2 max_iters:2000 learning_rate:0.001", &[]);
+        let tuned = of("tp:2 max_iters:2000", &["learning_rate"]);
+        assert_eq!(fixed.axis_to(&tuned), Some(Axis::Tuning));
+        assert_eq!(tuned.axis_to(&fixed), Some(Axis::Tuning));
+        let longer = of("tp:2 max_iters:6000 learning_rate:0.001", &[]);
+        assert_eq!(longer.axis_to(&tuned), None);
+        let other_keys = of("tp:2 max_iters:2000", &["warmup_iters"]);
+        assert_eq!(other_keys.axis_to(&tuned), None);
+        assert_eq!(fixed.values_of(&tuned.tuned), "learning_rate 0.001");
     }
 }

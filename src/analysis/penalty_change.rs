@@ -213,7 +213,8 @@ pub fn markdown(changes: &[PenaltyChange]) -> String {
 }
 
 /// `penalty_change.csv`: one line per change, plain values (each setting as its model,
-/// TP degree and iterations).
+/// TP degree and iterations; a tuning change's untuned side also by the values it ran
+/// every layout at, `from_values`).
 pub fn csv(changes: &[PenaltyChange]) -> String {
     let mut t = Table::new([
         "axis",
@@ -232,9 +233,16 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
         "pairs",
         "detectable",
         "significant",
+        "from_values",
     ]);
     for c in changes {
         let (from, to) = (&c.from_setting, &c.to_setting);
+        // A tuning change's settings share model, TP degree and length: the values the
+        // untuned one ran every layout at tell it apart.
+        let from_values = match c.axis {
+            Axis::Tuning => from.values_of(&to.tuned),
+            _ => String::new(),
+        };
         t.row([
             c.axis.to_string(),
             c.variant.clone(),
@@ -254,6 +262,7 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
             c.change.n.to_string(),
             detectable(&c.change).map_or(String::new(), |d| format!("{d:.6}")),
             significant(&c.change),
+            from_values,
         ]);
     }
     t.csv()
@@ -312,6 +321,9 @@ mod tests {
         assert_eq!(c.change.n, 2);
         assert!((c.from_penalty + 0.02).abs() < 1e-9 && (c.to_penalty + 0.01).abs() < 1e-9);
         assert!((c.change.mean - 0.01).abs() < 1e-9, "{:?}", c.change);
+        let table = Table::from_csv(&csv(&changes)).unwrap();
+        assert_eq!(table.rows()[0][0], "tuning");
+        assert_eq!(table.rows()[0].last().unwrap(), "learning_rate 0.001");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use super::penalty::{PenaltyRow, PenaltyRun};
 use super::table::Table;
 use super::tuning::{choose, Choice, TuneRun, TunedValues};
+use super::tuning_between as between;
 use super::tuning_record::TuningRecord;
 use crate::config::Variant;
 use crate::run_dir::read_config;
@@ -208,11 +209,13 @@ pub fn table(choices: &[Choice]) -> Table {
         "diverged",
         "pending",
         "chosen",
+        "between grid points (exploratory)",
     ]);
     for c in choices {
         for tr in &c.tried {
             let stats = tr.stats();
-            let chosen = if c.best.as_ref() == Some(&tr.values) {
+            let is_best = c.best.as_ref() == Some(&tr.values);
+            let chosen = if is_best {
                 match c.edges.is_empty() {
                     true => "best".to_string(),
                     false => format!("best ({})", c.edge_note()),
@@ -233,6 +236,11 @@ pub fn table(choices: &[Choice]) -> Table {
                 seeds(tr.diverged.iter().map(|d| d.0).collect()),
                 seeds(tr.pending.clone()),
                 chosen,
+                if is_best {
+                    between::note(c)
+                } else {
+                    String::new()
+                },
             ]);
         }
     }
@@ -242,7 +250,7 @@ pub fn table(choices: &[Choice]) -> Table {
 /// The markdown of [`table`], with how to read it.
 pub fn markdown(choices: &[Choice]) -> String {
     format!(
-        "Each layout's values tried on the selection seeds (final val loss over the whole validation split: mean ± sd over the seeds that finished; a seed that diverged makes a value worse than any that finished), and the one chosen: the lowest mean. A choice at the lowest or highest value tried may have its best beyond: extend the grid there. The selection seeds are not the report seeds the layouts are compared on.\n\n{}",
+        "Each layout's values tried on the selection seeds (final val loss over the whole validation split: mean ± sd over the seeds that finished; a seed that diverged makes a value worse than any that finished), and the one chosen: the lowest mean. A choice at the lowest or highest value tried may have its best beyond: extend the grid there. Between grid points: the lowest point of the parabola (in log value) through the chosen value's mean and its two neighbours', and its depth below the chosen mean, an order of magnitude for what a finer grid could still gain the layout (an interpolation of a few seeds' means: exploratory). The selection seeds are not the report seeds the layouts are compared on.\n\n{}",
         table(choices).markdown()
     )
 }
@@ -266,7 +274,7 @@ mod tests {
         assert_eq!(row_note(c), "0.004 of 3 (0.001..0.004), at an edge");
         let md = markdown(std::slice::from_ref(c));
         assert!(
-            md.contains("| tttt | learning_rate 0.004 | 2 | 1.9800 ± 0.0000 |  |  | best (learning_rate at the highest value tried) |"),
+            md.contains("| tttt | learning_rate 0.004 | 2 | 1.9800 ± 0.0000 |  |  | best (learning_rate at the highest value tried) |  |"),
             "{md}"
         );
     }

@@ -223,6 +223,7 @@ impl Choice {
             // The nearest value tried on the other side.
             let neighbour = line
                 .iter()
+                .map(|p| &p.0)
                 .filter(|v| match edge {
                     Edge::Low => **v > at,
                     Edge::High => **v < at,
@@ -253,8 +254,8 @@ impl Choice {
         out
     }
 
-    /// The numbers tried for key `i` with every other key at `best`'s values.
-    fn line_through(&self, best: &TunedValues, i: usize) -> Vec<f64> {
+    /// The values tried with every key but `i` at `best`'s, each with key `i`'s number.
+    pub(super) fn line_through(&self, best: &TunedValues, i: usize) -> Vec<(f64, &Tried)> {
         self.tried
             .iter()
             .filter(|t| {
@@ -265,7 +266,7 @@ impl Choice {
                     .enumerate()
                     .all(|(j, (a, b))| j == i || a == b)
             })
-            .filter_map(|t| t.values.number(i))
+            .filter_map(|t| t.values.number(i).map(|v| (v, t)))
             .collect()
     }
 
@@ -358,7 +359,7 @@ fn edges(c: &Choice, keys: &[String]) -> Vec<(String, Edge)> {
         let (lo, hi) = line
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
-                (l.min(*v), h.max(*v))
+                (l.min(v.0), h.max(v.0))
             });
         if lo == hi {
             continue;

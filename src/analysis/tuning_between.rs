@@ -1,0 +1,150 @@
+//! Between the grid's points: how much a finer grid could still gain a layout.
+//!
+//! A grid that doubles the learning rate locates each layout's best to within a factor of
+//! two, and a reader comparing two tuned layouts asks whether a finer grid could close the
+//! gap between them. The parabola through the chosen value and its two neighbours on the
+//! grid (in log value where the values are positive, since such grids are geometric) has
+//! its lowest point between the neighbours; its depth below the chosen value's mean is an
+//! order of magnitude for what a finer grid could gain there. It interpolates the means of
+//! a few selection seeds: exploratory, never a reported loss.
+
+use super::tuning::Choice;
+
+/// The lowest point of the parabola through a chosen value and its neighbours.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Between {
+    /// Where it lies: between the chosen value's two neighbours.
+    pub value: f64,
+    /// The parabola's loss there.
+    pub loss: f64,
+    /// That loss less the chosen value's mean: zero or below.
+    pub gain: f64,
+}
+
+/// For tuned key `i` of a choice: `None` where the choice is not final or its value has no
+/// finished neighbour on one side (a best at an edge is extended, not interpolated).
+pub fn between(c: &Choice, i: usize) -> Option<Between> {
+    let best = c.best.as_ref().filter(|_| c.complete)?;
+    let at = best.number(i)?;
+    let mut line: Vec<(f64, f64)> = c
+        .line_through(best, i)
+        .into_iter()
+        .map(|(v, t)| (v, t.score()))
+        .filter(|p| p.1.is_finite())
+        .collect();
+    line.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let k = line.iter().position(|p| p.0 == at)?;
+    if k == 0 || k + 1 == line.len() {
+        return None;
+    }
+    let log = line.iter().all(|p| p.0 > 0.0);
+    let x = |v: f64| if log { v.ln() } else { v };
+    let [(x0, y0), (x1, y1), (x2, y2)] =
+        [line[k - 1], line[k], line[k + 1]].map(|(v, y)| (x(v), y));
+    // Newton's form: p(x) = y0 + s (x - x0) + a (x - x0)(x - x1).
+    let s = (y1 - y0) / (x1 - x0);
+    let a = ((y2 - y1) / (x2 - x1) - s) / (x2 - x0);
+    if a <= 0.0 {
+        // Three equal means: no lowest point to speak of, nothing to gain.
+        return Some(Between {
+            value: at,
+            loss: y1,
+            gain: 0.0,
+        });
+    }
+    let xm = (x0 + x1) / 2.0 - s / (2.0 * a);
+    let loss = y0 + s * (xm - x0) + a * (xm - x0) * (xm - x1);
+    Some(Between {
+        value: if log { xm.exp() } else { xm },
+        loss,
+        gain: (loss - y1).min(0.0),
+    })
+}
+
+/// `learning_rate ≈ 0.00302: 1.8000 (-0.0041)` for each key that has one, `; `-joined.
+pub fn note(c: &Choice) -> String {
+    let Some(best) = &c.best else {
+        return String::new();
+    };
+    let parts: Vec<String> = best
+        .0
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (k, _))| {
+            between(c, i).map(|b| {
+                format!(
+                    "{k} ≈ {}: {:.4} ({:+.4})",
+                    three_digits(b.value),
+                    b.loss,
+                    b.gain
+                )
+            })
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// A number to three significant digits, without an exponent for a rate's sizes.
+fn three_digits(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let decimals = 2 - v.abs().log10().floor() as i32;
+    format!("{:.*}", decimals.max(0) as usize, v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::tuning::tests::{decl, run};
+    use crate::analysis::tuning::{choose, Outcome};
+
+    /// Two selection seeds a value whose means lie on 1.8 + 0.05 ln(lr / 0.003)^2: the
+    /// grid chooses 0.004, and the parabola through 0.002, 0.004 and 0.008 finds the
+    /// curve's own lowest point, 0.003 at 1.8, 0.0041 below 0.004's mean. A best at the
+    /// grid's edge has no neighbour on one side: nothing is interpolated.
+    #[test]
+    fn the_parabola_through_the_best_and_its_neighbours_finds_the_curves_lowest_point() {
+        let curve = |v: f64| 1.8 + 0.05 * (v / 0.003).ln().powi(2);
+        let values = ["0.001", "0.002", "0.004", "0.008"];
+        let runs: Vec<_> = values
+            .iter()
+            .flat_map(|v| {
+                let y = curve(v.parse().unwrap());
+                [
+                    run("tttt", v, 101, Outcome::Loss(y - 0.01)),
+                    run("tttt", v, 102, Outcome::Loss(y + 0.01)),
+                ]
+            })
+            .collect();
+        let c = &choose(&runs, &decl())[0];
+        assert_eq!(c.best.as_ref().unwrap().0[0].1, "0.004");
+        let b = between(c, 0).unwrap();
+        assert!((b.value - 0.003).abs() < 1e-9, "{b:?}");
+        assert!((b.loss - 1.8).abs() < 1e-9, "{b:?}");
+        assert!((b.gain - (1.8 - curve(0.004))).abs() < 1e-9, "{b:?}");
+        assert!((b.gain + 0.00414).abs() < 1e-4, "{b:?}");
+        assert_eq!(note(c), "learning_rate ≈ 0.00300: 1.8000 (-0.0041)");
+
+        let edge: Vec<_> = runs
+            .iter()
+            .filter(|r| r.values.0[0].1 != "0.008")
+            .cloned()
+            .collect();
+        let c = &choose(&edge, &decl())[0];
+        assert_eq!(c.best.as_ref().unwrap().0[0].1, "0.004");
+        assert!(
+            between(c, 0).is_none(),
+            "0.004 is the highest tried: extend, not interpolate"
+        );
+        assert_eq!(note(c), "");
+    }
+
+    #[test]
+    fn three_digits_keeps_a_rates_significant_figures() {
+        assert_eq!(three_digits(0.0046123), "0.00461");
+        assert_eq!(three_digits(0.012345), "0.0123");
+        assert_eq!(three_digits(123.4), "123");
+        assert_eq!(three_digits(2.5), "2.50");
+    }
+}

@@ -90,6 +90,9 @@ pub struct PenaltyRow {
     /// The paired difference's p-value adjusted by Holm's method over the setting's
     /// layouts compared with the same baseline; `None` where there is no difference.
     pub p_holm: Option<f64>,
+    /// The half-width of the difference's two-sided interval at 1 - 0.05/m, Bonferroni over
+    /// the same family: intervals that hold together, at 95%, for every layout compared.
+    pub corrected_half: Option<f64>,
     /// Against the margin the table was asked for: the difference's one-sided upper
     /// bound, Bonferroni-corrected over the same family (at 1 - 0.05/m).
     pub upper_bound: Option<f64>,
@@ -149,6 +152,7 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&Variant>) -> Vec<Pena
                     .collect(),
                 p_holm: None,
                 upper_bound: None,
+                corrected_half: None,
                 tuned: None,
             })
         })
@@ -179,7 +183,7 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&Variant>) -> Vec<Pena
     rows
 }
 
-/// Holm's adjusted p-values and the Bonferroni-corrected one-sided bounds, per family:
+/// Holm's adjusted p-values and the Bonferroni-corrected bounds and intervals, per family:
 /// the rows of one setting compared with one baseline.
 fn correct_for_multiplicity(rows: &mut [PenaltyRow]) {
     let mut families: Vec<(Setting, Variant)> = Vec::new();
@@ -206,6 +210,7 @@ fn correct_for_multiplicity(rows: &mut [PenaltyRow]) {
         for (&i, adjusted) in members.iter().zip(holm(&p)) {
             rows[i].p_holm = Some(adjusted);
             rows[i].upper_bound = rows[i].diff.map(|d| d.upper_bound(ALPHA / m));
+            rows[i].corrected_half = rows[i].diff.map(|d| d.half_width(ALPHA / m));
         }
     }
 }
@@ -292,6 +297,20 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("+0.0250 (-0.0385 .. +0.0885)"), "{md}");
+        // Corrected for setting a's family (int8, llll and pppp against tttt: m = 3), at
+        // 1 - 0.05/3 two-sided; one degree of freedom has t's quantile in closed form,
+        // tan(pi (q - 1/2)) = 38.188 at q = 1 - 0.05/6: 38.188 x 0.007071 / sqrt 2 = 0.1909.
+        let m = rows
+            .iter()
+            .filter(|r| r.setting == a && r.diff.is_some())
+            .count();
+        assert_eq!(m, 3);
+        let q = 1.0 - 0.05 / 6.0;
+        let t = (std::f64::consts::PI * (q - 0.5)).tan();
+        let half = p.corrected_half.unwrap();
+        assert!((half - t * d.std / 2f64.sqrt()).abs() < 1e-3, "{half}");
+        assert!((half - 0.1909).abs() < 1e-3, "{half}");
+        assert!(md.contains("| -0.1659 .. +0.2159 |"), "{md}");
         let csv = csv(&rows);
         assert_eq!(csv.lines().count(), 7);
         assert!(

@@ -39,6 +39,10 @@ fn cells(r: &PenaltyRow, cols: Columns) -> Vec<String> {
                 d.mean + d.ci95
             )
         }),
+        match (d, r.corrected_half.filter(|h| h.is_finite())) {
+            (Some(d), Some(h)) => format!("{:+.4} .. {:+.4}", d.mean - h, d.mean + h),
+            _ => "-".into(),
+        },
         d.map_or("-".into(), |d| d.n.to_string()),
         d.map_or("-".into(), |d| f(d.detectable())),
         r.p_holm.map_or("-".into(), |p| format!("{p:.3}")),
@@ -67,6 +71,7 @@ fn header(cols: Columns) -> Vec<String> {
             "final val loss, mean ± sd",
             "paired with",
             "difference (95% interval)",
+            "interval (Bonferroni)",
             "pairs",
             "detectable (80% power)",
             "p (Holm)",
@@ -99,7 +104,7 @@ pub fn markdown(rows: &[PenaltyRow], margin: Option<f64>) -> String {
         " Non-inferiority against a margin of +{m}: the difference's one-sided upper bound at 1 - 0.05/m (m: the layouts compared with that baseline in that setting, Bonferroni) is below the margin, i.e. the layout is at most {m} worse, with the family's error rate at 5%."
     ));
     format!(
-        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations, data; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t, not corrected for the number of layouts), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and its p-value adjusted by Holm's method over the layouts compared with that baseline in that setting: `significant (Holm)` keeps the chance of any false finding in the setting at 5%.{margin_text}{tuned} All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n{}",
+        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations, data; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t, not corrected for the number of layouts) and its interval corrected for them (Bonferroni: at 1 - 0.05/m, m the layouts compared with that baseline in that setting, so that all of a setting's intervals hold together at 95%), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and its p-value adjusted by Holm's method over the layouts compared with that baseline in that setting: `significant (Holm)` keeps the chance of any false finding in the setting at 5%.{margin_text}{tuned} All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n{}",
         t.markdown()
     )
 }
@@ -129,6 +134,7 @@ pub fn csv(rows: &[PenaltyRow]) -> String {
         "significant_holm",
         "upper_bound_corrected",
         "tuned",
+        "diff_half_corrected",
     ]);
     for r in rows {
         let d = r.diff.as_ref();
@@ -160,6 +166,7 @@ pub fn csv(rows: &[PenaltyRow]) -> String {
                 .to_string(),
             num(r.upper_bound.filter(|u| u.is_finite())),
             r.tuned.clone().unwrap_or_default(),
+            num(r.corrected_half.filter(|h| h.is_finite())),
         ]);
     }
     t.csv()

@@ -83,6 +83,15 @@ impl Replicates {
         }
     }
 
+    /// The half-width of the mean's two-sided interval at level `1 - alpha` (`ci95` at
+    /// 0.05; at 0.05/m, one of m simultaneous intervals, Bonferroni); infinite for one value.
+    pub fn half_width(&self, alpha: f64) -> f64 {
+        if self.n < 2 {
+            return f64::INFINITY;
+        }
+        t_quantile(self.n - 1, 1.0 - alpha / 2.0) * self.std / (self.n as f64).sqrt()
+    }
+
     /// The one-sided upper confidence bound of the mean at level `1 - alpha` (a
     /// non-inferiority bound: the worst the difference plausibly is); infinite for one
     /// value.
@@ -222,6 +231,23 @@ mod tests {
             .upper_bound(0.05)
             .is_infinite());
         assert_eq!(Replicates::of(&[0.1, 0.1]).unwrap().p_value(), 0.0);
+        // Two-sided: at 0.05 the 95% interval; at 0.05/5 (five comparisons, Bonferroni)
+        // t's 99.5% quantile at 3 degrees, 5.840909 from the printed table.
+        assert!(
+            (r.half_width(0.05) - r.ci95).abs() < 1e-4,
+            "{}",
+            r.half_width(0.05)
+        );
+        let want = 5.840_909 * r.std / 2.0;
+        assert!(
+            (r.half_width(0.01) - want).abs() < 1e-4,
+            "{}",
+            r.half_width(0.01)
+        );
+        assert!(Replicates::of(&[0.1])
+            .unwrap()
+            .half_width(0.05)
+            .is_infinite());
     }
 
     /// Holm by hand for 0.01, 0.04, 0.03, 0.20: sorted 0.01 0.03 0.04 0.20 times 4 3 2 1

@@ -11,7 +11,8 @@ Runs the whole test suite as CI does, on a fresh Debian 12 machine or this one:
 installs what it needs (apt: a C toolchain, OpenMPI, Slurm; PyPI: TensorBoard into
 target/py; Rust with rustup), prepares the datasets, checks formatting and lints, runs
 every test in a release build, the kernel and equivalence tests again at the AVX2 and
-scalar SIMD levels, and the CUDA compile check (no GPU needed).
+scalar SIMD levels and with a system BLAS computing the products (Debian's OpenBLAS,
+installed here), and the CUDA compile check (no GPU needed).
 
 How long, on a 2-core machine: about 25 minutes from a cold start (CI's fresh clone, a
 2-core VM whose CPU varies, reaches the end of the main suite in 18; the SIMD reruns and
@@ -46,6 +47,17 @@ for p in "${slurm[@]}"; do
     break
   fi
 done
+
+# A system BLAS for the `matmul: blas` route's tests (tests/it/matmul_route.rs, and the
+# kernel and equivalence tests again below): Debian's OpenBLAS. The default build and
+# route need none.
+if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libopenblas0-pthread >/dev/null ||
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libopenblas0-pthread >/dev/null; }
+fi
+export TP_TEST_BLAS=required
 
 # TensorBoard's own reader, which tests/it/tensorboard.rs holds the event files to, in a
 # virtual environment of the tests' own (target/py). Without PyPI those tests say they
@@ -83,6 +95,11 @@ for level in avx2 scalar; do
   TP_SIMD=$level cargo test --release --lib -- ops:: 2>&1 | tee -a "$log"
   TP_SIMD=$level cargo test --release --test it -- t_equals_gpt2:: s_and_p_equal_blocks_md:: golden_vectors:: 2>&1 | tee -a "$log"
 done
+# The products by the system BLAS (TP_MATMUL=blas overrides every run's matmul key):
+# the kernel tests and the equivalence proofs again on that route.
+echo "test: kernels and equivalence tests at TP_MATMUL=blas"
+TP_MATMUL=blas cargo test --release --lib -- ops:: 2>&1 | tee -a "$log"
+TP_MATMUL=blas cargo test --release --test it -- t_equals_gpt2:: s_and_p_equal_blocks_md:: golden_vectors:: 2>&1 | tee -a "$log"
 # The CUDA code, compiled and linted without a GPU (clippy -D warnings over the cuda and
 # mpi features; our kernels through the real nvcc): no change may break it silently while
 # no GPU runs it. TP_SKIP_CUDA_LINT=1 skips it (a quick local run).

@@ -10,6 +10,7 @@ use super::run_config::{
 use crate::blocks::BlockLayout;
 use crate::comm::CommDtype;
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
+use crate::ops::gemm::route::Matmul;
 use anyhow::Result;
 
 impl Recipe {
@@ -84,6 +85,7 @@ impl RunConfig {
                 link_gbps: 0.0,
                 link_latency_us: 0.0,
                 kernels: Kernels::Fused,
+                matmul: Matmul::Gemm,
                 device: DeviceKind::Cpu,
                 dtype: ComputeDtype::F32,
                 tf32: false,

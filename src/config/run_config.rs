@@ -8,6 +8,7 @@ use crate::comm::{CommDtype, LinkModel};
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::error::user;
 use crate::model::ModelConfig;
+use crate::ops::gemm::route::Matmul;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
@@ -108,6 +109,10 @@ pub struct ParallelConfig {
     pub link_latency_us: f64,
     /// `fused` CPU kernels or `portable` candle ops (other devices: always portable).
     pub kernels: Kernels,
+    /// What computes the fused CPU kernels' products: `gemm` (the gemm crate: no system
+    /// package, the same bits at any thread count) or `blas` (MKL, else OpenBLAS, found
+    /// at run time; `TP_BLAS` names another). Absent in older configs: gemm.
+    pub matmul: Matmul,
     /// `cpu` or `cuda` (the CUDA build).
     pub device: DeviceKind,
     /// `f32` or `bf16` passes (master weights, gradients, moments and loss stay f32).

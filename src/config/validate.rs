@@ -100,6 +100,9 @@ impl RunConfig {
         if let Err(e) = crate::ops::simd::from_env() {
             user_bail!("{e}");
         }
+        if let Err(e) = crate::ops::gemm::route::resolve(self.parallel.matmul) {
+            user_bail!("{e}");
+        }
         finite_at_least("link_gbps", self.parallel.link_gbps, 0.0)?;
         finite_at_least("link_latency_us", self.parallel.link_latency_us, 0.0)?;
         if let BucketCap::Mib(mb) = self.parallel.ddp_bucket_mb {

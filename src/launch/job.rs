@@ -172,10 +172,19 @@ impl Job {
     }
 }
 
+/// Makes every product of this process from here on take `cfg`'s matmul route (or
+/// `TP_MATMUL`'s): a missing BLAS is one line naming the fix.
+pub fn use_matmul_route(cfg: &RunConfig) -> Result<()> {
+    let route = crate::ops::gemm::route::resolve(cfg.parallel.matmul).map_err(user)?;
+    crate::ops::gemm::route::set(route);
+    Ok(())
+}
+
 /// The job `cfg` describes for `target`, checked without writing anything.
 pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
     let started = Instant::now();
     let hooks = hooks::from_env()?;
+    use_matmul_route(cfg)?;
     let data = checked_dataset(cfg)?;
     let (checkpoint, data_changed) = match target {
         Target::New(_) => (None, None),
@@ -326,6 +335,21 @@ fn preset_as_run(model: &crate::config::ModelPart) -> String {
     }
 }
 
+/// Which BLAS computes the products, when one does (and its warning for this CPU).
+fn matmul_line(cfg: &RunConfig) -> Option<String> {
+    use crate::ops::gemm::{blas, route};
+    if cfg.parallel.device != crate::device::DeviceKind::Cpu
+        || route::current() != route::Matmul::Blas
+    {
+        return None;
+    }
+    let lib = blas::library().ok()?;
+    Some(match &lib.warning {
+        None => format!("matmul: blas, by {}", lib.name),
+        Some(w) => format!("matmul: blas, by {}; warning: {w}", lib.name),
+    })
+}
+
 pub fn announce(job: &Job, backend: Backend, threads: usize, dir: &Path) {
     let (cfg, data) = (&job.cfg, &job.data);
     let switches = super::switches::set_switches(|k| std::env::var(k).ok());
@@ -344,6 +368,9 @@ pub fn announce(job: &Job, backend: Backend, threads: usize, dir: &Path) {
         cfg.parallel.device.label(),
         cfg.parallel.dtype.label(),
     );
+    if let Some(line) = matmul_line(cfg) {
+        crate::say!("{line}");
+    }
     crate::say!("run directory: {}", dir.display());
     if job.checkpoint.is_none() && job.resumed {
         crate::say!(

@@ -207,5 +207,12 @@ fn machine(cfg: &RunConfig) -> String {
             format!("fused {} kernels", crate::ops::simd::level().label())
         }
     };
+    // The BLAS, when one computed the products, before the kernels (which the analysis
+    // reads as the last part).
+    let route = crate::ops::gemm::route::current();
+    if cfg.parallel.device == DeviceKind::Cpu && route == crate::ops::gemm::route::Matmul::Blas {
+        let blas = crate::ops::gemm::route::describe(route);
+        return format!("{}, matmuls by {blas}, {compute}", crate::util::host::cpu());
+    }
     format!("{}, {compute}", crate::util::host::cpu())
 }

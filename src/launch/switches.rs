@@ -7,13 +7,15 @@
 //! computes (the data's fingerprint is recorded), and are not listed.
 
 /// Every switch a run reads, with what it does (for the line that names them).
-pub const SWITCHES: [(&str, &str); 11] = [
+pub const SWITCHES: [(&str, &str); 13] = [
     ("TP_INJECT_FAULT", "fails a rank at a step"),
     ("TP_INJECT_NAN", "poisons a step's loss"),
     ("TP_DUMP_PARAMS", "writes each rank's weights at the end"),
     ("TP_STEP_PAUSE_MS", "pauses after every step"),
     ("TP_CHECKPOINT_PAUSE_MS", "pauses inside checkpoint writes"),
     ("TP_SIMD", "caps the CPU kernels' SIMD level"),
+    ("TP_MATMUL", "overrides the matmul key (gemm or blas)"),
+    ("TP_BLAS", "names the BLAS library for matmul: blas"),
     ("TP_ONE_RANK_AT_A_TIME", "runs the ranks in turns"),
     ("TP_MPI_COMM_THREAD", "moves MPI progress to a thread"),
     ("TP_MPI_POLL_US", "sets MPI's polling interval"),
@@ -68,6 +70,8 @@ mod tests {
             "TP_DATA_URL_BASE",
             "TP_PLOT_FONT",
         ];
+        // Read by tests alone (never by a run): whether the test script requires a BLAS.
+        let tests_only = ["TP_TEST_BLAS"];
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut stack = vec![src];
         let mut found = std::collections::BTreeSet::new();
@@ -93,7 +97,9 @@ mod tests {
         }
         for v in found {
             assert!(
-                SWITCHES.iter().any(|(n, _)| *n == v) || data.contains(&v.as_str()),
+                SWITCHES.iter().any(|(n, _)| *n == v)
+                    || data.contains(&v.as_str())
+                    || tests_only.contains(&v.as_str()),
                 "{v} is read by the code but neither a switch nor a data location"
             );
         }

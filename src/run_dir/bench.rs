@@ -82,6 +82,10 @@ pub struct BenchResult {
     pub simd_level: String,
     #[serde(default)]
     pub cpu_model: String,
+    /// What computed the products: `gemm`, or the BLAS and its version (`matmul: blas`;
+    /// absent in older results, which all ran gemm).
+    #[serde(default = "gemm_route")]
+    pub matmul: String,
     /// Peak resident memory of the process in the measured steps (max, first, last):
     /// first == last means no growth across steps. 0 where /proc is unavailable.
     pub peak_rss_mb: f64,
@@ -172,9 +176,10 @@ impl BenchResult {
             100.0 * self.gflops_per_core / self.matmul_ceiling_gflops_per_core
         );
         t += &format!(
-            "  {} at {}: FMA peak {:.1} GFLOP/s/core measured; the matmul ceiling is {:.0}% of it, the step's matmuls {:.0}%, the whole step {:.0}%\n",
+            "  {} at {}, matmuls by {}: FMA peak {:.1} GFLOP/s/core measured; the matmul ceiling is {:.0}% of it, the step's matmuls {:.0}%, the whole step {:.0}%\n",
             self.cpu_model,
             self.simd_level,
+            self.matmul,
             self.fma_peak_gflops_per_core,
             100.0 * self.matmul_ceiling_gflops_per_core / self.fma_peak_gflops_per_core,
             100.0 * self.matmul_gflops_per_core / self.fma_peak_gflops_per_core,
@@ -270,4 +275,8 @@ impl BenchResult {
             }
         )
     }
+}
+
+fn gemm_route() -> String {
+    "gemm".into()
 }

@@ -4,7 +4,7 @@
 use crate::comm::CommKind;
 use crate::config::RunConfig;
 use crate::device::{ComputeDtype, DeviceKind};
-use crate::launch::job::{checked_dataset, Job, RankOptions};
+use crate::launch::job::{checked_dataset, use_matmul_route, Job, RankOptions};
 use crate::launch::threads::{configure_threads, run_threads};
 use crate::ops::profile::OpKind;
 use crate::run_dir::bench::{BenchResult, GpuFigures, OpShare};
@@ -163,6 +163,7 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         fma_peak_gflops_per_core: crate::ops::peak::fma_peak_gflops(crate::ops::simd::level()),
         simd_level: crate::ops::simd::level().label().into(),
         cpu_model: crate::util::host::cpu(),
+        matmul: crate::ops::gemm::route::describe(crate::ops::gemm::route::current()),
         peak_rss_mb: peaks.iter().copied().fold(0.0, f64::max),
         first_step_peak_rss_mb: peaks.first().copied().unwrap_or(0.0),
         last_step_peak_rss_mb: peaks.last().copied().unwrap_or(0.0),
@@ -224,6 +225,7 @@ pub fn matmul_ceiling_gflops() -> f64 {
 /// Benchmarks `cfg` with ranks as threads in this process.
 pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult> {
     let cfg = bench_config(cfg, warmup, steps);
+    use_matmul_route(&cfg)?;
     let data = checked_dataset(&cfg)?;
     configure_threads(cfg.parallel.tp * cfg.parallel.dp);
     let opts = RankOptions {

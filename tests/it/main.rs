@@ -21,6 +21,7 @@ mod kill_resume;
 mod kinds;
 mod ladder_equals_blocks_md;
 mod layering;
+mod matmul_route;
 mod mpi;
 mod nothing_lost;
 mod nothing_lost_3;

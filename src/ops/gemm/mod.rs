@@ -1,8 +1,11 @@
 //! `dst (+)= a @ b` on strided views of f32 slices ([`view`]) with the `gemm` crate
 //! (candle's own CPU matmul): at the SIMD level in force ([`level`]), shared between
-//! threads by rows or by columns ([`split`]).
+//! threads by rows or by columns ([`split`]); or with a system BLAS where the run asks
+//! for one ([`route`], [`blas`]).
 
+pub mod blas;
 mod level;
+pub mod route;
 mod split;
 mod view;
 
@@ -12,8 +15,20 @@ use view::Out;
 pub use view::{Mat, MatMut};
 
 /// `dst = a @ b`, or `dst += a @ b` when `accumulate`, on `threads` threads of the current
-/// rayon pool (1: the calling thread only).
+/// rayon pool (1: the calling thread only), by the route in force ([`route::current`]).
 pub fn matmul(dst: MatMut, a: Mat, b: Mat, accumulate: bool, threads: usize) {
+    matmul_on(route::current(), dst, a, b, accumulate, threads)
+}
+
+/// [`matmul`] by `route`.
+pub fn matmul_on(
+    route: route::Matmul,
+    dst: MatMut,
+    a: Mat,
+    b: Mat,
+    accumulate: bool,
+    threads: usize,
+) {
     // Different strides of one buffer must not make two output elements alias.
     assert!(dst.rows <= 1 || dst.cols <= 1 || (dst.rs != 0 && dst.cs != 0 && dst.rs != dst.cs));
     let out = Out {
@@ -25,7 +40,16 @@ pub fn matmul(dst: MatMut, a: Mat, b: Mat, accumulate: bool, threads: usize) {
     };
     // SAFETY: `dst` was bounds-checked when it was made and is borrowed mutably, so it
     // overlaps neither input; its elements do not alias (asserted above).
-    unsafe { matmul_out(out, a, b, accumulate, threads) }
+    unsafe { matmul_out(blas_of(route), out, a, b, accumulate, threads) }
+}
+
+/// The library that computes the products under `route`, if a BLAS. A run checked it
+/// loads before it started ([`route::resolve`]); here a missing one is a bug.
+fn blas_of(route: route::Matmul) -> Option<&'static blas::Blas> {
+    match route {
+        route::Matmul::Gemm => None,
+        route::Matmul::Blas => Some(blas::library().unwrap_or_else(|e| panic!("{e}"))),
+    }
 }
 
 /// `a @ b` as a new row-major `(a.rows, b.cols)` buffer. Unlike `matmul` onto a zeroed
@@ -45,7 +69,7 @@ pub fn matmul_new(a: Mat, b: Mat, threads: usize) -> Vec<f32> {
     // without `accumulate` every element is written and none is read first (gemm's
     // contract for `read_dst = false`, and the `k = 0` branch's zero fill).
     unsafe {
-        matmul_out(out, a, b, false, threads);
+        matmul_out(blas_of(route::current()), out, a, b, false, threads);
         v.set_len(rows * cols);
     }
     v
@@ -54,7 +78,14 @@ pub fn matmul_new(a: Mat, b: Mat, threads: usize) -> Vec<f32> {
 /// # Safety
 /// `dst` describes writable memory valid for every element of its shape, disjoint from
 /// `a` and `b`, with no two elements at one address; when `accumulate` it is initialised.
-unsafe fn matmul_out(dst: Out, a: Mat, b: Mat, accumulate: bool, threads: usize) {
+unsafe fn matmul_out(
+    blas: Option<&'static blas::Blas>,
+    dst: Out,
+    a: Mat,
+    b: Mat,
+    accumulate: bool,
+    threads: usize,
+) {
     assert_eq!(a.cols, b.rows, "inner dimensions differ");
     assert_eq!(
         (dst.rows, dst.cols),
@@ -90,13 +121,35 @@ unsafe fn matmul_out(dst: Out, a: Mat, b: Mat, accumulate: bool, threads: usize)
             (b.data.as_ptr(), b.rs, b.cs),
         );
     }
-    let split = split::split_for(&dst, b, threads);
+    let split = match blas {
+        Some(_) => split::split_for_blas(&dst, threads),
+        None => split::split_for(&dst, b, threads),
+    };
     if matches!(split, Split::Rows | Split::Columns) {
         let blocks = split::blocks(&split, dst, a, b, threads);
         return blocks.into_par_iter().for_each(|(block, a, b)| {
             // SAFETY: the blocks are disjoint parts of `dst`, each written by one thread.
-            unsafe { matmul_out(block, a, b, accumulate, 1) }
+            unsafe { matmul_out(blas, block, a, b, accumulate, 1) }
         });
+    }
+    if let Some(lib) = blas {
+        let operand = |m: Mat| (m.data.as_ptr(), m.rows, m.cols, m.rs, m.cs);
+        // SAFETY: as for gemm below.
+        let done = unsafe {
+            blas::sgemm(
+                lib,
+                dst.ptr,
+                (dst.rows, dst.cols),
+                (dst.rs, dst.cs),
+                accumulate,
+                operand(a),
+                operand(b),
+                a.cols,
+            )
+        };
+        if done {
+            return;
+        }
     }
     let gemm_threads = if split == Split::Gemms { threads } else { 1 };
     // SAFETY: the input views were bounds-checked when they were made, shapes agree
@@ -220,7 +273,8 @@ mod tests {
             for accumulate in [false, true] {
                 let start: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32).collect();
                 let mut one = start.clone();
-                matmul(
+                matmul_on(
+                    route::Matmul::Gemm,
                     MatMut::rows(&mut one, m, n),
                     Mat::rows(&a, m, k),
                     bm,
@@ -229,7 +283,8 @@ mod tests {
                 );
                 let mut two = start.clone();
                 pool.install(|| {
-                    matmul(
+                    matmul_on(
+                        route::Matmul::Gemm,
                         MatMut::rows(&mut two, m, n),
                         Mat::rows(&a, m, k),
                         bm,
@@ -250,6 +305,79 @@ mod tests {
                     let expect = want[i] + if accumulate { start[i] } else { 0.0 };
                     assert!((one[i] - expect).abs() <= 1e-4 * (1.0 + expect.abs()));
                 }
+            }
+        }
+    }
+
+    /// The blas route (where a BLAS is installed: scripts/test.sh installs one) computes
+    /// the product of every split by the library, equal to a naive product, and gives the
+    /// same bits again at the same thread count.
+    #[test]
+    fn the_blas_route_computes_every_split_by_the_library_and_repeats_its_bits() {
+        if let Err(e) = blas::library() {
+            assert!(
+                std::env::var("TP_TEST_BLAS").as_deref() != Ok("required"),
+                "{e}"
+            );
+            return eprintln!("skipped: {e}");
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let cases = [
+            // (m, k, n, b transposed, the split taken on 2 threads)
+            (96, 40, 72, false, Split::Rows),
+            (96, 600, 72, true, Split::Rows),
+            (20, 9, 8200, true, Split::Columns),
+            (8, 40, 72, true, Split::Columns),
+            (8, 40, 20, false, Split::None),
+        ];
+        for (m, k, n, transposed, want_split) in cases {
+            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let bm = if transposed {
+                Mat::rows(&b, n, k).t()
+            } else {
+                Mat::rows(&b, k, n)
+            };
+            let mut probe = vec![0f32; m * n];
+            let out = Out {
+                ptr: probe.as_mut_ptr(),
+                rows: m,
+                cols: n,
+                rs: n,
+                cs: 1,
+            };
+            assert_eq!(split::split_for_blas(&out, 2), want_split, "{m}x{k}x{n}");
+            let naive_b: Vec<f32> = (0..k * n)
+                .map(|i| bm.data[(i / n) * bm.rs + (i % n) * bm.cs])
+                .collect();
+            let want = naive(&a, &naive_b, m, k, n);
+            let product = || {
+                let mut c = vec![f32::NAN; m * n];
+                let before = blas::calls();
+                pool.install(|| {
+                    matmul_on(
+                        route::Matmul::Blas,
+                        MatMut::rows(&mut c, m, n),
+                        Mat::rows(&a, m, k),
+                        bm,
+                        false,
+                        2,
+                    )
+                });
+                let parts = if want_split == Split::None { 1 } else { 2 };
+                assert!(
+                    blas::calls() >= before + parts,
+                    "{m}x{k}x{n}: not by the BLAS"
+                );
+                c
+            };
+            let (first, again) = (product(), product());
+            for i in 0..m * n {
+                assert_eq!(first[i].to_bits(), again[i].to_bits(), "{m}x{k}x{n} at {i}");
+                assert!((first[i] - want[i]).abs() <= 1e-4 * (1.0 + want[i].abs()));
             }
         }
     }

@@ -235,6 +235,49 @@ mod tests {
         assert!(c.iter().zip(&want).all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
     }
 
+    fn two_threads() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap()
+    }
+
+    /// A split test's inputs: `a (m, k)` and the storage of `b (k, n)`.
+    fn inputs(m: usize, k: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+        let a = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
+        (a, b)
+    }
+
+    /// `b (k, n)` over `data`: row-major, or a transposed view of an `(n, k)` matrix.
+    fn b_view(data: &[f32], k: usize, n: usize, transposed: bool) -> Mat<'_> {
+        if transposed {
+            Mat::rows(data, n, k).t()
+        } else {
+            Mat::rows(data, k, n)
+        }
+    }
+
+    /// A row-major `(m, n)` destination to ask a split rule about (never written).
+    fn probe_out(m: usize, n: usize) -> Out {
+        Out {
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            rows: m,
+            cols: n,
+            rs: n,
+            cs: 1,
+        }
+    }
+
+    /// The naive product of `a (m, k)` and any view `b`.
+    fn naive_of(a: &[f32], b: Mat) -> Vec<f32> {
+        let (k, n) = (b.rows, b.cols);
+        let dense: Vec<f32> = (0..k * n)
+            .map(|i| b.data[(i / n) * b.rs + (i % n) * b.cs])
+            .collect();
+        naive(a, &dense, a.len() / k.max(1), k, n)
+    }
+
     /// Each way of sharing a product between threads (rows; columns for a transposed
     /// `b`; gemm's own threading for a wide transposed `b`) is taken on these shapes and
     /// gives the single-threaded product's bits exactly: every element's sum runs over
@@ -242,10 +285,7 @@ mod tests {
     /// thread count.
     #[test]
     fn every_split_over_threads_gives_the_single_threaded_bits() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_threads();
         let cases = [
             // (m, k, n, b transposed, the split taken on 2 threads)
             (96, 40, 72, false, Split::Rows),
@@ -254,21 +294,9 @@ mod tests {
             (8, 40, 72, true, Split::None),
         ];
         for (m, k, n, transposed, want_split) in cases {
-            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
-            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
-            let bm = if transposed {
-                Mat::rows(&b, n, k).t()
-            } else {
-                Mat::rows(&b, k, n)
-            };
-            let mut probe = vec![0f32; m * n];
-            let out = Out {
-                ptr: probe.as_mut_ptr(),
-                rows: m,
-                cols: n,
-                rs: n,
-                cs: 1,
-            };
+            let (a, b) = inputs(m, k, n);
+            let bm = b_view(&b, k, n, transposed);
+            let out = probe_out(m, n);
             assert_eq!(split::split_for(&out, bm, 2), want_split, "{m}x{k}x{n}");
             for accumulate in [false, true] {
                 let start: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32).collect();
@@ -292,10 +320,7 @@ mod tests {
                         2,
                     )
                 });
-                let naive_b: Vec<f32> = (0..k * n)
-                    .map(|i| bm.data[(i / n) * bm.rs + (i % n) * bm.cs])
-                    .collect();
-                let want = naive(&a, &naive_b, m, k, n);
+                let want = naive_of(&a, bm);
                 for i in 0..m * n {
                     assert_eq!(
                         one[i].to_bits(),
@@ -321,10 +346,7 @@ mod tests {
             );
             return eprintln!("skipped: {e}");
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = two_threads();
         let cases = [
             // (m, k, n, b transposed, the split taken on 2 threads)
             (96, 40, 72, false, Split::Rows),
@@ -334,26 +356,11 @@ mod tests {
             (8, 40, 20, false, Split::None),
         ];
         for (m, k, n, transposed, want_split) in cases {
-            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
-            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
-            let bm = if transposed {
-                Mat::rows(&b, n, k).t()
-            } else {
-                Mat::rows(&b, k, n)
-            };
-            let mut probe = vec![0f32; m * n];
-            let out = Out {
-                ptr: probe.as_mut_ptr(),
-                rows: m,
-                cols: n,
-                rs: n,
-                cs: 1,
-            };
+            let (a, b) = inputs(m, k, n);
+            let bm = b_view(&b, k, n, transposed);
+            let out = probe_out(m, n);
             assert_eq!(split::split_for_blas(&out, 2), want_split, "{m}x{k}x{n}");
-            let naive_b: Vec<f32> = (0..k * n)
-                .map(|i| bm.data[(i / n) * bm.rs + (i % n) * bm.cs])
-                .collect();
-            let want = naive(&a, &naive_b, m, k, n);
+            let want = naive_of(&a, bm);
             let product = || {
                 let mut c = vec![f32::NAN; m * n];
                 let before = blas::calls();

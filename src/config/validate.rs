@@ -2,6 +2,7 @@
 //! one line naming the key and the fix.
 
 use super::{BucketCap, RunConfig};
+use crate::device::DeviceKind;
 use crate::error::user;
 use crate::user_bail;
 use anyhow::Result;
@@ -100,8 +101,11 @@ impl RunConfig {
         if let Err(e) = crate::ops::simd::from_env() {
             user_bail!("{e}");
         }
-        if let Err(e) = crate::ops::gemm::route::resolve(self.parallel.matmul) {
-            user_bail!("{e}");
+        // The key chooses the CPU kernels' products: a GPU run needs no BLAS.
+        if self.parallel.device == DeviceKind::Cpu {
+            if let Err(e) = crate::ops::gemm::route::resolve(self.parallel.matmul) {
+                user_bail!("{e}");
+            }
         }
         finite_at_least("link_gbps", self.parallel.link_gbps, 0.0)?;
         finite_at_least("link_latency_us", self.parallel.link_latency_us, 0.0)?;

@@ -175,6 +175,9 @@ impl Job {
 /// Makes every product of this process from here on take `cfg`'s matmul route (or
 /// `TP_MATMUL`'s): a missing BLAS is one line naming the fix.
 pub fn use_matmul_route(cfg: &RunConfig) -> Result<()> {
+    if cfg.parallel.device != crate::device::DeviceKind::Cpu {
+        return Ok(());
+    }
     let route = crate::ops::gemm::route::resolve(cfg.parallel.matmul).map_err(user)?;
     crate::ops::gemm::route::set(route);
     Ok(())

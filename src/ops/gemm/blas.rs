@@ -31,6 +31,7 @@ const NO_TRANS: c_int = 111;
 const TRANS: c_int = 112;
 // mkl_service.h / mkl_cbwr.h.
 const MKL_THREADING_SEQUENTIAL: c_int = 1;
+const MKL_INTERFACE_LP64: c_int = 0;
 const MKL_CBWR_AUTO: c_int = 2;
 const MKL_CBWR_STRICT: c_int = 0x10000;
 
@@ -92,6 +93,12 @@ fn open(file: &str) -> Option<Blas> {
         // SAFETY: MKL's service functions, with their documented signatures, called
         // before its first product.
         unsafe {
+            // 32-bit integers, as the call below passes them, whatever MKL_INTERFACE_LAYER says.
+            if let Some(interface) = symbol(handle, c"MKL_Set_Interface_Layer") {
+                let interface: unsafe extern "C" fn(c_int) -> c_int =
+                    std::mem::transmute(interface);
+                interface(MKL_INTERFACE_LP64);
+            }
             let set_layer: unsafe extern "C" fn(c_int) -> c_int = std::mem::transmute(set_layer);
             set_layer(MKL_THREADING_SEQUENTIAL);
             if let Some(cbwr) = symbol(handle, c"MKL_CBWR_Set") {

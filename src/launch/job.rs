@@ -338,15 +338,21 @@ fn preset_as_run(model: &crate::config::ModelPart) -> String {
     }
 }
 
+/// The BLAS that computes a run's products, when one does: the fused CPU kernels on
+/// the blas route (candle's portable ops and a GPU's kernels have their own).
+pub fn blas_in_use(cfg: &RunConfig) -> Option<&'static crate::ops::gemm::blas::Blas> {
+    use crate::device::{DeviceKind, Kernels};
+    use crate::ops::gemm::{blas, route};
+    let fused_cpu =
+        cfg.parallel.device == DeviceKind::Cpu && cfg.parallel.kernels == Kernels::Fused;
+    (fused_cpu && route::current() == route::Matmul::Blas)
+        .then(|| blas::library().ok())
+        .flatten()
+}
+
 /// Which BLAS computes the products, when one does (and its warning for this CPU).
 fn matmul_line(cfg: &RunConfig) -> Option<String> {
-    use crate::ops::gemm::{blas, route};
-    if cfg.parallel.device != crate::device::DeviceKind::Cpu
-        || route::current() != route::Matmul::Blas
-    {
-        return None;
-    }
-    let lib = blas::library().ok()?;
+    let lib = blas_in_use(cfg)?;
     Some(match &lib.warning {
         None => format!("matmul: blas, by {}", lib.name),
         Some(w) => format!("matmul: blas, by {}; warning: {w}", lib.name),

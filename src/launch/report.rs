@@ -209,10 +209,12 @@ fn machine(cfg: &RunConfig) -> String {
     };
     // The BLAS, when one computed the products, before the kernels (which the analysis
     // reads as the last part).
-    let route = crate::ops::gemm::route::current();
-    if cfg.parallel.device == DeviceKind::Cpu && route == crate::ops::gemm::route::Matmul::Blas {
-        let blas = crate::ops::gemm::route::describe(route);
-        return format!("{}, matmuls by {blas}, {compute}", crate::util::host::cpu());
+    if let Some(blas) = super::job::blas_in_use(cfg) {
+        return format!(
+            "{}, matmuls by {}, {compute}",
+            crate::util::host::cpu(),
+            blas.name
+        );
     }
     format!("{}, {compute}", crate::util::host::cpu())
 }

@@ -163,7 +163,7 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
         fma_peak_gflops_per_core: crate::ops::peak::fma_peak_gflops(crate::ops::simd::level()),
         simd_level: crate::ops::simd::level().label().into(),
         cpu_model: crate::util::host::cpu(),
-        matmul: crate::ops::gemm::route::describe(crate::ops::gemm::route::current()),
+        matmul: crate::launch::job::blas_in_use(cfg).map_or("gemm".into(), |b| b.name.clone()),
         peak_rss_mb: peaks.iter().copied().fold(0.0, f64::max),
         first_step_peak_rss_mb: peaks.first().copied().unwrap_or(0.0),
         last_step_peak_rss_mb: peaks.last().copied().unwrap_or(0.0),

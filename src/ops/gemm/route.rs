@@ -85,15 +85,3 @@ pub fn current() -> Matmul {
         }
     }
 }
-
-/// What computes the products under `route`, for a run's records: `gemm`, or the BLAS
-/// library with its version.
-pub fn describe(route: Matmul) -> String {
-    match route {
-        Matmul::Gemm => "gemm".into(),
-        Matmul::Blas => match super::blas::library() {
-            Ok(b) => b.name.clone(),
-            Err(_) => "blas (not found)".into(),
-        },
-    }
-}

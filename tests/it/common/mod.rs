@@ -5,6 +5,9 @@
 pub mod checks;
 pub mod dense;
 pub mod literal;
+mod machine;
+
+pub use machine::machine_here;
 
 use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use rand::SeedableRng;
@@ -486,19 +489,4 @@ pub fn assert_svg(p: &std::path::Path) {
         "{} is not an SVG",
         p.display()
     );
-}
-
-/// How the runs this test starts label their machine, up to the kernels' level: the
-/// CPU, then the BLAS where `TP_MATMUL=blas` (the test script's rerun) has one compute
-/// the products: `"<cpu>, fused "` or `"<cpu>, matmuls by <library>, fused "`.
-pub fn machine_here() -> String {
-    use tp_harness::ops::gemm::route::{self, Matmul};
-    let cpu = tp_harness::util::host::cpu();
-    match route::from_env() {
-        Ok(Some(Matmul::Blas)) => format!(
-            "{cpu}, matmuls by {}, fused ",
-            route::describe(Matmul::Blas)
-        ),
-        _ => format!("{cpu}, fused "),
-    }
 }

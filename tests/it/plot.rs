@@ -55,7 +55,7 @@ fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
     assert!(
         table.contains(&format!(
             "compute measured on: {}",
-            crate::common::machine_here()
+            crate::common::machine::machine_here()
         )),
         "{table}"
     );

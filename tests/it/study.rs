@@ -172,7 +172,7 @@ fn tp_plot_penalty_pairs_each_pattern_with_its_setting_s_all_t_runs_by_seed() {
         "{md}"
     );
     // Where the setting's runs were made, and how long they trained.
-    let made_here = format!(" | {}", crate::common::machine_here());
+    let made_here = format!(" | {}", crate::common::machine::machine_here());
     let line = md
         .lines()
         .find(|l| {

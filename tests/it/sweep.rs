@@ -36,7 +36,7 @@ fn a_two_point_sweep_writes_summaries_and_plots_and_a_rerun_skips_both() {
     assert_eq!(lines.len(), 3, "{csv}");
     assert_eq!(lines[0], "run,pattern,tp,dp,status,forward_allreduces_per_step,allreduces_per_layer,final_train_loss,final_val_loss,best_val_loss,tokens_per_s,wall_s,steps,machine,machine_shared");
     // The machine the speeds were measured on, quoted (it has commas).
-    let machine = format!("\"{}", crate::common::machine_here());
+    let machine = format!("\"{}", crate::common::machine::machine_here());
     assert!(lines[1].contains(&machine), "{csv}");
     assert!(
         lines[1].starts_with("pattern=tttt,tttt,2,1,finished,8,2.00,"),

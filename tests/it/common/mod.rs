@@ -5,9 +5,7 @@
 pub mod checks;
 pub mod dense;
 pub mod literal;
-mod machine;
-
-pub use machine::machine_here;
+pub mod machine;
 
 use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use rand::SeedableRng;

@@ -275,7 +275,7 @@ pub(super) unsafe fn sgemm(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gemm::tests::naive;
+    use crate::ops::gemm::tests::{assert_strided_equals, naive};
 
     /// Each view the kernels make reads as the CBLAS operand it is: row-major as is,
     /// a transposed view (unit row stride) as `Trans` of its storage, one row or one
@@ -334,16 +334,8 @@ mod tests {
                     )
                 };
                 assert!(done);
-                for i in 0..m {
-                    for j in 0..n {
-                        let got = c[i * rs + j * cs];
-                        let expect = want[i * n + j] + if accumulate { 1.0 } else { 0.0 };
-                        assert!(
-                            (got - expect).abs() <= 1e-4 * (1.0 + expect.abs()),
-                            "{m}x{k}x{n} ({i},{j}): {got} vs {expect}"
-                        );
-                    }
-                }
+                let plus = if accumulate { 1.0 } else { 0.0 };
+                assert_strided_equals(&c, (rs, cs), &want, n, plus, &format!("{m}x{k}x{n}"));
             }
         }
     }

@@ -156,7 +156,7 @@ fn parallelism(threads: usize) -> gemm::Parallelism {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gemm::tests::naive;
+    use crate::ops::gemm::tests::{assert_strided_equals, naive};
 
     /// Every level this CPU runs (the forced lower ones included) computes the same
     /// products, on shapes that exercise the micro-kernels' edges and both orientations.
@@ -193,16 +193,9 @@ mod tests {
                             n as isize,
                         )
                     };
-                    for i in 0..m {
-                        for j in 0..n {
-                            let got = c[i * rs + j * cs];
-                            let expect = want[i * n + j] + if accumulate { 1.0 } else { 0.0 };
-                            assert!(
-                                (got - expect).abs() <= 1e-4 * (1.0 + expect.abs()),
-                                "{level:?} {m}x{k}x{n} row-major={rows_major}: ({i},{j}) {got} vs {expect}"
-                            );
-                        }
-                    }
+                    let plus = if accumulate { 1.0 } else { 0.0 };
+                    let case = format!("{level:?} {m}x{k}x{n} row-major={rows_major}");
+                    assert_strided_equals(&c, (rs, cs), &want, n, plus, &case);
                 }
             }
         }

@@ -235,6 +235,26 @@ mod tests {
         assert!(c.iter().zip(&want).all(|(x, y)| (x - 2.0 * y).abs() < 1e-5));
     }
 
+    /// Each element of `c`, read with strides `(rs, cs)`, is the row-major `want` plus
+    /// `plus`, within float rounding.
+    pub(super) fn assert_strided_equals(
+        c: &[f32],
+        (rs, cs): (usize, usize),
+        want: &[f32],
+        n: usize,
+        plus: f32,
+        case: &str,
+    ) {
+        for (at, w) in want.iter().enumerate() {
+            let (i, j) = (at / n, at % n);
+            let (got, expect) = (c[i * rs + j * cs], w + plus);
+            assert!(
+                (got - expect).abs() <= 1e-4 * (1.0 + expect.abs()),
+                "{case}: ({i},{j}) {got} vs {expect}"
+            );
+        }
+    }
+
     fn two_threads() -> rayon::ThreadPool {
         rayon::ThreadPoolBuilder::new()
             .num_threads(2)

@@ -105,8 +105,11 @@ unsafe fn matmul_out(
         }
         return;
     }
+    // The small-product kernel belongs to the gemm route: under `matmul: blas` the
+    // library computes every product it can express, so the records' "matmuls by X" hold.
     #[cfg(target_arch = "x86_64")]
-    if super::simd::level() == super::simd::SimdLevel::Avx2
+    if blas.is_none()
+        && super::simd::level() == super::simd::SimdLevel::Avx2
         && dst.cs == 1
         && dst.rs >= dst.cols
         && dst.rows * dst.cols * a.cols <= super::small_gemm_avx2::MAX_WORK

@@ -250,13 +250,14 @@ fi
 # modelled time at 1 and 0.1 Gbit/s from one CPU's compute, timed to the worst final
 # loss of 12xt's seeds.
 if all_there study_tuned && { [ -f "$KEPT/study_tuned/tuning.json" ] || [ -f runs/study_tuned/tuning.json ]; }; then
-  # With the same layouts at lr 1e-3 (study_depth at 12 layers, study_power_tp2 at 4):
-  # penalty_change.md's tuning rows say what the tuned rate did to each penalty, paired
-  # by seed.
+  # With the same layouts at lr 1e-3 (study_depth at 12 layers, study_power_tp2 at 4,
+  # study_names_depth on names): penalty_change.md's tuning rows say what the tuned rate
+  # did to each penalty, paired by seed.
   # shellcheck disable=SC2046
   "$BIN/tp-plot" --penalty --margin 0.01 $(for s in $ISSUE46; do runs "$s"; done) \
     $(runs study_depth | grep -E 'pattern=(12xt|12xs|3xsppp|s11xp|12xp|12xl)$') \
     $(runs study_power_tp2 | grep -E 'pattern=(tttt|sppp|pppp)(,|$)') \
+    $(if all_there study_names_tuned; then runs study_names_depth; fi) \
     --out "$OUT/tuned" > /dev/null
   # The README's figure: the tuned penalty against all-reduces a pass at 4, 6, 8 and 12
   # layers (Shakespeare, 2000 iterations; the longer runs and names left out).

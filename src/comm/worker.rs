@@ -19,6 +19,8 @@ impl Worker {
     pub fn spawn(name: String) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new().name(name).spawn(move || {
+            // It sums tensors: the same arithmetic as its rank's threads.
+            crate::util::subnormals::flush_on_this_thread();
             while let Ok(job) = rx.recv() {
                 job();
             }
@@ -130,5 +132,16 @@ mod tests {
             assert_ne!(rx.recv().unwrap(), caller);
         }
         assert_eq!(*log.lock().unwrap(), (0..20).collect::<Vec<u64>>());
+    }
+
+    /// It sums its member's tensors: with the same subnormal handling as the ranks.
+    #[test]
+    fn the_communication_thread_flushes_subnormals_as_the_ranks_do() {
+        let w = Worker::spawn("test-comm".into()).unwrap();
+        let flushes = w
+            .submit(crate::util::subnormals::this_thread_flushes)
+            .recv()
+            .unwrap();
+        assert_eq!(flushes, crate::util::subnormals::flushed());
     }
 }

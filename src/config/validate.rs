@@ -101,6 +101,9 @@ impl RunConfig {
         if let Err(e) = crate::ops::simd::from_env() {
             user_bail!("{e}");
         }
+        if let Err(e) = crate::util::subnormals::from_env() {
+            user_bail!("{e}");
+        }
         // The key chooses the CPU kernels' products: a GPU run needs no BLAS.
         if self.parallel.device == DeviceKind::Cpu {
             if let Err(e) = crate::ops::gemm::route::resolve(self.parallel.matmul) {

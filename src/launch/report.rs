@@ -179,6 +179,13 @@ pub fn run_summary(
             .map(|t| t.comm.iter().map(|c| c.bytes).sum()),
         wall_seconds,
         machine: Some(machine(cfg)),
+        subnormals: (cfg.parallel.device == DeviceKind::Cpu).then(|| {
+            if crate::util::subnormals::flushed() {
+                "flushed to zero".to_string()
+            } else {
+                "kept".to_string()
+            }
+        }),
         environment: super::switches::set_switches(|k| std::env::var(k).ok()),
         data_sha256: None,
         sharing_slowdown: report.compute.as_ref().and_then(|c| {

@@ -37,6 +37,8 @@ pub fn configure_threads(ranks: usize) -> usize {
     if !candle_user {
         std::env::set_var("CANDLE_NUM_THREADS", "1");
     }
+    // After RAYON_NUM_THREADS: this starts the global pool, at that size.
+    crate::util::subnormals::flush_here_and_in_the_global_pool();
     per_rank
 }
 
@@ -55,9 +57,11 @@ pub fn as_rank<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if threads <= 1 {
         return f();
     }
+    crate::util::subnormals::flush_on_this_thread();
     match rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .stack_size(RANK_STACK_BYTES)
+        .start_handler(|_| crate::util::subnormals::flush_on_this_thread())
         .build()
     {
         Ok(pool) => pool.install(f),
@@ -169,6 +173,8 @@ pub fn run_threads(
     let (tp, dp) = (cfg.parallel.tp, cfg.parallel.dp);
     let world = ThreadWorld::new();
     let (tp_comms, dp_comms) = thread_groups(&world, tp, dp)?;
+    // Also where no configure_threads ran (tests): the ranks' kernels fan out over it.
+    crate::util::subnormals::flush_here_and_in_the_global_pool();
     // Thread ranks share one device (one GPU: one candle device, whose one explicit stream
     // every rank and communication thread launches on, in host order: device.rs), so
     // their collectives can sum each other's tensors where they lie.
@@ -230,6 +236,7 @@ pub fn on_tp_threads<R: Send>(
                 std::thread::Builder::new()
                     .stack_size(RANK_STACK_BYTES)
                     .spawn_scoped(s, move || {
+                        crate::util::subnormals::flush_on_this_thread();
                         let res = f(CountedComm::new(Arc::new(c), Arc::new(Tally::new())));
                         if let Err(e) = &res {
                             world.abort(&format!("rank {rank} failed: {e:#}"));
@@ -249,4 +256,34 @@ pub fn on_tp_threads<R: Send>(
             .collect()
     });
     results.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::subnormals::{flushed, this_thread_flushes};
+
+    /// A run's arithmetic happens on its rank threads and on the rayon pools their kernels
+    /// fan out over (the global one, or a rank's own): all of them flush subnormals, so a
+    /// rank's sums do not depend on which thread ran them.
+    #[test]
+    fn rank_threads_and_the_pools_their_kernels_use_flush_subnormals() {
+        if !flushed() {
+            return; // TP_SUBNORMALS=keep: nothing is flushed
+        }
+        configure_threads(2);
+        let per_rank = on_tp_threads(2, |_| {
+            let rank_thread = this_thread_flushes();
+            let pool = as_rank(|| rayon::broadcast(|_| this_thread_flushes()));
+            Ok((rank_thread, pool))
+        })
+        .unwrap();
+        for (rank_thread, pool) in per_rank {
+            assert!(rank_thread);
+            assert!(!pool.is_empty() && pool.iter().all(|&f| f), "{pool:?}");
+        }
+        assert!(rayon::broadcast(|_| this_thread_flushes())
+            .iter()
+            .all(|&f| f));
+    }
 }

@@ -478,6 +478,13 @@ pub struct RunSummary {
     /// avx512 kernels", "portable ops", "cuda"). Absent in runs made before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
+    /// What that invocation's CPU threads did with subnormal floats: "flushed to zero"
+    /// (the default, util/subnormals.rs) or "kept" (`TP_SUBNORMALS=keep`). Absent in runs
+    /// made before it was recorded, which kept them, and in GPU runs. A run that stays
+    /// clear of them computes the same bits either way; one that does not runs up to ten
+    /// times faster flushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnormals: Option<String>,
     /// The harness's environment switches set in that invocation (`TP_SIMD=avx2`,
     /// `TP_STEP_PAUSE_MS=5`, ...: launch/switches.rs); empty for a plain run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

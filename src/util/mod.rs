@@ -7,6 +7,7 @@ pub mod hash;
 pub mod host;
 pub mod say;
 pub mod seeds;
+pub mod subnormals;
 pub mod trace;
 pub mod turns;
 

@@ -29,6 +29,7 @@ pub mod out_guard;
 mod read;
 pub mod records;
 mod reports;
+pub mod summary;
 pub mod tensorboard;
 pub mod trace_file;
 pub mod versioned;
@@ -42,13 +43,13 @@ pub use log::{read_log, read_log_for_resume, LogLine, LogWriter, TornTail};
 pub use out_guard::check_out;
 pub use read::{read_comm, read_config, read_diverged, read_summary};
 pub use records::{
-    CommReport, DivergedReport, EvalReport, LayerComm, PerStep, RankCompute, RunSummary,
-    ScanReport, SiteComm,
+    CommReport, DivergedReport, EvalReport, LayerComm, PerStep, RankCompute, ScanReport, SiteComm,
 };
 pub use reports::{
     eval_file, read_eval, read_scan, write_diverged, write_eval_into, write_eval_to,
     write_scan_into,
 };
+pub use summary::RunSummary;
 
 use crate::config::RunConfig;
 use crate::error::user;

@@ -3,7 +3,8 @@
 //! naming it).
 
 use super::files::{COMM_FILE, CONFIG_FILE, DIVERGED_FILE, SUMMARY_FILE};
-use super::records::{CommReport, DivergedReport, RunSummary};
+use super::records::{CommReport, DivergedReport};
+use super::summary::RunSummary;
 use super::versioned;
 use crate::config::RunConfig;
 use crate::error::user;

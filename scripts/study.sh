@@ -44,12 +44,13 @@
 #   configs/sweeps/study_tuned_depth.yaml 4, 6 and 8 layers, all-t, s-then-p, all-p at
 #                                         their 12-layer family's rate, 8 seeds
 #   configs/sweeps/study_names_tuned.yaml 12 x 128 on names, 3 layouts tuned, 4 seeds
+#   configs/sweeps/study_names_tuned_lower.yaml  12xt of it at the next rate down (a check)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TP_STUDY_BIN:-${CARGO_TARGET_DIR:-target}/release}
 ISSUE25="study_power_tp2 study_shrink study_tp_degree study_length study_size"
 ISSUE35="study_depth study_depth_tp4 study_names study_names_depth"
-ISSUE46="study_tuned study_tuned_long study_tuned_depth study_names_tuned"
+ISSUE46="study_tuned study_tuned_long study_tuned_depth study_names_tuned study_names_tuned_lower"
 OUT=plots/study
 KEPT=$OUT/runs
 RECORDS="config.yaml log.jsonl comm.json summary.json eval.json diverged.json"

@@ -250,7 +250,7 @@ pub fn table(choices: &[Choice]) -> Table {
 /// The markdown of [`table`], with how to read it.
 pub fn markdown(choices: &[Choice]) -> String {
     format!(
-        "Each layout's values tried on the selection seeds (final val loss over the whole validation split: mean ± sd over the seeds that finished; a seed that diverged makes a value worse than any that finished), and the one chosen: the lowest mean. A choice at the lowest or highest value tried may have its best beyond: extend the grid there. Between grid points: the lowest point of the parabola (in log value) through the chosen value's mean and its two neighbours', and its depth below the chosen mean, an order of magnitude for what a finer grid could still gain the layout (an interpolation of a few seeds' means: exploratory). The selection seeds are not the report seeds the layouts are compared on.\n\n{}",
+        "Each layout's values tried on the selection seeds (final val loss over the whole validation split: mean ± sd over the seeds that finished; a seed that diverged makes a value worse than any that finished), and the one chosen: the lowest mean. A choice at the lowest or highest value tried may have its best beyond: extend the grid there. Between grid points: the lowest point of the parabola (in log value) through the chosen value's mean and its two neighbours', and its depth below the chosen mean, an order of magnitude for what a finer grid could still gain the layout (an interpolation of a few seeds' means: exploratory); not given beside a cliff, where one neighbour rises over 20 times the other's rise above the chosen mean. The selection seeds are not the report seeds the layouts are compared on.\n\n{}",
         table(choices).markdown()
     )
 }

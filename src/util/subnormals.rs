@@ -12,6 +12,11 @@
 
 use std::sync::OnceLock;
 
+/// MXCSR bit 15 flushes results to zero, bit 6 reads subnormal inputs as zero; SSE, AVX
+/// and AVX-512 arithmetic all follow them.
+#[cfg(target_arch = "x86_64")]
+const FTZ_DAZ: u32 = (1 << 15) | (1 << 6);
+
 /// What `TP_SUBNORMALS` asks for: `Ok(true)` to flush (unset, empty or `flush`),
 /// `Ok(false)` for `keep`, an error naming the two otherwise (config validation reports
 /// it before a run starts).
@@ -42,10 +47,7 @@ pub fn flush_on_this_thread() {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        // MXCSR bit 15 flushes results, bit 6 reads inputs as zero; SSE, AVX and
-        // AVX-512 arithmetic all follow them. Inline assembly because the intrinsics
-        // (_mm_setcsr) are deprecated.
-        const FTZ_DAZ: u32 = (1 << 15) | (1 << 6);
+        // Inline assembly because the intrinsics (_mm_setcsr) are deprecated.
         let mut csr: u32 = 0;
         // SAFETY: stmxcsr/ldmxcsr read and write the calling thread's MXCSR through a
         // valid, aligned u32; only the two flush bits change.
@@ -71,7 +73,7 @@ pub fn this_thread_flushes() -> bool {
         let mut csr: u32 = 0;
         // SAFETY: as above, a read of the thread's MXCSR.
         unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut csr, options(nostack)) };
-        csr & ((1 << 15) | (1 << 6)) == (1 << 15) | (1 << 6)
+        csr & FTZ_DAZ == FTZ_DAZ
     }
     #[cfg(not(target_arch = "x86_64"))]
     false

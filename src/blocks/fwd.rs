@@ -41,20 +41,25 @@ impl Fwd {
 
 /// `x + bias` where the bias is dropped like the activation it belongs to.
 pub(crate) fn add_bias(
+    k: ops::Kernels,
     x: &Tensor,
     bias: Option<&Tensor>,
     fwd: &Fwd,
     layer: usize,
     site: DropSite,
 ) -> Result<Tensor> {
-    // Biases are f32 master weights; a bf16 activation adds them in its own dtype.
-    let bias = match bias {
-        Some(b) if b.dtype() != x.dtype() => Some(b.to_dtype(x.dtype())?),
-        other => other.cloned(),
-    };
-    match bias.as_ref() {
+    match bias {
         None => Ok(x.clone()),
-        Some(b) if !fwd.active() => Ok(x.broadcast_add(b)?),
-        Some(b) => Ok((x + fwd.drop(&b.broadcast_as(x.shape())?, layer, site)?)?),
+        // Biases are f32 master weights; `bias_add` adds them in the activation's dtype
+        // (a GPU's kernel in f32, rounding once).
+        Some(b) if !fwd.active() => Ok(ops::bias_add(k, x, b)?),
+        Some(b) => {
+            let b = if b.dtype() != x.dtype() {
+                b.to_dtype(x.dtype())?
+            } else {
+                b.clone()
+            };
+            Ok((x + fwd.drop(&b.broadcast_as(x.shape())?, layer, site)?)?)
+        }
     }
 }

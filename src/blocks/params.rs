@@ -3,7 +3,7 @@
 //! parameters live across the TP group ([`BlockTags`]) and writes its forward formula.
 
 use super::{add_bias, AttentionShard, BlockConfig, DropSite, Fwd, MlpShard};
-use crate::ops::{Norm, NormKind};
+use crate::ops::{Kernels, Norm, NormKind};
 use crate::tp::{Init, ParamBuilder, ParamKind, Scope};
 use anyhow::Result;
 use candle_core::Tensor;
@@ -46,6 +46,8 @@ impl BlockTags {
 /// output biases (present only with `bias: true` and a kind that has them).
 pub struct BlockParams {
     pub layer: usize,
+    /// The kernels its own ops (the output biases) run on.
+    pub kernels: Kernels,
     pub ln1: Norm,
     pub attn: AttentionShard,
     pub b_o: Option<Tensor>,
@@ -91,7 +93,8 @@ impl BlockParams {
             DropSite::AttnOut => self.b_o.as_ref(),
             _ => self.b_pr.as_ref(),
         };
-        add_bias(&fwd.drop(sum, self.layer, at)?, bias, fwd, self.layer, at)
+        let x = fwd.drop(sum, self.layer, at)?;
+        add_bias(self.kernels, &x, bias, fwd, self.layer, at)
     }
 
     pub fn build(
@@ -112,6 +115,7 @@ impl BlockParams {
             };
         Ok(Self {
             layer,
+            kernels: cfg.kernels,
             ln1: build_norm(&mut h.pp("ln1"), cfg, tags.norms)?,
             attn: AttentionShard::build(&mut h, cfg, layer)?,
             b_o: out_bias(&mut h, "o.b", tags.b_o)?,

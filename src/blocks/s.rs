@@ -44,7 +44,7 @@ impl SpdBlock {
 
     pub fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
         let blk = &self.p;
-        let (l, site) = (blk.layer, Site::Layer(blk.layer));
+        let (l, site, k) = (blk.layer, Site::Layer(blk.layer), blk.kernels);
         // Entry of the rank path: the partial input gradients of all ranks meet here.
         let x_r = copy_to_tp(x, &self.tp, site)?;
         let p = fwd.drop(
@@ -52,7 +52,14 @@ impl SpdBlock {
             l,
             DropSite::AttnOut,
         )?;
-        let a = add_bias(&(&x_r + &p)?, blk.b_o.as_ref(), fwd, l, DropSite::AttnOut)?;
+        let a = add_bias(
+            k,
+            &(&x_r + &p)?,
+            blk.b_o.as_ref(),
+            fwd,
+            l,
+            DropSite::AttnOut,
+        )?;
         let m = fwd.drop(
             &blk.mlp.forward(&blk.ln2.forward(&a)?)?,
             l,
@@ -63,7 +70,7 @@ impl SpdBlock {
             Some(b) => Some(share_grad_over_tp(b, self.tp.size())?),
             None => None,
         };
-        let y = add_bias(&(x + z)?, b_o.as_ref(), fwd, l, DropSite::AttnOut)?;
-        add_bias(&y, blk.b_pr.as_ref(), fwd, l, DropSite::MlpOut)
+        let y = add_bias(k, &(x + z)?, b_o.as_ref(), fwd, l, DropSite::AttnOut)?;
+        add_bias(k, &y, blk.b_pr.as_ref(), fwd, l, DropSite::MlpOut)
     }
 }

@@ -116,6 +116,7 @@ pub(super) const EMBEDDING: Module = Module::new("tp_embedding", ptx::EMBEDDING)
 pub(super) const GELU: Module = Module::new("tp_gelu", ptx::GELU);
 pub(super) const LAYER_NORM: Module = Module::new("tp_layer_norm", ptx::LAYER_NORM);
 pub(super) const ADAMW: Module = Module::new("tp_adamw", ptx::ADAMW);
+pub(super) const BIAS: Module = Module::new("tp_bias", ptx::BIAS);
 
 /// The name of kernel `base`'s instance for `dtype` (`ln_fwd` -> `ln_fwd_bf16`).
 pub(super) fn instance(base: &str, dtype: DType) -> Result<String> {

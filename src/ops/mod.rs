@@ -16,6 +16,8 @@ pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_adamw;
 #[cfg(feature = "cuda")]
+pub mod cuda_bias;
+#[cfg(feature = "cuda")]
 pub mod cuda_cross_entropy;
 #[cfg(feature = "cuda")]
 pub mod cuda_embedding;
@@ -179,6 +181,11 @@ pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
 
 /// `x (.., in) @ w (in, out) + b` (`w` may be a transposed view).
 pub fn linear(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(b) = b.filter(|_| x.device().is_cuda() && k.for_tensor(x) == Kernels::Fused) {
+        // cuBLAS's matmul, then the bias by this crate's kernel (`bias_add`).
+        return bias_add(k, &linear_composed(x, w, None)?, b);
+    }
     if !fused_for(k, x) {
         return linear_composed(x, w, b);
     }
@@ -192,6 +199,17 @@ pub fn linear_t(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Resul
         return linear_composed(x, &w.t()?, b);
     }
     fused::linear_t(x, w, b)
+}
+
+/// `x (.., C) + b (C,)`: on a GPU with fused kernels, one kernel each way with the f32
+/// bias added in f32 (`cuda_bias`); else candle's broadcast add of the bias in x's dtype.
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+pub fn bias_add(k: Kernels, x: &Tensor, b: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() && k.for_tensor(x) == Kernels::Fused && b.dtype() == DType::F32 {
+        return cuda_bias::bias_add(x, b);
+    }
+    x.broadcast_add(&as_dtype_of(b, x)?)
 }
 
 /// candle's matmul and broadcast add: the reference for the fused linear.

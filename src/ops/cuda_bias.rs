@@ -5,7 +5,7 @@
 //! broadcast-adds it with a strided index per element and sums the gradient one block a
 //! column. `tests/gpu.rs` holds it to the portable path.
 
-use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, Arg, BIAS};
+use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, BIAS};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDType;
@@ -124,7 +124,7 @@ fn column_sums<T: CudaDType + DeviceRepr + WithDType>((dy, ldy): Arg) -> Result<
     }?;
     // SAFETY: the arguments match bias_reduce; partial holds `partials` rows of C, db C.
     // On the same stream, it runs after the partials.
-    unsafe { launch!(dev, BIAS, "bias_reduce", columns_by_rows(c, 1); &partial, &db, &p64, &c64) }?;
+    unsafe { launch!(dev, BIAS, "bias_reduce", warp_rows(c); &partial, &db, &p64, &c64) }?;
     Ok(CudaStorage::wrap_cuda_slice(db, dev))
 }
 

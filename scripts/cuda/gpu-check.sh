@@ -4,7 +4,8 @@
 # cuBLAS, cuRAND, the CUDA runtime and NCCL). Sized for a lent GPU machine: one command
 # of at most 10 minutes, at most 8 result files back, 2 folders deep.
 #
-#   bash dist/cuda/gpu-check.sh first     # <= 9.5 min planned (2.8 on an H100, 2026-11-27):
+#   bash dist/cuda/gpu-check.sh first     # <= 9.5 min planned (2.8 on an H100, 2026-11-27;
+#                                         # 2.4 on an H200, 2026-11-28):
 #                                         # every GPU test (one process
 #                                         # each), the race check, the default experiment
 #                                         # against the CPU's val loss, GPT-2 124M bf16 tp 1
@@ -33,7 +34,9 @@ case "$mode" in
 esac
 started=$(date +%s)
 budget=${TP_GPU_BUDGET:-570}
-out=${OUT:-$here/results}
+# $OUT is the lent machine's return folder; elsewhere the results go beside the work
+# files (never into the source tree, where a dry run would leave them untracked).
+out=${OUT:-${TP_GPU_WORK:-/tmp/tp-gpu-check}/results}
 work=${TP_GPU_WORK:-/tmp/tp-gpu-check}/$mode
 rm -rf "$work" && mkdir -p "$work" "$out"
 summary="$work/gpu-check-$mode.md"

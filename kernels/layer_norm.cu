@@ -99,15 +99,9 @@ __device__ void ln_dw_partial(const T *x, const T *dy, float *partial, int64_t N
     }
 }
 
-// out[c] = sum over p of partial[p, c] for partial (P, cols): lane l adds rows l, l + 32,
-// ... in order, then the lanes' sums add in the butterfly's fixed order.
+// out[c] = sum over p of partial[p, c] for partial (P, cols).
 extern "C" __global__ void ln_dw_reduce(const float *partial, float *out, int64_t P, int cols) {
-    const int64_t c = warp_index();
-    if (c >= cols) return;
-    float s = 0.f;
-    for (int64_t p = threadIdx.x; p < P; p += 32) s += partial[p * cols + c];
-    s = warp_sum(s);
-    if (threadIdx.x == 0) out[c] = s;
+    sum_partials_by_column(partial, out, P, cols);
 }
 
 #define LAYER_NORM(SUFFIX, T)                                                                 \

@@ -141,6 +141,16 @@ macro_rules! launch {
 }
 pub(super) use launch;
 
+/// Rows and row length of `x (.., C)` under `l`; `op` names the op in the error an empty
+/// last dimension gives.
+pub(super) fn rows_of(l: &Layout, op: &str) -> Result<(usize, usize)> {
+    let c = l.dims().last().copied().unwrap_or(1);
+    if c == 0 {
+        candle_core::bail!("{op} over an empty last dimension");
+    }
+    Ok((l.shape().elem_count() / c, c))
+}
+
 /// A contiguous view of `s` under `l`.
 pub(super) fn view<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, T>> {
     match l.contiguous_offsets() {

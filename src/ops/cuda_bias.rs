@@ -5,7 +5,9 @@
 //! broadcast-adds it with a strided index per element and sums the gradient one block a
 //! column. `tests/gpu.rs` holds it to the portable path.
 
-use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, BIAS};
+use super::cuda::{
+    by_dtype, cpu_fwd_gpu_only, instance, launch, rows_of, view, warp_rows, Arg, BIAS,
+};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDType;
@@ -23,15 +25,6 @@ const MAX_GRID_Y: usize = 65_535;
 /// Rows summed into one partial row of the bias gradient, at least: GPT-2's 8192 rows
 /// give 256 partial rows.
 const ROWS_PER_PARTIAL: usize = 32;
-
-/// Rows and row length of `x (.., C)`.
-fn rows_of(l: &Layout) -> Result<(usize, usize)> {
-    let c = l.dims().last().copied().unwrap_or(1);
-    if c == 0 {
-        candle_core::bail!("bias add over an empty last dimension");
-    }
-    Ok((l.shape().elem_count() / c, c))
-}
 
 /// One thread a column (`THREADS` a block) over `rows` rows of the grid's y.
 fn columns_by_rows(c: usize, rows: usize) -> LaunchConfig {
@@ -52,7 +45,7 @@ fn forward<T: CudaDType + DeviceRepr + WithDType>(
     (x, lx): Arg,
     (b, lb): Arg,
 ) -> Result<CudaStorage> {
-    let (n, c) = rows_of(lx)?;
+    let (n, c) = rows_of(lx, OP)?;
     let dev = x.device().clone();
     let (xv, bv) = (view::<T>(x, lx)?, view::<f32>(b, lb)?);
     // SAFETY: the kernel writes every element of y (each column's thread strides over
@@ -77,7 +70,7 @@ impl CustomOp2 for BiasAdd {
         b: &CudaStorage,
         lb: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        let (_, c) = rows_of(lx)?;
+        let (_, c) = rows_of(lx, OP)?;
         if b.dtype() != DType::F32 || lb.dims() != [c] {
             candle_core::bail!(
                 "{OP} takes an f32 bias of the row's length {c}, got {:?} {:?}",
@@ -104,7 +97,7 @@ impl CustomOp2 for BiasAdd {
 struct BiasGrad;
 
 fn column_sums<T: CudaDType + DeviceRepr + WithDType>((dy, ldy): Arg) -> Result<CudaStorage> {
-    let (n, c) = rows_of(ldy)?;
+    let (n, c) = rows_of(ldy, OP)?;
     let dev = dy.device().clone();
     let gv = view::<T>(dy, ldy)?;
     // Enough rows a partial that the partials fit the grid's y.
@@ -134,7 +127,7 @@ impl CustomOp1 for BiasGrad {
     }
     cpu_fwd_gpu_only!(OP, 1);
     fn cuda_fwd(&self, dy: &CudaStorage, ldy: &Layout) -> Result<(CudaStorage, Shape)> {
-        let (_, c) = rows_of(ldy)?;
+        let (_, c) = rows_of(ldy, OP)?;
         let db = by_dtype!(OP, dy.dtype(), column_sums((dy, ldy)))?;
         Ok((db, Shape::from(c)))
     }

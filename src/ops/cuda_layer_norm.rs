@@ -4,7 +4,9 @@
 //! then their fixed-order sum), where the portable path runs ~35 candle ops over an f32
 //! copy. `tests/gpu.rs` holds it to the portable path.
 
-use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, LAYER_NORM};
+use super::cuda::{
+    by_dtype, cpu_fwd_gpu_only, instance, launch, rows_of, view, warp_rows, Arg, LAYER_NORM,
+};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
 use candle_core::cuda_backend::CudaDType;
@@ -22,15 +24,6 @@ const OP: &str = "the CUDA layer norm";
 /// the kernel needs many warps in flight to hide memory latency.
 const ROWS_PER_WARP: usize = 4;
 
-/// Rows and row length of `x (.., C)`.
-fn rows_of(l: &Layout) -> Result<(usize, usize)> {
-    let c = l.dims().last().copied().unwrap_or(1);
-    if c == 0 {
-        candle_core::bail!("layer norm over an empty last dimension");
-    }
-    Ok((l.shape().elem_count() / c, c))
-}
-
 struct LayerNorm {
     eps: f32,
 }
@@ -41,7 +34,7 @@ fn forward<T: CudaDType + DeviceRepr + WithDType>(
     (w, lw): Arg,
     b: Option<Arg>,
 ) -> Result<CudaStorage> {
-    let (n, c) = rows_of(lx)?;
+    let (n, c) = rows_of(lx, OP)?;
     let dev = x.device().clone();
     let (xv, wv) = (view::<T>(x, lx)?, view::<f32>(w, lw)?);
     // Without a bias the kernel is given the weight, which it does not read as one.
@@ -145,7 +138,7 @@ fn dx<T: CudaDType + DeviceRepr + WithDType>(
     (w, lw): Arg,
     (dy, ldy): Arg,
 ) -> Result<CudaStorage> {
-    let (n, c) = rows_of(lx)?;
+    let (n, c) = rows_of(lx, OP)?;
     let dev = x.device().clone();
     let (xv, wv, gv) = (view::<T>(x, lx)?, view::<f32>(w, lw)?, view::<T>(dy, ldy)?);
     // SAFETY: the kernel writes every element of dx.
@@ -188,7 +181,7 @@ fn dw<T: CudaDType + DeviceRepr + WithDType>(
     (x, lx): Arg,
     (dy, ldy): Arg,
 ) -> Result<CudaStorage> {
-    let (n, c) = rows_of(lx)?;
+    let (n, c) = rows_of(lx, OP)?;
     let (xv, gv) = (view::<T>(x, lx)?, view::<T>(dy, ldy)?);
     let partials = n.div_ceil(ROWS_PER_WARP).max(1);
     // SAFETY: the partial kernel writes every row of `partial` (one a warp, each warp's
@@ -225,7 +218,7 @@ impl CustomOp2 for LayerNormDw {
         dy: &CudaStorage,
         ldy: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        let (_, c) = rows_of(lx)?;
+        let (_, c) = rows_of(lx, OP)?;
         let dev = x.device().clone();
         let out = by_dtype!(OP, x.dtype(), dw(self.eps, &dev, (x, lx), (dy, ldy)))?;
         Ok((out, Shape::from((2, c))))

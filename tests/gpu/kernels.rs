@@ -81,6 +81,19 @@ fn random_on_gpu(shape: &[usize], dtype: DType) -> Var {
     Var::from_tensor(&x.to_device(&gpu()).unwrap().to_dtype(dtype).unwrap()).unwrap()
 }
 
+/// A random f32 `shape` probe on the GPU whose values `dtype` holds exactly, so that an
+/// f32 reference and a `dtype` pass start from the same output gradient.
+fn probe_held_by(dtype: DType, shape: &[usize]) -> Tensor {
+    Tensor::randn(0f32, 1.0, shape, &Device::Cpu)
+        .unwrap()
+        .to_device(&gpu())
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+}
+
 /// Gradients (as f32) of `sum(f(inputs) * w)` with respect to `inputs`, and `f`'s output.
 fn output_and_grads(inputs: &[&Var], w: &Tensor, f: impl Fn() -> Tensor) -> Vec<Tensor> {
     let y = f();
@@ -218,15 +231,7 @@ fn gpu_embedding_kernel_matches_index_select_and_its_backward() {
                 })
                 .collect();
             let ids = Tensor::new(ids.as_slice(), &gpu()).unwrap();
-            // Values a bf16 gradient can hold, so that both paths start from the same dy.
-            let probe = Tensor::randn(0f32, 1.0, (n, c), &Device::Cpu)
-                .unwrap()
-                .to_device(&gpu())
-                .unwrap()
-                .to_dtype(dtype)
-                .unwrap()
-                .to_dtype(DType::F32)
-                .unwrap();
+            let probe = probe_held_by(dtype, &[n, c]);
             let run = |k: Kernels, t: &Var| {
                 output_and_grads(&[t], &probe, || {
                     ops::embedding(k, t.as_tensor(), &ids).unwrap()
@@ -261,14 +266,7 @@ fn gpu_bias_kernel_matches_broadcast_add_and_its_backward() {
             let x = random_on_gpu(&[rows, c], dtype);
             let x32 = Var::from_tensor(&x.as_tensor().to_dtype(DType::F32).unwrap()).unwrap();
             let b = random_on_gpu(&[c], DType::F32);
-            let probe = Tensor::randn(0f32, 1.0, (rows, c), &Device::Cpu)
-                .unwrap()
-                .to_device(&gpu())
-                .unwrap()
-                .to_dtype(dtype)
-                .unwrap()
-                .to_dtype(DType::F32)
-                .unwrap();
+            let probe = probe_held_by(dtype, &[rows, c]);
             let run = |k: Kernels, x: &Var| {
                 output_and_grads(&[x, &b], &probe, || {
                     ops::bias_add(k, x.as_tensor(), b.as_tensor()).unwrap()

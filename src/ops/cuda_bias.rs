@@ -3,7 +3,8 @@
 //! passes `dy` through to x and sums its columns in f32 for `b` (partial sums over fixed
 //! row ranges, then added in order: no atomics). Where the portable path casts the bias,
 //! broadcast-adds it with a strided index per element and sums the gradient one block a
-//! column. `tests/gpu.rs` holds it to the portable path.
+//! column. `tests/gpu.rs` holds it to candle's broadcast add on the same values in f32,
+//! rounded once: bit for bit (the bias gradient to 1e-5).
 
 use super::cuda::{
     by_dtype, cpu_fwd_gpu_only, instance, launch, rows_of, view, warp_rows, Arg, BIAS,

@@ -7,10 +7,11 @@
 //
 //   bias_fwd      one thread a column of a row (rows strided over the grid's y, so no
 //                 index division): y = x + b[column]
-//   bias_partial  one thread a column for ROWS consecutive rows: partial[p, c], coalesced
-//                 across a warp's adjacent columns
+//   bias_partial  one thread a column for `rows` consecutive rows: partial[p, c],
+//                 coalesced across a warp's adjacent columns
 //   bias_reduce   one warp a column: the partial sums added in a fixed order
-// No atomics: the same bits every run. Tested against the portable path by tests/gpu.rs.
+// No atomics: the same bits every run. tests/gpu.rs holds both to candle's f32 broadcast
+// add on the same values, rounded once: bit for bit (the gradient to 1e-5).
 
 #include "common.cuh"
 
@@ -19,7 +20,8 @@ __device__ void bias_fwd(const T *x, const float *b, T *y, int64_t N, int64_t C)
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     const float bc = b[c];
-    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) store(y + r * C + c, to_f(x[r * C + c]) + bc);
+    for (int64_t r = blockIdx.y; r < N; r += gridDim.y)
+        store(y + r * C + c, to_f(x[r * C + c]) + bc);
 }
 
 // partial (P, C), P = ceil(N / rows): row p holds the sum over rows p*rows .. of dy.

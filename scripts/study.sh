@@ -45,12 +45,19 @@
 #                                         their 12-layer family's rate, 8 seeds
 #   configs/sweeps/study_names_tuned.yaml 12 x 128 on names, 3 layouts tuned, 4 seeds
 #   configs/sweeps/study_names_tuned_lower.yaml  12xt of it at the next rate down (a check)
+# Issue 63's (plots/study/scale/): the tuned answer along width, TP degree and length, each
+# (setting, layout) cell tuned on its own (selection seeds 101 and 102, the grid extended
+# past an edge and refined once at the geometric midpoints), report seeds disjoint:
+#   configs/sweeps/study_scale_width.yaml  W: 12 x 256 (4 heads of 64), tp 2, 4 layouts x 6 seeds
+#   configs/sweeps/study_scale_tp.yaml     N: 12 x 128 (8 heads of 16) at tp 2 and 4, 3 layouts x 6 seeds
+#   configs/sweeps/study_scale_length.yaml T: 12 x 128, 6000 iterations re-tuned, 3 layouts x 4 seeds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TP_STUDY_BIN:-${CARGO_TARGET_DIR:-target}/release}
 ISSUE25="study_power_tp2 study_shrink study_tp_degree study_length study_size"
 ISSUE35="study_depth study_depth_tp4 study_names study_names_depth"
 ISSUE46="study_tuned study_tuned_long study_tuned_depth study_names_tuned study_names_tuned_lower"
+ISSUE63="study_scale_width study_scale_tp study_scale_length"
 OUT=plots/study
 KEPT=$OUT/runs
 RECORDS="config.yaml log.jsonl comm.json summary.json eval.json diverged.json"
@@ -149,12 +156,12 @@ run_sweep() { # sweep file
 }
 
 if [ "${1:-}" = "--keep" ]; then
-  for s in $ISSUE25 $ISSUE35 $ISSUE46; do keep "$s"; done
+  for s in $ISSUE25 $ISSUE35 $ISSUE46 $ISSUE63; do keep "$s"; done
   echo "records of the finished runs in $KEPT/"
   exit 0
 fi
 if [ "${1:-}" != "--draw" ]; then
-  sweeps=${*:-"$ISSUE25 $ISSUE35 $ISSUE46"}
+  sweeps=${*:-"$ISSUE25 $ISSUE35 $ISSUE46 $ISSUE63"}
   [ -x "$BIN/tp-sweep" ] || cargo build --release
   for s in $sweeps; do
     echo "== $s ($(date -u +%FT%TZ))"
@@ -164,6 +171,8 @@ if [ "${1:-}" != "--draw" ]; then
       study_tuned) restore study_depth ;;
       study_tuned_*) restore study_tuned ;;
       study_names_tuned) restore study_names_depth ;;
+      # Its report runs at study_tuned_long's rate and seeds are copied from there (reuse:).
+      study_scale_length) restore study_tuned_long ;;
     esac
     restore "$s"
     status=0

@@ -206,7 +206,7 @@ pub fn table(choices: &[Choice]) -> Table {
         "values",
         "n",
         "final val loss, mean ± sd",
-        "diverged",
+        "not eligible",
         "pending",
         "chosen",
         "between grid points (exploratory)",
@@ -233,7 +233,7 @@ pub fn table(choices: &[Choice]) -> Table {
                 tr.values.label(),
                 tr.losses.len().to_string(),
                 stats.map_or("-".into(), |r| format!("{:.4} ± {:.4}", r.mean, r.std)),
-                seeds(tr.diverged.iter().map(|d| d.0).collect()),
+                tr.rejection(),
                 seeds(tr.pending.clone()),
                 chosen,
                 if is_best {
@@ -250,7 +250,7 @@ pub fn table(choices: &[Choice]) -> Table {
 /// The markdown of [`table`], with how to read it.
 pub fn markdown(choices: &[Choice]) -> String {
     format!(
-        "Each layout's values tried on the selection seeds (final val loss over the whole validation split: mean ± sd over the seeds that finished; a seed that diverged makes a value worse than any that finished), and the one chosen: the lowest mean. A choice at the lowest or highest value tried may have its best beyond: extend the grid there. Between grid points: the lowest point of the parabola (in log value) through the chosen value's mean and its two neighbours', and its depth below the chosen mean, an order of magnitude for what a finer grid could still gain the layout (an interpolation of a few seeds' means: exploratory); not given beside a cliff, where one neighbour rises over 20 times the other's rise above the chosen mean. The selection seeds are not the report seeds the layouts are compared on.\n\n{}",
+        "Each layout's values tried on the selection seeds (final val loss over the whole validation split: mean ± sd over the seeds that finished), and the one chosen: the lowest mean among the eligible values. A value is not eligible where a selection seed diverged or stalled (ended more than the stall margin, 0.05 unless the sweep file says otherwise, above the best seed at that value): a rate on a stability edge is never chosen. A choice at the lowest or highest value tried may have its best beyond: extend the grid there. Between grid points: the lowest point of the parabola (in log value) through the chosen value's mean and its two neighbours', and its depth below the chosen mean, an order of magnitude for what a finer grid could still gain the layout (an interpolation of a few seeds' means: exploratory); not given beside a cliff, where one neighbour rises over 20 times the other's rise above the chosen mean. The selection seeds are not the report seeds the layouts are compared on.\n\n{}",
         table(choices).markdown()
     )
 }

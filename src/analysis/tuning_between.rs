@@ -46,7 +46,12 @@ pub fn between(c: &Choice, i: usize) -> Option<Estimate> {
     let mut line: Vec<(f64, f64)> = c
         .line_through(best, i)
         .into_iter()
-        .map(|(v, t)| (v, t.score()))
+        // A stalled neighbour's mean is a measured point of the curve (beside a cliff it
+        // makes one); a diverged one has none.
+        .map(|(v, t)| match (t.diverged.is_empty(), t.stats()) {
+            (true, Some(r)) => (v, r.mean),
+            _ => (v, f64::INFINITY),
+        })
         .filter(|p| p.1.is_finite())
         .collect();
     line.sort_by(|a, b| a.0.total_cmp(&b.0));

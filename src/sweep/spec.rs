@@ -14,6 +14,8 @@
 //!   grid: {learning_rate: [1.0e-3, 2.0e-3, 4.0e-3]}
 //!   seeds: [101, 102]                 # selection seeds, apart from `seeds` (the report's)
 //!   extend: 2                         # values added past an edge the best lies at
+//!   refine: true                      # then one round at the midpoints around each best
+//!   stall_margin: 0.05                # a seed this far above another at a value stalled
 //! reuse: [runs/older_sweep]           # finished runs of a point's exact config, copied in
 //! ```
 //!

@@ -3,7 +3,7 @@
 //! checked against the rest of the file here; run by `tuned.rs`.
 
 use super::yaml::{key_of, value_of};
-use crate::analysis::tuning::{TuneDecl, TunedValues};
+use crate::analysis::tuning::{TuneDecl, TunedValues, DEFAULT_STALL_MARGIN};
 use crate::analysis::tuning_record::TuningRecord;
 use crate::config::RunConfig;
 use crate::config::Variant;
@@ -31,6 +31,12 @@ pub(super) struct TuneFile {
     seeds: Vec<u64>,
     #[serde(default)]
     extend: usize,
+    /// Once the extension settles, one round at the geometric midpoints around each
+    /// layout's best.
+    #[serde(default)]
+    refine: bool,
+    /// The stall margin ([`crate::analysis::tuning::TuneDecl::stall_margin`]).
+    stall_margin: Option<f64>,
     from: Option<std::path::PathBuf>,
 }
 
@@ -45,6 +51,9 @@ pub struct Tune {
     pub grid: Vec<(String, Vec<Value>)>,
     /// How many values may be added past each edge a layout's best lies at.
     pub extend: usize,
+    /// One refinement round at the geometric midpoints around each layout's best, once
+    /// the extension settles ([`crate::analysis::tuning::Choice::midpoints`]).
+    pub refine: bool,
     /// The seeds the layouts are compared on.
     pub report_seeds: Vec<u64>,
     /// The sweep directory whose `tuning.json` gave the values (`tune.from`).
@@ -52,6 +61,23 @@ pub struct Tune {
 }
 
 impl Tune {
+    /// Whether `values` lie on the grid's lattice: each numeric key at a whole number of
+    /// the grid's steps (its ratio, for a geometric grid) from its first value, as the
+    /// grid and its extensions do and a refinement's midpoints do not.
+    pub fn on_lattice(&self, values: &TunedValues) -> bool {
+        self.grid.iter().enumerate().all(|(i, (_, grid))| {
+            let (Some(x), Some((first, step))) = (values.number(i), lattice_step(grid)) else {
+                return true;
+            };
+            let k = match step {
+                Step::Ratio(r) if x > 0.0 => (x / first).ln() / r.ln(),
+                Step::Ratio(_) => return false,
+                Step::Difference(d) => (x - first) / d,
+            };
+            (k - k.round()).abs() < 0.1
+        })
+    }
+
     /// How many of `values`' key `key` lie past the grid's lowest (`low`) or highest
     /// value of it: what an edge has been extended by so far.
     pub fn beyond_grid(&self, tried: &[TunedValues], key: &str, low: bool) -> usize {
@@ -70,6 +96,27 @@ impl Tune {
             .filter(|x| if low { *x < lo } else { *x > hi })
             .count()
     }
+}
+
+/// How a grid's values progress.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Step {
+    Ratio(f64),
+    Difference(f64),
+}
+
+/// A numeric grid's lowest value and its step: the ratio of its two lowest values where
+/// all are positive (a geometric grid), else their difference; `None` for a grid of fewer
+/// than two numbers.
+fn lattice_step(grid: &[Value]) -> Option<(f64, Step)> {
+    let mut nums: Vec<f64> = grid.iter().filter_map(|v| v.as_f64()).collect();
+    nums.sort_by(f64::total_cmp);
+    nums.dedup();
+    let (&a, &b) = (nums.first()?, nums.get(1)?);
+    Some(match a > 0.0 {
+        true => (a, Step::Ratio(b / a)),
+        false => (a, Step::Difference(b - a)),
+    })
 }
 
 /// `tune:` checked against the rest of the sweep file.
@@ -97,11 +144,38 @@ pub(super) fn tune_of(t: &TuneFile, spec: &SweepParts, file: &Path) -> Result<Tu
         }
         grid.push((key, values));
     }
+    if t.refine {
+        for (key, values) in &grid {
+            let Some((first, step)) = lattice_step(values) else {
+                user_bail!(
+                    "tune.refine in {f} needs two or more numbers in tune.grid's `{key}`: it refines between a grid's values"
+                );
+            };
+            let on = |x: f64| match step {
+                Step::Ratio(r) => {
+                    ((x / first).ln() / r.ln() - ((x / first).ln() / r.ln()).round()).abs() < 0.01
+                }
+                Step::Difference(d) => ((x - first) / d - ((x - first) / d).round()).abs() < 0.01,
+            };
+            if values.iter().any(|v| v.as_f64().is_some_and(|x| !on(x))) {
+                user_bail!(
+                    "tune.refine in {f} needs tune.grid's `{key}` to step evenly (e.g. [1.0e-3, 2.0e-3, 4.0e-3]): a refinement adds the midpoints between its steps"
+                );
+            }
+        }
+    }
+    if let Some(m) = t.stall_margin {
+        if !(m > 0.0 && m.is_finite()) {
+            user_bail!(
+                "tune.stall_margin in {f} must be a positive val loss difference, e.g. 0.05"
+            );
+        }
+    }
     let keys: Vec<String> = match &t.from {
         Some(dir) => {
-            if !t.grid.is_empty() || !t.seeds.is_empty() || t.extend > 0 {
+            if !t.grid.is_empty() || !t.seeds.is_empty() || t.extend > 0 || t.refine {
                 user_bail!(
-                    "tune in {f} gives from and a grid, seeds or extend: from takes the values another sweep chose; keep one"
+                    "tune in {f} gives from and a grid, seeds, extend or refine: from takes the values another sweep chose; keep one"
                 );
             }
             match TuningRecord::read(dir)? {
@@ -133,9 +207,11 @@ pub(super) fn tune_of(t: &TuneFile, spec: &SweepParts, file: &Path) -> Result<Tu
         decl: TuneDecl {
             keys,
             selection_seeds: t.seeds.clone(),
+            stall_margin: t.stall_margin.unwrap_or(DEFAULT_STALL_MARGIN),
         },
         grid,
         extend: t.extend,
+        refine: t.refine,
         report_seeds: spec.seeds.to_vec(),
         from: t.from.clone(),
     })
@@ -185,4 +261,45 @@ pub(super) fn at_values_from(
     point_keys.extend(values.0.iter().map(|(k, v)| (k.clone(), value_of(v))));
     point_keys.push(("seed".into(), Value::from(cfg.optim.seed)));
     Ok(point_keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tune(grid: &[f64]) -> Tune {
+        Tune {
+            decl: TuneDecl {
+                keys: vec!["learning_rate".into()],
+                selection_seeds: vec![101, 102],
+                stall_margin: DEFAULT_STALL_MARGIN,
+            },
+            grid: vec![(
+                "learning_rate".into(),
+                grid.iter().map(|&v| Value::from(v)).collect(),
+            )],
+            extend: 2,
+            refine: true,
+            report_seeds: vec![1],
+            from: None,
+        }
+    }
+
+    /// The factor-2 grid's lattice holds its values and their extensions either way, not
+    /// the midpoints a refinement adds.
+    #[test]
+    fn the_lattice_holds_the_grid_and_its_extensions_not_the_midpoints() {
+        let t = tune(&[1.0e-3, 2.0e-3, 4.0e-3]);
+        let on = |v: &str| t.on_lattice(&TunedValues(vec![("learning_rate".into(), v.into())]));
+        for v in ["0.001", "0.004", "0.016", "0.00025"] {
+            assert!(on(v), "{v}");
+        }
+        for v in ["0.002828", "0.005657", "0.003"] {
+            assert!(!on(v), "{v}");
+        }
+        // A grid through zero or below steps by its difference (as its extension does).
+        let w = tune(&[-0.1, 0.0, 0.1]);
+        let on = |v: &str| w.on_lattice(&TunedValues(vec![("learning_rate".into(), v.into())]));
+        assert!(on("0.2") && on("-0.3") && !on("0.05"));
+    }
 }

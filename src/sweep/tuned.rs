@@ -1,7 +1,8 @@
 //! A tuned sweep's rounds (`tune:` in the sweep file, [`Tune`]): the selection runs
 //! (every layout over the tuned values, on the selection seeds), values added past an
-//! edge where a layout's best lies at one (up to `extend` a side), then each layout's
-//! report runs at its chosen values. The choice is [`crate::analysis::tuning::choose`]'s,
+//! edge where a layout's best lies at one (up to `extend` a side), with `refine` one
+//! round at the midpoints around each best, then each layout's report runs at its chosen
+//! values. The choice is [`crate::analysis::tuning::choose`]'s,
 //! the same the tables make. A rerun resumes: finished runs are skipped, a choice made
 //! again from the same runs is the same, and an edited grid only adds runs.
 
@@ -90,6 +91,31 @@ pub fn select_and_report(
         }
         if added.is_empty() {
             break;
+        }
+        let round = Sweep {
+            points: added,
+            ..sweep.clone()
+        };
+        results.extend(run_sweep(&round, out, interrupts)?);
+    }
+    // One refinement: the midpoints around each final choice's best on the grid's
+    // lattice (rerun, the lattice best is the same and its midpoints are there).
+    if tune.refine {
+        let mut added: Vec<Point> = Vec::new();
+        for c in choices(&results, tune)? {
+            let Some(like) = point_of(&results, &c, tune) else {
+                continue;
+            };
+            for v in c.midpoints(|v| tune.on_lattice(v)) {
+                for &seed in &tune.decl.selection_seeds {
+                    added.push(sweep.derive(like, &v, seed)?);
+                }
+                crate::say!(
+                    "tp-sweep: {}: refining around its best: trying {} too",
+                    c.variant,
+                    v.label()
+                );
+            }
         }
         let round = Sweep {
             points: added,

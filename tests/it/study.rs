@@ -46,6 +46,7 @@ fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
                     decl: TuneDecl {
                         keys: tune.decl.keys.clone(),
                         selection_seeds: tune.decl.selection_seeds.clone(),
+                        stall_margin: tune.decl.stall_margin,
                     },
                     report_seeds: tune.report_seeds.clone(),
                     from: None,

@@ -197,6 +197,78 @@ fn tune_from_runs_each_layout_at_its_familys_chosen_value() {
     assert_eq!(record["choices"][0]["source"], "out's tttt");
 }
 
+/// A crossed design: the TP degree crossed with the layout, each (degree, layout) cell
+/// tuned on its own selection runs (never on another degree's), refined once at the
+/// geometric midpoint beside its lattice best (the grid steps x4: 0.001, 0.004, 0.016;
+/// no extension), and its report seed run at that cell's own choice; a rerun trains
+/// nothing.
+#[test]
+fn a_crossed_design_tunes_and_refines_each_cell_on_its_own() {
+    let body = "grid: {tp: [1, 2], pattern: [tttt]}\ntune: {grid: {learning_rate: [1.0e-3, 4.0e-3, 1.6e-2]}, seeds: [11, 12], refine: true}\nseeds: [1]\nbaseline: tttt\n";
+    let d = scratch("tuned-crossed");
+    let o = sweep(&d, body);
+    assert_ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let out = d.join("out");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("tuning.json")).unwrap()).unwrap();
+    let choices = record["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2, "one choice a cell: {record}");
+    for tp in [1, 2] {
+        let name =
+            |lr: &str, seed: u64| format!("tp={tp},pattern=tttt,learning_rate={lr},seed={seed}");
+        let mean = |lr: &str| {
+            (final_val(&out.join(name(lr, 11))) + final_val(&out.join(name(lr, 12)))) / 2.0
+        };
+        let lattice = ["0.001", "0.004", "0.016"];
+        let coarse = lattice
+            .into_iter()
+            .min_by(|a, b| mean(a).total_cmp(&mean(b)))
+            .unwrap();
+        // The midpoints beside the lattice best, each on the side it has a neighbour.
+        let mids: Vec<&str> = match coarse {
+            "0.001" => vec!["0.002"],
+            "0.004" => vec!["0.002", "0.008"],
+            _ => vec!["0.008"],
+        };
+        for m in &mids {
+            assert!(
+                text.contains(&format!(
+                    "refining around its best: trying learning_rate {m} too"
+                )),
+                "{text}"
+            );
+            assert!(
+                out.join(name(m, 12)).join("summary.json").is_file(),
+                "{tp}: {m}"
+            );
+        }
+        let best = lattice
+            .iter()
+            .chain(&mids)
+            .min_by(|a, b| mean(a).total_cmp(&mean(b)))
+            .unwrap();
+        let choice = choices
+            .iter()
+            .find(|c| {
+                c["setting"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("tp {tp},"))
+            })
+            .unwrap();
+        assert_eq!(choice["chosen"][0][1], *best, "tp {tp}: {choice}");
+        assert!(
+            out.join(name(best, 1)).join("summary.json").is_file(),
+            "tp {tp}'s report at {best}"
+        );
+    }
+    let again = sweep(&d, body);
+    assert_ok(&again);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(!text.contains("running"), "{text}");
+}
+
 #[test]
 fn tune_mistakes_are_one_line_before_anything_runs() {
     assert_sweeps_refused(
@@ -225,6 +297,18 @@ fn tune_mistakes_are_one_line_before_anything_runs() {
             (
                 "grid: {pattern: [tttt]}\ntune: {grid: {lr: [1.0e-3]}, seeds: [3]}\nseeds: [1]\n",
                 "lr",
+            ),
+            (
+                "grid: {pattern: [tttt]}\ntune: {grid: {learning_rate: [1.0e-3, 2.0e-3, 5.0e-3]}, seeds: [3], refine: true}\nseeds: [1]\n",
+                "tune.refine in sweep.yaml needs tune.grid's `learning_rate` to step evenly",
+            ),
+            (
+                "grid: {pattern: [tttt]}\ntune: {grid: {learning_rate: [1.0e-3]}, seeds: [3], refine: true}\nseeds: [1]\n",
+                "needs two or more numbers",
+            ),
+            (
+                "grid: {pattern: [tttt]}\ntune: {grid: {learning_rate: [1.0e-3]}, seeds: [3], stall_margin: -1}\nseeds: [1]\n",
+                "tune.stall_margin in sweep.yaml must be a positive",
             ),
         ],
     );

@@ -4,7 +4,8 @@
 //! loss curves and replicate groups (`runs`), and the link model's calibration against
 //! real links (`calibration`), the table of runs on a modelled link (`on_link`), and a
 //! study's loss penalty of each pattern against its setting's baseline (`penalty`) and
-//! how it changes along the study's axes (`penalty_change`), and where and how long its
+//! how it changes along the study's axes (`penalty_change`), arranged axis by axis
+//! (`penalty_axis`), and where and how long its
 //! settings trained (`penalty_provenance`); a run's typed identity in a study (`variant`:
 //! its layout and compression; `setting`: the rest of its configuration), and the one
 //! table type every report renders to markdown and CSV (`table`); tuned studies, each
@@ -16,6 +17,7 @@
 pub mod calibration;
 pub mod on_link;
 pub mod penalty;
+pub mod penalty_axis;
 pub mod penalty_change;
 pub mod penalty_provenance;
 pub mod penalty_table;

@@ -11,7 +11,7 @@
 //! best values.
 
 pub use super::setting::Setting;
-use super::stats::{holm, paired_differences, Replicates};
+use super::stats::{holm, paired_differences, Replicates, Signs};
 use crate::config::Variant;
 use crate::run_dir::{read_config, read_summary};
 use anyhow::Result;
@@ -90,6 +90,11 @@ pub struct PenaltyRow {
     /// The paired difference's p-value adjusted by Holm's method over the setting's
     /// layouts compared with the same baseline; `None` where there is no difference.
     pub p_holm: Option<f64>,
+    /// The paired differences' signs, and the exact sign test's p-value adjusted by
+    /// Holm's method over the same family: the distribution-free check beside the t-test
+    /// where pairs are few.
+    pub signs: Option<Signs>,
+    pub p_sign_holm: Option<f64>,
     /// The half-width of the difference's two-sided interval at 1 - 0.05/m, Bonferroni over
     /// the same family: intervals that hold together, at 95%, for every layout compared.
     pub corrected_half: Option<f64>,
@@ -127,10 +132,12 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&Variant>) -> Vec<Pena
             let losses = seeded(members);
             let val = Replicates::of(&losses.iter().map(|l| l.1).collect::<Vec<_>>())?;
             let base = base_of(setting).filter(|b| *b != variant);
-            let diff = base.and_then(|b| {
+            let diffs: Option<Vec<f64>> = base.map(|b| {
                 let base_losses = seeded(&groups[&(setting, b)]);
-                Replicates::of(&paired_differences(&losses, &base_losses))
+                paired_differences(&losses, &base_losses)
             });
+            let diff = diffs.as_deref().and_then(Replicates::of);
+            let signs = diff.and(diffs.as_deref()).map(Signs::of);
             Some(PenaltyRow {
                 setting: setting.clone(),
                 setting_label: setting.label(),
@@ -151,6 +158,8 @@ pub fn penalty_rows(runs: &[PenaltyRun], baseline: Option<&Variant>) -> Vec<Pena
                     })
                     .collect(),
                 p_holm: None,
+                signs,
+                p_sign_holm: None,
                 upper_bound: None,
                 corrected_half: None,
                 tuned: None,
@@ -206,9 +215,14 @@ fn correct_for_multiplicity(rows: &mut [PenaltyRow]) {
             .iter()
             .map(|&i| rows[i].diff.map_or(1.0, |d| d.p_value()))
             .collect();
+        let p_sign: Vec<f64> = members
+            .iter()
+            .map(|&i| rows[i].signs.map_or(1.0, |s| s.p_value()))
+            .collect();
         let m = members.len() as f64;
-        for (&i, adjusted) in members.iter().zip(holm(&p)) {
+        for ((&i, adjusted), sign) in members.iter().zip(holm(&p)).zip(holm(&p_sign)) {
             rows[i].p_holm = Some(adjusted);
+            rows[i].p_sign_holm = Some(sign);
             rows[i].upper_bound = rows[i].diff.map(|d| d.upper_bound(ALPHA / m));
             rows[i].corrected_half = rows[i].diff.map(|d| d.half_width(ALPHA / m));
         }

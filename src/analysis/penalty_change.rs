@@ -6,9 +6,10 @@
 //! change with its 95% interval, not two intervals eyed against each other (each of which
 //! carries the seeds' spread that the pairing takes out).
 
+use super::penalty::ALPHA;
 use super::penalty::{PenaltyRow, PenaltyRun, Setting};
 use super::setting::Axis;
-use super::stats::{by_seed, Replicates};
+use super::stats::{by_seed, holm, Replicates, Signs};
 use super::table::Table;
 use crate::config::Variant;
 
@@ -32,6 +33,56 @@ pub struct PenaltyChange {
     pub to_penalty: f64,
     /// Per seed: the penalty in `to` less the penalty in `from`.
     pub change: Replicates,
+    /// Their signs (the exact sign test's input).
+    pub signs: Signs,
+    /// Corrected over the changes along the same axis (one family: every change the table
+    /// gives on that axis): the t-test's p adjusted by Holm's method, the sign test's
+    /// likewise, and the half-width of the change's Bonferroni interval (1 - 0.05/m).
+    pub p_holm: f64,
+    pub p_sign_holm: f64,
+    pub corrected_half: f64,
+    /// m: how many changes the axis's family holds.
+    pub family: usize,
+}
+
+impl PenaltyChange {
+    /// What the change says in words, at the family's 5% (Holm): the penalty `grows`,
+    /// `shrinks`, or `no change detected`.
+    pub fn direction(&self) -> &'static str {
+        match (self.p_holm < ALPHA, self.change.mean > 0.0) {
+            (true, true) => "grows",
+            (true, false) => "shrinks",
+            (false, _) => "no change detected",
+        }
+    }
+}
+
+/// Holm's p-values (t and sign test) and Bonferroni intervals per axis.
+fn correct_per_axis(changes: &mut [PenaltyChange]) {
+    let mut axes: Vec<Axis> = changes.iter().map(|c| c.axis).collect();
+    axes.sort();
+    axes.dedup();
+    for axis in axes {
+        let members: Vec<usize> = (0..changes.len())
+            .filter(|&i| changes[i].axis == axis)
+            .collect();
+        let p: Vec<f64> = members
+            .iter()
+            .map(|&i| changes[i].change.p_value())
+            .collect();
+        let p_sign: Vec<f64> = members
+            .iter()
+            .map(|&i| changes[i].signs.p_value())
+            .collect();
+        let m = members.len();
+        for ((&i, ph), ps) in members.iter().zip(holm(&p)).zip(holm(&p_sign)) {
+            let c = &mut changes[i];
+            c.p_holm = ph;
+            c.p_sign_holm = ps;
+            c.corrected_half = c.change.half_width(ALPHA / m as f64);
+            c.family = m;
+        }
+    }
 }
 
 /// (seed, pattern − baseline) in `setting`, for the seeds that ran both.
@@ -147,10 +198,16 @@ pub fn penalty_changes(runs: &[PenaltyRun], rows: &[PenaltyRow]) -> Vec<PenaltyC
                     from_penalty: mean(|p| p.0),
                     to_penalty: mean(|p| p.1),
                     change,
+                    signs: Signs::of(&changes),
+                    p_holm: 1.0,
+                    p_sign_holm: 1.0,
+                    corrected_half: f64::INFINITY,
+                    family: 0,
                 });
             }
         }
     }
+    correct_per_axis(&mut out);
     out
 }
 
@@ -172,6 +229,18 @@ fn interval(r: &Replicates) -> String {
     }
 }
 
+/// The change's Bonferroni interval over its axis, `-` for one pair.
+fn corrected(c: &PenaltyChange) -> String {
+    match c.corrected_half.is_finite() {
+        true => format!(
+            "{:+.4} .. {:+.4}",
+            c.change.mean - c.corrected_half,
+            c.change.mean + c.corrected_half
+        ),
+        false => "-".into(),
+    }
+}
+
 fn significant(r: &Replicates) -> String {
     if r.excludes_zero() { "yes" } else { "no" }.into()
 }
@@ -190,6 +259,10 @@ pub fn markdown(changes: &[PenaltyChange]) -> String {
         "pairs",
         "detectable (80% power)",
         "significant",
+        "interval (Bonferroni over the axis)",
+        "p (Holm over the axis)",
+        "signs, sign test p (Holm)",
+        "direction (Holm)",
     ]);
     for c in changes {
         t.row([
@@ -204,10 +277,14 @@ pub fn markdown(changes: &[PenaltyChange]) -> String {
             c.change.n.to_string(),
             detectable(&c.change).map_or("-".into(), |d| format!("{d:.4}")),
             significant(&c.change),
+            corrected(c),
+            format!("{:.3}", c.p_holm),
+            format!("{}+ {}- {:.3}", c.signs.above, c.signs.below, c.p_sign_holm),
+            c.direction().to_string(),
         ]);
     }
     format!(
-        "How each pattern's penalty (its final val loss less its baseline's, paired by seed) changes between two settings that differ along one axis only: TP degree, length (iterations), model (layers, width, heads) or tuning (every layout at one value of the tuned keys, then each at its own best: the change is what tuning did to the penalty). Per seed that has both patterns in both settings: the penalty in the second setting less the penalty in the first, with the 95% interval of its mean (Student's t). The penalties shown are the means over those seeds. A change whose interval excludes zero grows (+) or shrinks (-) the gap; one that does not, leaves it within what the pairs can tell.\n\n{}",
+        "How each pattern's penalty (its final val loss less its baseline's, paired by seed) changes between two settings that differ along one axis only: TP degree, length (iterations), width, depth, heads, model (several of layers, width and heads), width and TP degree together at the same width per rank C/N, or tuning (every layout at one value of the tuned keys, then each at its own best: the change is what tuning did to the penalty). Per seed that has both patterns in both settings: the penalty in the second setting less the penalty in the first, with the 95% interval of its mean (Student's t). The penalties shown are the means over those seeds. A change whose interval excludes zero grows (+) or shrinks (-) the gap; one that does not, leaves it within what the pairs can tell. Corrected for the changes the table gives along the same axis (m of them): the interval at 1 - 0.05/m (Bonferroni), the t-test's p adjusted by Holm's method, the exact sign test beside it (how many pairs grew and shrank, its binomial p Holm-adjusted likewise: it assumes nothing of the changes' distribution, and 4 pairs can never reach 5%), and the direction that survives the correction.\n\n{}",
         t.markdown()
     )
 }
@@ -234,6 +311,12 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
         "detectable",
         "significant",
         "from_values",
+        "half_corrected",
+        "p_holm",
+        "above",
+        "below",
+        "p_sign_holm",
+        "direction",
     ]);
     for c in changes {
         let (from, to) = (&c.from_setting, &c.to_setting);
@@ -263,6 +346,14 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
             detectable(&c.change).map_or(String::new(), |d| format!("{d:.6}")),
             significant(&c.change),
             from_values,
+            Some(c.corrected_half)
+                .filter(|h| h.is_finite())
+                .map_or(String::new(), |h| format!("{h:.6}")),
+            format!("{:.6}", c.p_holm),
+            c.signs.above.to_string(),
+            c.signs.below.to_string(),
+            format!("{:.6}", c.p_sign_holm),
+            c.direction().to_string(),
         ]);
     }
     t.csv()
@@ -323,7 +414,12 @@ mod tests {
         assert!((c.change.mean - 0.01).abs() < 1e-9, "{:?}", c.change);
         let table = Table::from_csv(&csv(&changes)).unwrap();
         assert_eq!(table.rows()[0][0], "tuning");
-        assert_eq!(table.rows()[0].last().unwrap(), "learning_rate 0.001");
+        let from_values = table
+            .header()
+            .iter()
+            .position(|h| h == "from_values")
+            .unwrap();
+        assert_eq!(table.rows()[0][from_values], "learning_rate 0.001");
     }
 
     #[test]

@@ -48,6 +48,10 @@ fn cells(r: &PenaltyRow, cols: Columns) -> Vec<String> {
         r.p_holm.map_or("-".into(), |p| format!("{p:.3}")),
         r.p_holm
             .map_or("-".into(), |p| if p < ALPHA { "yes" } else { "no" }.into()),
+        match (r.signs, r.p_sign_holm) {
+            (Some(s), Some(p)) => format!("{}+ {}- {p:.3}", s.above, s.below),
+            _ => "-".into(),
+        },
     ]);
     if let Some(m) = cols.margin {
         cells.push(r.upper_bound.map_or("-".into(), |u| format!("{u:+.4}")));
@@ -76,6 +80,7 @@ fn header(cols: Columns) -> Vec<String> {
             "detectable (80% power)",
             "p (Holm)",
             "significant (Holm)",
+            "signs, sign test p (Holm)",
         ]
         .map(String::from),
     );
@@ -104,7 +109,7 @@ pub fn markdown(rows: &[PenaltyRow], margin: Option<f64>) -> String {
         " Non-inferiority against a margin of +{m}: the difference's one-sided upper bound at 1 - 0.05/m (m: the layouts compared with that baseline in that setting, Bonferroni) is below the margin, i.e. the layout is at most {m} worse, with the family's error rate at 5%."
     ));
     format!(
-        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations, data; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t, not corrected for the number of layouts) and its interval corrected for them (Bonferroni: at 1 - 0.05/m, m the layouts compared with that baseline in that setting, so that all of a setting's intervals hold together at 95%), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and its p-value adjusted by Holm's method over the layouts compared with that baseline in that setting: `significant (Holm)` keeps the chance of any false finding in the setting at 5%.{margin_text}{tuned} All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n{}",
+        "Final val loss over the whole validation split per setting (model layers x width / heads, TP degree, iterations, data; settings that share those also name the config keys that differ) and pattern; the difference from the setting's baseline paired by seed, with its 95% interval (Student's t, not corrected for the number of layouts) and its interval corrected for them (Bonferroni: at 1 - 0.05/m, m the layouts compared with that baseline in that setting, so that all of a setting's intervals hold together at 95%), the number of pairs, the smallest true difference those pairs would find significant four times in five (80% power at the spread they show), and its p-value adjusted by Holm's method over the layouts compared with that baseline in that setting: `significant (Holm)` keeps the chance of any false finding in the setting at 5%. The t-based p rests on the differences being normal; beside it, the exact sign test (how many pairs lie above and below zero, and the binomial p of so lopsided a split, Holm-adjusted over the same family) assumes nothing of their distribution: n pairs all of one sign give 2/2^n (4 pairs: 0.125, never significant; 8: 0.0078).{margin_text}{tuned} All-reduces: blocks.md's count per forward pass, and in brackets those a rank waits for with nothing to compute (a ladder hides the rest).\n\n{}",
         t.markdown()
     )
 }
@@ -135,6 +140,7 @@ pub fn csv(rows: &[PenaltyRow]) -> String {
         "upper_bound_corrected",
         "tuned",
         "diff_half_corrected",
+        "p_sign_holm",
     ]);
     for r in rows {
         let d = r.diff.as_ref();
@@ -167,6 +173,7 @@ pub fn csv(rows: &[PenaltyRow]) -> String {
             num(r.upper_bound.filter(|u| u.is_finite())),
             r.tuned.clone().unwrap_or_default(),
             num(r.corrected_half.filter(|h| h.is_finite())),
+            num(r.p_sign_holm),
         ]);
     }
     t.csv()

@@ -10,26 +10,46 @@ use std::collections::BTreeMap;
 /// An axis along which a study's settings differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Axis {
-    /// The TP degree.
+    /// The TP degree N.
     Tp,
-    /// The training length (iterations).
+    /// The training length (iterations: tokens, at one batch and block size).
     Length,
-    /// The model: layers, width, heads.
+    /// The width C (n_embd), at the same layers and heads.
+    Width,
+    /// The layers, at the same width and heads.
+    Depth,
+    /// The heads, at the same width and layers.
+    Heads,
+    /// Several of layers, width and heads at once.
     Model,
+    /// The width and the TP degree together at the same width per rank C/N (each rank's
+    /// private path as wide): whether C/N alone predicts a penalty.
+    WidthPerRank,
     /// Tuning: every layout at one value of some config keys, against each layout at its
     /// own best value of them (the untuned answer against the tuned one).
     Tuning,
 }
 
 impl Axis {
-    /// The axis a config key lies on, if any.
-    fn of_key(key: &str) -> Option<Self> {
-        match key {
-            "tp" => Some(Axis::Tp),
-            "max_iters" => Some(Axis::Length),
-            "n_layer" | "n_embd" | "n_head" => Some(Axis::Model),
-            _ => None,
-        }
+    /// The axis along which settings whose config keys `differing` differ (every other
+    /// key equal) lie, if one: `per_rank_equal` says whether their width per TP rank is.
+    fn of_keys(differing: &[&str], per_rank_equal: bool) -> Option<Self> {
+        let model = ["n_layer", "n_embd", "n_head"];
+        let all_in = |set: &[&str]| differing.iter().all(|k| set.contains(k));
+        let has = |k: &str| differing.contains(&k);
+        Some(match differing {
+            [] => return None,
+            ["tp"] => Axis::Tp,
+            ["max_iters"] => Axis::Length,
+            ["n_embd"] => Axis::Width,
+            ["n_layer"] => Axis::Depth,
+            ["n_head"] => Axis::Heads,
+            _ if all_in(&model) => Axis::Model,
+            _ if all_in(&["n_embd", "n_head", "tp"]) && has("n_embd") && has("tp") => {
+                return per_rank_equal.then_some(Axis::WidthPerRank)
+            }
+            _ => return None,
+        })
     }
 }
 
@@ -38,7 +58,11 @@ impl std::fmt::Display for Axis {
         f.write_str(match self {
             Axis::Tp => "tp",
             Axis::Length => "length",
+            Axis::Width => "width",
+            Axis::Depth => "depth",
+            Axis::Heads => "heads",
             Axis::Model => "model",
+            Axis::WidthPerRank => "width and tp at equal C/N",
             Axis::Tuning => "tuning",
         })
     }
@@ -60,6 +84,9 @@ pub struct Setting {
     /// The rest of the config, key by key (the layout, the compression, the seed and the
     /// tuned keys blank).
     pub(crate) rest: BTreeMap<String, String>,
+    /// The tuned keys' values were chosen in another setting (a sweep's `tune.from`: the
+    /// 12-layer rate at 6 layers, the 2000-iteration rate at 6000), not tuned in this one.
+    pub borrowed: bool,
 }
 
 impl Setting {
@@ -86,6 +113,7 @@ impl Setting {
             dataset: cfg.model.dataset.clone(),
             tuned: tuned.to_vec(),
             rest,
+            borrowed: false,
         })
     }
 
@@ -95,11 +123,13 @@ impl Setting {
     }
 
     /// `12x128/4h, tp 2, 2000 it, shakespeare_char`, and `, learning_rate tuned` where
-    /// each layout ran at its own best.
+    /// each layout ran at its own best (`, learning_rate borrowed` where that best was
+    /// chosen in another setting).
     pub fn label(&self) -> String {
-        let tuned = match self.tuned.is_empty() {
-            true => String::new(),
-            false => format!(", {} tuned", self.tuned.join(" and ")),
+        let tuned = match (self.tuned.is_empty(), self.borrowed) {
+            (true, _) => String::new(),
+            (false, false) => format!(", {} tuned", self.tuned.join(" and ")),
+            (false, true) => format!(", {} borrowed", self.tuned.join(" and ")),
         };
         format!(
             "{}, tp {}, {} it, {}{tuned}",
@@ -117,17 +147,21 @@ impl Setting {
         if self.tuned != other.tuned {
             return self.tuning_to(other);
         }
-        let keys = self.rest.keys().chain(other.rest.keys());
-        let differing = keys.filter(|k| self.rest.get(*k) != other.rest.get(*k));
-        let mut found = None;
-        for key in differing {
-            match (Axis::of_key(key), found) {
-                (None, _) => return None,
-                (Some(a), Some(f)) if a != f => return None,
-                (a, _) => found = a,
-            }
-        }
-        found
+        let mut differing: Vec<&str> = self
+            .rest
+            .keys()
+            .chain(other.rest.keys())
+            .filter(|k| self.rest.get(*k) != other.rest.get(*k))
+            .map(String::as_str)
+            .collect();
+        differing.sort();
+        differing.dedup();
+        Axis::of_keys(&differing, self.width_per_rank() == other.width_per_rank())
+    }
+
+    /// C/N: the width each TP rank's share of a block's hidden units scales with.
+    pub fn width_per_rank(&self) -> usize {
+        self.n_embd / self.tp.max(1)
     }
 
     /// [`Axis::Tuning`] where one of the two settings ran every layout at one value of
@@ -189,6 +223,7 @@ pub(crate) mod tests {
             dataset: "shakespeare_char".into(),
             tuned: Vec::new(),
             rest: Default::default(),
+            borrowed: false,
         }
     }
 
@@ -213,12 +248,52 @@ pub(crate) mod tests {
             axis("n_layer:6 n_head:8 tp:2 max_iters:2000 seed:0"),
             Some(Axis::Model)
         );
+        assert_eq!(
+            axis("n_layer:6 n_head:4 tp:2 max_iters:2000 seed:0"),
+            Some(Axis::Depth)
+        );
+        assert_eq!(
+            axis("n_layer:4 n_head:8 tp:2 max_iters:2000 seed:0"),
+            Some(Axis::Heads)
+        );
         assert_eq!(axis("n_layer:6 n_head:4 tp:4 max_iters:2000 seed:0"), None);
         assert_eq!(
             axis("n_layer:4 n_head:4 tp:8 max_iters:2000 seed:0 lr:1"),
             None
         );
         assert_eq!(axis("n_layer:4 n_head:4 tp:2 max_iters:2000 seed:0"), None);
+    }
+
+    /// Width alone is the width axis; width and TP degree together lie on one axis only
+    /// where the width per rank C/N is the same on both sides (12 x 128 at tp 2 and
+    /// 12 x 256 at tp 4: C/N 64), the question whether C/N alone predicts a penalty.
+    #[test]
+    fn width_is_an_axis_and_width_with_degree_one_at_equal_width_per_rank() {
+        let of = |n_embd: usize, n_head: usize, tp: usize| Setting {
+            n_embd,
+            n_head,
+            tp,
+            rest: keyed(&format!(
+                "n_embd:{n_embd} n_head:{n_head} tp:{tp} max_iters:2000"
+            )),
+            ..setting(tp)
+        };
+        assert_eq!(of(128, 4, 2).axis_to(&of(256, 4, 2)), Some(Axis::Width));
+        assert_eq!(of(128, 4, 2).axis_to(&of(256, 8, 2)), Some(Axis::Model));
+        assert_eq!(
+            of(128, 4, 2).axis_to(&of(256, 8, 4)),
+            Some(Axis::WidthPerRank)
+        );
+        assert_eq!(
+            of(128, 8, 2).axis_to(&of(256, 8, 4)),
+            Some(Axis::WidthPerRank)
+        );
+        assert_eq!(
+            of(128, 4, 2).axis_to(&of(256, 4, 8)),
+            None,
+            "C/N 64 against 32"
+        );
+        assert_eq!(of(128, 8, 2).width_per_rank(), 64);
     }
 
     /// A setting with the learning rate tuned per layout lies on the tuning axis from the

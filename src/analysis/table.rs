@@ -29,6 +29,10 @@ impl Table {
         &self.rows
     }
 
+    pub fn header(&self) -> &[String] {
+        &self.header
+    }
+
     /// `| a | b |` lines under a `|---|---|` rule (a `|` inside a cell escaped).
     pub fn markdown(&self) -> String {
         let line = |cells: &[String]| {

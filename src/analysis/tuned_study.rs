@@ -93,10 +93,12 @@ fn add_tuned_sweep(study: &mut TunedStudy, sweep: &TunedSweep) -> Result<()> {
             study.set_apart.push(d.clone());
             continue;
         }
-        let Some(run) = PenaltyRun::load(d, keys)? else {
+        let Some(mut run) = PenaltyRun::load(d, keys)? else {
             study.left_out.push(unfinished(d));
             continue;
         };
+        // Values another sweep chose: this setting did not tune them, and says so.
+        run.setting.borrowed = record.from.is_some();
         if record.from.is_some() && !choices.iter().any(|c| is_of(c, &run)) {
             choices.push(carried_choice(record, &run));
         }

@@ -12,7 +12,7 @@ use tp_harness::analysis::penalty_table;
 use tp_harness::analysis::runs::{merge_replicates_on, ComputeCpu};
 use tp_harness::analysis::tuned_study;
 use tp_harness::analysis::{merge_replicates, parse_link, RunCurves};
-use tp_harness::analysis::{penalty_change, penalty_provenance};
+use tp_harness::analysis::{penalty_axis, penalty_change, penalty_provenance};
 use tp_harness::config::Variant;
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
@@ -58,7 +58,8 @@ struct Args {
     /// baseline (same model, TP degree and length), paired by seed (penalty.{md,csv},
     /// penalty_vs_tp, penalty_vs_iters and penalty_vs_syncs .{png,svg}), and how each
     /// penalty changes between settings that differ along one axis, paired by seed
-    /// (penalty_change.{md,csv}). Unfinished runs are left out.
+    /// (penalty_change.{md,csv}), and those changes axis by axis with each penalty beside
+    /// them (penalty_by_axis.md). Unfinished runs are left out.
     #[arg(long)]
     penalty: bool,
     /// Instead of loss curves: one traced step of each run (trained with --trace) on a
@@ -156,6 +157,12 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         write_atomic(&md_path, md.as_bytes())?;
         write_atomic(&csv_path, penalty_change::csv(&changes).as_bytes())?;
         files.extend([md_path, csv_path]);
+    }
+    // The same changes axis by axis, each penalty beside them.
+    if let Some(md) = penalty_axis::markdown(&changes, &rows) {
+        let path = out.join("penalty_by_axis.md");
+        write_atomic(&path, md.as_bytes())?;
+        files.push(path);
     }
     files.extend(plot_penalty(&rows, &out)?);
     Ok(files)

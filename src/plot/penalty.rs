@@ -1,6 +1,7 @@
 //! A study's penalty figures (`tp-plot --penalty`): each pattern's paired difference in
-//! final val loss from its setting's baseline, with the 95% interval as an error bar,
-//! against the TP degree and against the synchronisations per pass. Zero is drawn: an
+//! final val loss from its setting's baseline, with its interval corrected over the
+//! setting's layouts (Bonferroni, as penalty.md's) as an error bar, against the TP degree,
+//! the length, the width, the width per rank and the synchronisations per pass. Zero is drawn: an
 //! interval that crosses it is no evidence of a penalty.
 
 use super::font;
@@ -12,6 +13,33 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::{Path, PathBuf};
 
+/// What a series name adds after the model, degree and length: the corpus where it is
+/// not Shakespeare's characters, and the tuned keys.
+fn tail(s: &crate::analysis::setting::Setting) -> String {
+    let data = match s.dataset.as_str() {
+        "shakespeare_char" => String::new(),
+        d => format!(", {d}"),
+    };
+    let tuned = match (s.tuned.is_empty(), s.borrowed) {
+        (true, _) => String::new(),
+        (false, false) => format!(", {} tuned", s.tuned.join(", ")),
+        (false, true) => format!(", {} borrowed", s.tuned.join(", ")),
+    };
+    format!("{data}{tuned}")
+}
+
+/// Whether the rows hold two settings that differ in both width and TP degree (the
+/// question whether C/N alone predicts a penalty).
+fn crosses_width_and_degree(rows: &[PenaltyRow]) -> bool {
+    rows.iter().any(|a| {
+        rows.iter().any(|b| {
+            a.setting.n_embd != b.setting.n_embd
+                && a.setting.tp != b.setting.tp
+                && a.setting.n_layer == b.setting.n_layer
+        })
+    })
+}
+
 /// A row's series name and x in one figure.
 type SeriesKey = fn(&PenaltyRow) -> (String, f64);
 
@@ -19,25 +47,29 @@ type SeriesKey = fn(&PenaltyRow) -> (String, f64);
 /// it has only one pair) and the pattern.
 type Point = (f64, f64, f64, String);
 
-/// `penalty_vs_tp.{png,svg}` and `penalty_vs_iters.{png,svg}` (where the rows cover more
-/// than one TP degree, or length, of a setting that is otherwise the same: one line per
-/// pattern), `penalty_vs_syncs.{png,svg}`, and `penalty_vs_prun.{png,svg}` where a
+/// `penalty_vs_tp`, `penalty_vs_iters`, `penalty_vs_width` and
+/// `penalty_vs_width_per_rank` `.{png,svg}` (where the rows cover more than one value of
+/// the axis in a setting otherwise the same: one line per pattern; C/N's only where some
+/// settings differ in both width and degree), `penalty_vs_syncs.{png,svg}`, and `penalty_vs_prun.{png,svg}` where a
 /// setting has three or more layouts of the `s`-then-`p` family.
 pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
     font::ensure_font()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut files = Vec::new();
-    let axes: [(&str, Axis, SeriesKey); 2] = [
+    // One line per layout along each axis, through the settings that differ along it
+    // alone: the series name holds the rest of the setting, so that lines of different
+    // models, lengths, corpora or tuning never join.
+    let axes: [(&str, Axis, SeriesKey); 4] = [
         (
             "penalty_vs_tp",
             Axis {
-                desc: "TP degree",
+                desc: "TP degree N",
                 log2: true,
                 lines: true,
             },
             |r| {
                 let s = &r.setting;
-                let rest = format!("{}, {} it", s.model(), s.iters);
+                let rest = format!("{}, {} it{}", s.model(), s.iters, tail(s));
                 (format!("{} ({rest})", r.variant), (s.tp as f64).log2())
             },
         ),
@@ -50,17 +82,58 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
             },
             |r| {
                 let s = &r.setting;
-                let rest = format!("{}, tp {}", s.model(), s.tp);
+                let rest = format!("{}, tp {}{}", s.model(), s.tp, tail(s));
                 (format!("{} ({rest})", r.variant), s.iters as f64)
+            },
+        ),
+        (
+            "penalty_vs_width",
+            Axis {
+                desc: "width C (n_embd)",
+                log2: true,
+                lines: true,
+            },
+            |r| {
+                let s = &r.setting;
+                let rest = format!(
+                    "{} layers / {}h, tp {}, {} it{}",
+                    s.n_layer,
+                    s.n_head,
+                    s.tp,
+                    s.iters,
+                    tail(s)
+                );
+                (format!("{} ({rest})", r.variant), (s.n_embd as f64).log2())
+            },
+        ),
+        (
+            "penalty_vs_width_per_rank",
+            Axis {
+                desc: "width per TP rank C/N",
+                log2: true,
+                lines: true,
+            },
+            |r| {
+                let s = &r.setting;
+                let rest = format!("{} layers, {} it{}", s.n_layer, s.iters, tail(s));
+                (
+                    format!("{} ({rest})", r.variant),
+                    (s.width_per_rank() as f64).log2(),
+                )
             },
         ),
     ];
     for (name, axis, key) in axes {
-        // Only series that vary along the axis: a single point says nothing of it.
+        // Only series that vary along the axis: a single point says nothing of it (and
+        // C/N's figure only where some line crosses a width and a degree: otherwise it
+        // repeats the width's or the degree's).
         let lines: Vec<_> = series(rows, false, key)
             .into_iter()
             .filter(|s| s.1.len() > 1)
             .collect();
+        if name == "penalty_vs_width_per_rank" && !crosses_width_and_degree(rows) {
+            continue;
+        }
         if !lines.is_empty() {
             files.extend(both_formats!(out, name, (1100, 700), |a| draw(
                 a, &lines, &axis
@@ -123,10 +196,12 @@ fn series(
     };
     let mut out: Vec<(String, Vec<Point>)> = Vec::new();
     for r in rows {
-        let (y, ci) = match &r.diff {
-            Some(d) => (d.mean, if d.ci95.is_finite() { d.ci95 } else { 0.0 }),
-            None if baselines && is_baseline(r) => (0.0, 0.0),
-            None => continue,
+        // The interval corrected over the setting's layouts (Bonferroni), as the table's.
+        let (y, ci) = match (&r.diff, r.corrected_half) {
+            (Some(d), Some(h)) => (d.mean, if h.is_finite() { h } else { 0.0 }),
+            (Some(d), None) => (d.mean, if d.ci95.is_finite() { d.ci95 } else { 0.0 }),
+            (None, _) if baselines && is_baseline(r) => (0.0, 0.0),
+            (None, _) => continue,
         };
         let (name, x) = key(r);
         let p = (x, y, ci, r.variant.to_string());
@@ -248,7 +323,7 @@ where
     } = frame(series);
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "final val loss penalty vs the all-t baseline (paired by seed, 95% interval)",
+            "final val loss penalty vs the all-t baseline (paired by seed, interval corrected over the setting's layouts)",
             ("sans-serif", 22),
         )
         .margin(15)

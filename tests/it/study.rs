@@ -333,12 +333,19 @@ fn layouts_spelled_with_repeats_pair_with_their_stretch_across_depths_and_p_runs
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_ok(&bin("tp-plot", &d, &args, &[]));
     let changes = std::fs::read_to_string(d.join("study/penalty_change.csv")).unwrap();
+    // The same changes arranged by axis: depth's three, each with its direction.
+    let by_axis = std::fs::read_to_string(d.join("study/penalty_by_axis.md")).unwrap();
+    assert!(by_axis.contains("## depth: 3 changes"), "{by_axis}");
+    assert!(
+        by_axis.contains("| 2 layers |") && by_axis.contains("| 4 layers |"),
+        "{by_axis}"
+    );
     let pairs: Vec<(String, String)> = changes
         .lines()
         .skip(1)
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            assert_eq!((f[0], f[13]), ("model", "2"), "{changes}");
+            assert_eq!((f[0], f[13]), ("depth", "2"), "{changes}");
             (f[1].to_string(), f[2].to_string())
         })
         .collect();

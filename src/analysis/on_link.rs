@@ -66,6 +66,98 @@ fn machines(runs: &[RunCurves]) -> String {
         .join("; ")
 }
 
+/// The steps each seed's val curve takes to reach `target`: (seed, steps), `None` for a
+/// seed whose curve never gets there.
+fn seed_steps(r: &RunCurves, target: f64) -> Vec<(u64, Option<f64>)> {
+    r.seed_vals
+        .iter()
+        .map(|(seed, val)| (*seed, step_reaching(val, target)))
+        .collect()
+}
+
+/// Each seed's own modelled ms per step on `link`, for the seeds measured on the
+/// group's machine.
+fn seed_ms(r: &RunCurves, link: &Link) -> Vec<(u64, f64)> {
+    r.seed_timings
+        .iter()
+        .map(|(seed, t)| (*seed, 1e3 * t.step_seconds_on(&link.model)))
+        .collect()
+}
+
+/// A ratio's geometric mean over seeds with its 95% interval: `6.09 (5.90 .. 6.29; 8
+/// pairs)`, from the ratios' logarithms.
+fn ratio_cell(logs: &[f64]) -> String {
+    match Replicates::of(logs) {
+        Some(l) if l.ci95.is_finite() => format!(
+            "{:.2} ({:.2} .. {:.2}; {} pairs)",
+            l.mean.exp(),
+            (l.mean - l.ci95).exp(),
+            (l.mean + l.ci95).exp(),
+            l.n
+        ),
+        Some(l) => format!("{:.2} (1 pair)", l.mean.exp()),
+        None => "-".into(),
+    }
+}
+
+/// "x sooner" taken apart, against the baseline, paired by seed: the step ratio on the
+/// link (the baseline's modelled ms per step over the group's, each seed's own run
+/// measured on the machine named), the loss-curve ratio (the baseline's steps to the
+/// target over the group's) and their product (minutes over minutes, each seed at its own
+/// step time where measured there, else its group's median run's): the product's log is
+/// the sum of the two logs seed by seed, so on the seeds that have all three the
+/// geometric means multiply exactly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sooner {
+    pub step_logs: Vec<f64>,
+    pub curve_logs: Vec<f64>,
+    pub product_logs: Vec<f64>,
+}
+
+impl Sooner {
+    pub fn of(base: &RunCurves, mine: &RunCurves, link: &Link, target: f64) -> Self {
+        let (bms, mms) = (seed_ms(base, link), seed_ms(mine, link));
+        let step_logs: Vec<f64> = by_seed(&bms, &mms)
+            .into_iter()
+            .map(|(_, b, m)| (b / m).ln())
+            .collect();
+        let reached = |r: &RunCurves| -> Vec<(u64, f64)> {
+            seed_steps(r, target)
+                .into_iter()
+                .filter_map(|(s, x)| Some((s, x?)))
+                .collect()
+        };
+        let (bs, ms) = (reached(base), reached(mine));
+        let curve_logs: Vec<f64> = by_seed(&bs, &ms)
+            .into_iter()
+            .map(|(_, b, m)| (b / m).ln())
+            .collect();
+        // Each seed's step time: its own where measured on the machine, else its group's.
+        let ms_of = |r: &RunCurves, own: &[(u64, f64)], seed: u64| -> Option<f64> {
+            own.iter()
+                .find(|(s, _)| *s == seed)
+                .map(|p| p.1)
+                .or_else(|| {
+                    r.timing
+                        .as_ref()
+                        .map(|t| 1e3 * t.step_seconds_on(&link.model))
+                })
+        };
+        let product_logs: Vec<f64> = by_seed(&bs, &ms)
+            .into_iter()
+            .filter_map(|(seed, b, m)| {
+                let (tb, tm) = (ms_of(base, &bms, seed)?, ms_of(mine, &mms, seed)?);
+                Some((b * tb / (m * tm)).ln())
+            })
+            .collect();
+        Self {
+            step_logs,
+            curve_logs,
+            product_logs,
+        }
+    }
+}
+
 /// Minutes each seed's val curve takes to reach `target` on `link`: (seed, minutes), or
 /// `None` for a seed whose curve never gets there; empty without a timing.
 fn seed_minutes(r: &RunCurves, link: &Link, target: f64) -> Vec<(u64, Option<f64>)> {
@@ -113,9 +205,9 @@ fn row(
     r: &RunCurves,
     link: &Link,
     target: f64,
-    base_minutes: Option<&[(u64, Option<f64>)]>,
+    baseline: Option<&RunCurves>,
     is_base: bool,
-) -> [String; 7] {
+) -> [String; 9] {
     let ms = r
         .timing
         .as_ref()
@@ -139,10 +231,13 @@ fn row(
         (Some(_), false) => format!("- ({} of {} seeds reach it)", reached.len(), mine.len()),
         (None, _) => "-".into(),
     };
-    let sooner = match (base_minutes, is_base) {
-        (_, true) => "1".to_string(),
-        (Some(base), false) => times_sooner(base, &mine),
-        (None, false) => "-".into(),
+    let [step, curve, sooner] = match (baseline, is_base) {
+        (_, true) => ["1".to_string(), "1".into(), "1".into()],
+        (Some(base), false) => {
+            let x = Sooner::of(base, r, link, target);
+            [&x.step_logs, &x.curve_logs, &x.product_logs].map(|l| ratio_cell(l))
+        }
+        (None, false) => ["-".to_string(), "-".into(), "-".into()],
     };
     [
         format!(
@@ -155,31 +250,10 @@ fn row(
         compute,
         show(ms, 1),
         minutes,
+        step,
+        curve,
         sooner,
     ]
-}
-
-/// The baseline's minutes over a group's, paired by seed where both reach the target:
-/// their geometric mean with its 95% interval.
-fn times_sooner(base: &[(u64, Option<f64>)], mine: &[(u64, Option<f64>)]) -> String {
-    let reached = |v: &[(u64, Option<f64>)]| -> Vec<(u64, f64)> {
-        v.iter().filter_map(|(s, m)| Some((*s, (*m)?))).collect()
-    };
-    let logs: Vec<f64> = by_seed(&reached(base), &reached(mine))
-        .into_iter()
-        .map(|(_, b, m)| (b / m).ln())
-        .collect();
-    match Replicates::of(&logs) {
-        Some(l) if l.ci95.is_finite() => format!(
-            "{:.2} ({:.2} .. {:.2}; {} pairs)",
-            l.mean.exp(),
-            (l.mean - l.ci95).exp(),
-            (l.mean + l.ci95).exp(),
-            l.n
-        ),
-        Some(l) => format!("{:.2} (1 pair)", l.mean.exp()),
-        None => "-".into(),
-    }
 }
 
 /// Markdown: label, forward all-reduces per step, final val loss (± its 95% interval
@@ -198,7 +272,7 @@ pub fn on_link_markdown(
          - compute: each group's median run by its slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\
          - compute measured on: {}\n\
          - runs made on: {}\n\n\
-         Minutes to {target:.3}: where each seed's val curve first reaches it, interpolated linearly between its evaluations (a finished run's curve ends at its whole-split final loss), times the group's modelled step; the mean over seeds with its 95% interval (Student's t). Times sooner: the baseline's minutes over the group's, paired by seed (the seeds where both reach the target), their geometric mean with its 95% interval.\n\n",
+         Minutes to {target:.3}: where each seed's val curve first reaches it, interpolated linearly between its evaluations (a finished run's curve ends at its whole-split final loss), times the group's modelled step; the mean over seeds with its 95% interval (Student's t). Times sooner, taken apart, each against the baseline, paired by seed, as a geometric mean with its 95% interval over the seeds: the step ratio (the baseline's modelled ms per step over the group's, each seed's own run measured on the machine named above: the link and the compute), the loss-curve ratio (the baseline's steps to the target over the group's: the optimisation), and their product, x sooner (the baseline's minutes over the group's, on the seeds where both reach the target; a seed not measured on that machine at its group's median step). Seed by seed the product is the step ratio times the curve ratio, so its interval holds both the compute's and the curves' spread.\n\n",
         link.label,
         link.model.gbit_per_s,
         link.model.latency_us,
@@ -206,8 +280,8 @@ pub fn on_link_markdown(
         compute_machine(runs),
         machines(runs)
     );
-    let sooner_than = baseline.map_or("x sooner (no baseline)".to_string(), |b| {
-        format!("x sooner than {}", b.variant)
+    let against = baseline.map_or("(no baseline)".to_string(), |b| {
+        format!("than {}", b.variant)
     });
     let mut t = Table::new([
         "run".to_string(),
@@ -216,16 +290,17 @@ pub fn on_link_markdown(
         "compute ms (imbalance)".into(),
         "ms/step".into(),
         format!("minutes to {target:.3} (95% interval)"),
-        sooner_than,
+        format!("step ratio {against}"),
+        format!("loss-curve ratio {against}"),
+        format!("x sooner {against} = product"),
     ]);
-    let base_minutes = baseline.map(|b| seed_minutes(b, link, target));
     let mut untimed = Vec::new();
     for r in runs {
         if r.timing.is_none() {
             untimed.push(r.label.clone());
         }
         let is_base = baseline.is_some_and(|b| std::ptr::eq(b, r));
-        t.row(row(r, link, target, base_minutes.as_deref(), is_base));
+        t.row(row(r, link, target, baseline, is_base));
     }
     s.push_str(&t.markdown());
     if !untimed.is_empty() {

@@ -126,6 +126,9 @@ pub struct RunCurves {
     pub seed_vals: Vec<(u64, Vec<(f64, f64)>)>,
     /// The machine whose measured compute `timing` holds (`None`: not recorded).
     pub timing_machine: Option<String>,
+    /// Each replicate's own timing by seed, those measured on the machine the group's
+    /// `timing` comes from: what the step ratio's interval over seeds is made of.
+    pub seed_timings: Vec<(u64, StepTiming)>,
 }
 
 /// Which CPU's measured compute a comparison's modelled times use, one for every group.
@@ -169,6 +172,7 @@ impl RunCurves {
         Ok(Self {
             seed: cfg.optim.seed,
             seed_vals: vec![(cfg.optim.seed, val.clone())],
+            seed_timings: timing.iter().map(|t| (cfg.optim.seed, t.clone())).collect(),
             timing_machine: machine,
             final_val,
             finished,
@@ -305,9 +309,11 @@ pub fn merge_replicates_on(runs: Vec<RunCurves>, cpu: &ComputeCpu) -> Result<Vec
         .map(|k| {
             let members: Vec<&RunCurves> = runs.iter().filter(|r| r.group_key == k).collect();
             let timing = median_timing(&members, machine.as_deref());
+            let seed_timings = seed_timings(&members, machine.as_deref());
             if members.len() == 1 {
                 let mut one = members[0].clone();
                 one.timing = timing;
+                one.seed_timings = seed_timings;
                 one.timing_machine = machine.clone().or(one.timing_machine);
                 return one;
             }
@@ -333,12 +339,24 @@ pub fn merge_replicates_on(runs: Vec<RunCurves>, cpu: &ComputeCpu) -> Result<Vec
                 },
                 final_ci95: fin.map(|f| f.ci95).filter(|c| c.is_finite()),
                 seed_vals: members.iter().flat_map(|r| r.seed_vals.clone()).collect(),
+                seed_timings,
                 timing,
                 timing_machine: machine.clone(),
                 ..members[0].clone()
             }
         })
         .collect())
+}
+
+/// Each member's own timing by seed, among those that measured compute on `machine`
+/// (every timed member where no machine is recorded at all).
+fn seed_timings(members: &[&RunCurves], machine: Option<&str>) -> Vec<(u64, StepTiming)> {
+    members
+        .iter()
+        .filter(|r| machine.is_none() || r.timing_machine.as_deref() == machine)
+        .filter(|r| machine.is_none() || r.timing.as_ref().is_some_and(|t| t.compute.is_some()))
+        .flat_map(|r| r.seed_timings.clone())
+        .collect()
 }
 
 /// The timing of a group: its median run by measured compute (the upper one of an even

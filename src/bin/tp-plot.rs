@@ -49,10 +49,12 @@ struct Args {
     /// GBIT:LATENCY_US (Gbit/s per direction, microseconds per message).
     #[arg(long = "link", value_name = "LINK")]
     links: Vec<String>,
-    /// The val loss the time tables count minutes to (default: the worst final val loss
-    /// of the runs, which every run reaches); `baseline`: the baseline group's worst
-    /// final val loss, which each of its seeds reaches.
-    #[arg(long, value_name = "LOSS")]
+    /// The val losses the time tables count minutes to, comma-separated (a table each):
+    /// a number, `baseline` (the baseline group's worst final val loss, which each of its
+    /// seeds reaches) or `baseline-mean` (its mean final val loss: about half its seeds
+    /// reach it, and the pairs say how many); default: the worst final val loss of the
+    /// runs, which every run reaches.
+    #[arg(long, value_name = "LOSS,...")]
     target: Option<String>,
     /// Instead of loss curves: each pattern's final val loss against its setting's
     /// baseline (same model, TP degree and length), paired by seed (penalty.{md,csv},
@@ -191,20 +193,38 @@ fn compared_curves(a: &Args) -> anyhow::Result<Vec<RunCurves>> {
     Ok(runs)
 }
 
+/// A target loss as `--target` names it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Target {
+    Loss(f64),
+    BaselineWorst,
+    BaselineMean,
+}
+
+/// `--target`'s comma-separated list.
+fn parse_targets(given: Option<&str>) -> anyhow::Result<Vec<Target>> {
+    let Some(given) = given else {
+        return Ok(Vec::new());
+    };
+    given
+        .split(',')
+        .map(|t| match t.trim() {
+            "baseline" => Ok(Target::BaselineWorst),
+            "baseline-mean" => Ok(Target::BaselineMean),
+            x => match x.parse::<f64>() {
+                Ok(v) if v.is_finite() => Ok(Target::Loss(v)),
+                _ => Err(user(
+                    "--target takes finite val losses, `baseline` (the baseline's worst final val loss, which each of its seeds reaches) or `baseline-mean` (its mean final val loss), comma-separated: e.g. --target baseline-mean,1.82",
+                )),
+            },
+        })
+        .collect()
+}
+
 /// Loss curves, the trade-off, and with `--x time` loss against modelled time on each
 /// link (the default mode).
 fn curves(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
-    let target_given = match a.target.as_deref() {
-        None | Some("baseline") => None,
-        Some(t) => match t.parse::<f64>() {
-            Ok(x) if x.is_finite() => Some(x),
-            _ => {
-                return Err(user(
-                    "--target must be a finite val loss (e.g. --target 1.9) or `baseline` (the baseline's worst final val loss, which each of its seeds reaches)",
-                ))
-            }
-        },
-    };
+    let targets_asked = parse_targets(a.target.as_deref())?;
     if a.x == XArg::Time && a.links.is_empty() {
         return Err(user(
             "--x time needs at least one --link: 10gbe, ib100, pcie4, nvlink4 or GBIT:LATENCY_US (Gbit/s, microseconds)",
@@ -265,20 +285,26 @@ fn curves(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         }
         None => on_link::baseline_of(&runs, None),
     };
-    let target = match (a.target.as_deref(), baseline) {
-        (Some("baseline"), Some(b)) => Some(
-            on_link::worst_final(b)
+    let mut targets = Vec::new();
+    for t in &targets_asked {
+        targets.push(match (t, baseline) {
+            (Target::Loss(x), _) => *x,
+            (Target::BaselineWorst | Target::BaselineMean, None) => {
+                return Err(user(
+                    "--target baseline needs one baseline group: give --baseline PATTERN",
+                ))
+            }
+            (Target::BaselineWorst, Some(b)) => on_link::worst_final(b)
                 .ok_or_else(|| user("--target baseline: the baseline group has no finished run"))?,
-        ),
-        (Some("baseline"), None) => {
-            return Err(user(
-                "--target baseline needs one baseline group: give --baseline PATTERN",
-            ))
-        }
-        _ => target_given,
-    };
+            (Target::BaselineMean, Some(b)) => {
+                b.final_val.filter(|_| b.finished).ok_or_else(|| {
+                    user("--target baseline-mean: the baseline group has no finished run")
+                })?
+            }
+        });
+    }
     for link in &links {
-        files.extend(plot_on_link(&runs, &out_dir(a), link, target, baseline)?);
+        files.extend(plot_on_link(&runs, &out_dir(a), link, &targets, baseline)?);
     }
     Ok(files)
 }

@@ -319,7 +319,7 @@ pub fn plot_on_link(
     runs: &[RunCurves],
     out: &Path,
     link: &Link,
-    target: Option<f64>,
+    targets: &[f64],
     baseline: Option<&RunCurves>,
 ) -> Result<Vec<PathBuf>> {
     let whole = link;
@@ -354,8 +354,16 @@ pub fn plot_on_link(
     }
     // The table behind the figures: printed, and written next to them.
     let mut tables = Vec::new();
-    if let Some(target) = target.or_else(|| default_target(runs)) {
-        let table = on_link_markdown(runs, whole, target, baseline);
+    let targets: Vec<f64> = match targets {
+        [] => default_target(runs).into_iter().collect(),
+        given => given.to_vec(),
+    };
+    if !targets.is_empty() {
+        let table = targets
+            .iter()
+            .map(|&t| on_link_markdown(runs, whole, t, baseline))
+            .collect::<Vec<_>>()
+            .join("\n");
         crate::say_raw!("{table}");
         let md = out.join(format!("loss_vs_time_{slug}.md"));
         crate::util::fs::write_atomic(&md, table.as_bytes())

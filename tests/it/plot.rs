@@ -79,6 +79,13 @@ fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
         assert!(ms > compute, "{row}");
         // Minutes to the target: a mean over the seeds (one here: no interval).
         assert!(cells[6].parse::<f64>().unwrap() >= 0.0, "{row}");
+        // x sooner taken apart: the step ratio times the loss-curve ratio is the
+        // product (one pair: the ratios themselves, to their two decimals).
+        if row.starts_with("| pppp") {
+            let ratio = |c: &str| -> f64 { c.trim_end_matches(" (1 pair)").parse().unwrap() };
+            let (step, curve, product) = (ratio(cells[7]), ratio(cells[8]), ratio(cells[9]));
+            assert!((step * curve - product).abs() <= 0.011 * product, "{row}");
+        }
     }
     let mut unreachable = args.clone();
     unreachable.extend(["--target", "0.01"]);
@@ -90,7 +97,7 @@ fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
         table
             .lines()
             .filter(|l| l.starts_with("| tttt"))
-            .all(|l| l.trim_end().ends_with("| - | 1 |")),
+            .all(|l| l.trim_end().ends_with("| - | 1 | 1 | 1 |")),
         "{table}"
     );
     for (bad, needle) in [

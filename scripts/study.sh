@@ -278,9 +278,44 @@ if all_there study_tuned && { [ -f "$KEPT/study_tuned/tuning.json" ] || [ -f run
   fi
   # shellcheck disable=SC2046
   "$BIN/tp-plot" $(runs study_tuned) --out "$OUT/tuned/time" --x time --link 1:50 --link 0.1:50 \
-    --baseline 12xt --target baseline > /dev/null
+    --baseline 12xt --target baseline-mean,baseline > /dev/null
   machine_note > "$OUT/tuned/MACHINE.md"
 elif all_there study_tuned; then
   echo "plots/study/tuned/ not drawn: study_tuned has not made its choices final (its tuning.json is written when its report runs end)"
+fi
+# Issue 63, scale (plots/study/scale/): the tuned 12 x 128 setting (study_tuned) beside
+# the cells of its scale study that have made their choices (a tuning.json: a cell still
+# selecting is not drawn, since its runs would read as untuned): penalty_by_axis.md
+# gives each layout's penalty along width, TP degree and length with corrected intervals
+# and sign tests; the time tables take x sooner apart (step ratio x loss-curve ratio) at
+# the baseline's mean final loss and its worst seed's, on one CPU's compute each.
+tuned_there() { [ -f "$KEPT/$1/tuning.json" ] || [ -f "runs/$1/tuning.json" ]; }
+scale=""
+for s in $ISSUE63; do
+  # (runs' find fails where runs/ has no such sweep: an assignment's status is its
+  # substitution's, and under set -e that would end the script here.)
+  if tuned_there "$s"; then scale="$scale $(runs "$s" | tr '\n' ' ' || true)"; fi
+done
+if [ -n "$scale" ] && all_there study_tuned && tuned_there study_tuned; then
+  # shellcheck disable=SC2046,SC2086
+  "$BIN/tp-plot" --penalty --margin 0.01 $(runs study_tuned | grep -E 'pattern=(12xt|3xsppp|s11xp|12xp),') \
+    $scale --out "$OUT/scale" > /dev/null
+  for s in $ISSUE63; do
+    tuned_there "$s" || continue
+    name=${s#study_scale_}
+    case $s in
+      # Two degrees, two baselines: a table each (time_tp/tp=2, time_tp/tp=4).
+      study_scale_tp) cells="tp=2 tp=4" ;;
+      *) cells="all" ;;
+    esac
+    for c in $cells; do
+      out="$OUT/scale/time_$name"
+      [ "$c" = all ] || out="$out/$c"
+      # shellcheck disable=SC2046
+      "$BIN/tp-plot" $(runs "$s" | { [ "$c" = all ] && cat || grep -F -- "$c,"; }) --out "$out" \
+        --x time --link 1:50 --link 0.1:50 --baseline 12xt --target baseline-mean,baseline > /dev/null
+    done
+  done
+  machine_note > "$OUT/scale/MACHINE.md"
 fi
 echo "tables and figures in $OUT/"

@@ -167,7 +167,47 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         files.push(path);
     }
     files.extend(plot_penalty(&rows, &out)?);
+    remove_stale(&out, &files)?;
     Ok(files)
+}
+
+/// Every file `--penalty` may write (its figures and tables by name).
+const PENALTY_OUTPUTS: [&str; 12] = [
+    "penalty_change.md",
+    "penalty_change.csv",
+    "penalty_by_axis.md",
+    "tuning.md",
+    "tuning.csv",
+    "tuning.{png,svg}",
+    "penalty_vs_tp.{png,svg}",
+    "penalty_vs_iters.{png,svg}",
+    "penalty_vs_width.{png,svg}",
+    "penalty_vs_width_per_rank.{png,svg}",
+    "penalty_vs_syncs.{png,svg}",
+    "penalty_vs_prun.{png,svg}",
+];
+
+/// Removes the `--penalty` outputs in `out` that this drawing did not write (a figure of
+/// an axis the runs no longer span, drawn from other runs before), saying so: a folder
+/// of results never holds a figure its tables do not stand behind.
+fn remove_stale(out: &std::path::Path, written: &[PathBuf]) -> anyhow::Result<()> {
+    let names = PENALTY_OUTPUTS
+        .iter()
+        .flat_map(|n| match n.strip_suffix(".{png,svg}") {
+            Some(stem) => vec![format!("{stem}.png"), format!("{stem}.svg")],
+            None => vec![n.to_string()],
+        });
+    for name in names {
+        let path = out.join(&name);
+        if path.is_file() && !written.iter().any(|w| w.file_name() == path.file_name()) {
+            std::fs::remove_file(&path)?;
+            eprintln!(
+                "tp-plot: removed {} (drawn before from other runs; these runs do not give it)",
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The curves of the runs given, a tuned sweep's only where its comparison keeps them

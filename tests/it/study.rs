@@ -331,7 +331,18 @@ fn layouts_spelled_with_repeats_pair_with_their_stretch_across_depths_and_p_runs
         }
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    assert_ok(&bin("tp-plot", &d, &args, &[]));
+    // A TP-degree figure left from an earlier drawing of other runs: these runs span one
+    // degree, so it is removed, and said.
+    std::fs::create_dir_all(d.join("study")).unwrap();
+    std::fs::write(d.join("study/penalty_vs_tp.png"), b"stale").unwrap();
+    let o = bin("tp-plot", &d, &args, &[]);
+    assert_ok(&o);
+    assert!(!d.join("study/penalty_vs_tp.png").exists());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("removed study/penalty_vs_tp.png"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let changes = std::fs::read_to_string(d.join("study/penalty_change.csv")).unwrap();
     // The same changes arranged by axis: depth's three, each with its direction.
     let by_axis = std::fs::read_to_string(d.join("study/penalty_by_axis.md")).unwrap();

@@ -269,6 +269,15 @@ if all_there study_tuned && { [ -f "$KEPT/study_tuned/tuning.json" ] || [ -f run
     $(runs study_power_tp2 | grep -E 'pattern=(tttt|sppp|pppp)(,|$)') \
     $(if all_there study_names_tuned; then runs study_names_depth; fi) \
     --out "$OUT/tuned" > /dev/null
+  # On names, the check by hand (exploratory: chosen after 12xt's report seeds stalled
+  # at its selected 8e-3): 12xt at 4e-3 on the report seeds (study_names_tuned_lower)
+  # against 3xsppp and 12xp at their selected rates, each as it ran (--each-at).
+  if all_there study_names_tuned_lower; then
+    # shellcheck disable=SC2046
+    "$BIN/tp-plot" --penalty --margin 0.01 --each-at learning_rate $(runs study_names_tuned_lower) \
+      $(runs study_names_tuned | grep -E 'pattern=(3xsppp,learning_rate=0.002|12xp,learning_rate=0.008),seed=(1337|1|2|3)$') \
+      --out "$OUT/tuned/names_check" > /dev/null
+  fi
   # The README's figure: the tuned penalty against all-reduces a pass at 4, 6, 8 and 12
   # layers (Shakespeare, 2000 iterations; the longer runs and names left out).
   if all_there study_tuned_depth; then

@@ -31,13 +31,15 @@ fn cells(r: &PenaltyRow, cols: Columns) -> Vec<String> {
         r.val.n.to_string(),
         format!("{} ± {}", f(r.val.mean), f(r.val.std)),
         r.baseline.as_ref().map_or("-".into(), |b| b.to_string()),
-        d.map_or("-".into(), |d| {
-            format!(
+        d.map_or("-".into(), |d| match d.ci95.is_finite() {
+            true => format!(
                 "{:+.4} ({:+.4} .. {:+.4})",
                 d.mean,
                 d.mean - d.ci95,
                 d.mean + d.ci95
-            )
+            ),
+            // One pair: no interval to give.
+            false => format!("{:+.4} (-)", d.mean),
         }),
         match (d, r.corrected_half.filter(|h| h.is_finite())) {
             (Some(d), Some(h)) => format!("{:+.4} .. {:+.4}", d.mean - h, d.mean + h),

@@ -84,9 +84,33 @@ pub struct Setting {
     /// The rest of the config, key by key (the layout, the compression, the seed and the
     /// tuned keys blank).
     pub(crate) rest: BTreeMap<String, String>,
-    /// The tuned keys' values were chosen in another setting (a sweep's `tune.from`: the
-    /// 12-layer rate at 6 layers, the 2000-iteration rate at 6000), not tuned in this one.
-    pub borrowed: bool,
+    /// Where the tuned keys' values came from.
+    pub chosen_by: ChosenBy,
+}
+
+/// Who chose a setting's per-layout values of its tuned keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ChosenBy {
+    /// Its own selection runs (a tuned sweep).
+    #[default]
+    Tuning,
+    /// Another setting's tuning (a sweep's `tune.from`: the 12-layer rate at 6 layers,
+    /// the 2000-iteration rate at 6000), not tuned in this one.
+    Borrowed,
+    /// By hand (`tp-plot --penalty --each-at KEY`): each layout at the value its runs
+    /// were given, e.g. a check at another rate; exploratory.
+    Hand,
+}
+
+impl ChosenBy {
+    /// `tuned`, `borrowed`, `picked by hand`: how a label says it.
+    pub fn word(self) -> &'static str {
+        match self {
+            ChosenBy::Tuning => "tuned",
+            ChosenBy::Borrowed => "borrowed",
+            ChosenBy::Hand => "picked by hand",
+        }
+    }
 }
 
 impl Setting {
@@ -113,7 +137,7 @@ impl Setting {
             dataset: cfg.model.dataset.clone(),
             tuned: tuned.to_vec(),
             rest,
-            borrowed: false,
+            chosen_by: ChosenBy::Tuning,
         })
     }
 
@@ -124,12 +148,11 @@ impl Setting {
 
     /// `12x128/4h, tp 2, 2000 it, shakespeare_char`, and `, learning_rate tuned` where
     /// each layout ran at its own best (`, learning_rate borrowed` where that best was
-    /// chosen in another setting).
+    /// chosen in another setting, `picked by hand` where by hand).
     pub fn label(&self) -> String {
-        let tuned = match (self.tuned.is_empty(), self.borrowed) {
-            (true, _) => String::new(),
-            (false, false) => format!(", {} tuned", self.tuned.join(" and ")),
-            (false, true) => format!(", {} borrowed", self.tuned.join(" and ")),
+        let tuned = match self.tuned.is_empty() {
+            true => String::new(),
+            false => format!(", {} {}", self.tuned.join(" and "), self.chosen_by.word()),
         };
         format!(
             "{}, tp {}, {} it, {}{tuned}",
@@ -223,7 +246,7 @@ pub(crate) mod tests {
             dataset: "shakespeare_char".into(),
             tuned: Vec::new(),
             rest: Default::default(),
-            borrowed: false,
+            chosen_by: ChosenBy::Tuning,
         }
     }
 

@@ -4,6 +4,7 @@
 //! and the tuning table and the penalty rows' notes of the choices.
 
 use super::penalty::{PenaltyRow, PenaltyRun};
+use super::setting::ChosenBy;
 use super::table::Table;
 use super::tuning::{choose, Choice, TuneRun, TunedValues};
 use super::tuning_between as between;
@@ -41,7 +42,26 @@ struct TunedSweep<'a> {
 /// choose each layout's values, and only report runs at the chosen values compared.
 /// Unfinished runs are left out (`left_out` says so).
 pub fn load_study(dirs: &[PathBuf]) -> Result<TunedStudy> {
+    load_study_each_at(dirs, &[])
+}
+
+/// [`load_study`], or with `each_at` keys (`tp-plot --penalty --each-at KEY`) every run
+/// compared at the values of those keys it was given, no tuning record consulted: each
+/// layout at a value picked by hand (a check at another rate), its setting saying so.
+pub fn load_study_each_at(dirs: &[PathBuf], each_at: &[String]) -> Result<TunedStudy> {
     let mut study = TunedStudy::default();
+    if !each_at.is_empty() {
+        for d in dirs {
+            match PenaltyRun::load(d, each_at)? {
+                Some(mut r) => {
+                    r.setting.chosen_by = ChosenBy::Hand;
+                    study.compared.push(r);
+                }
+                None => study.left_out.push(unfinished(d)),
+            }
+        }
+        return Ok(study);
+    }
     let mut sweeps: Vec<TunedSweep> = Vec::new();
     for d in dirs {
         match TuningRecord::of_run(d)? {
@@ -98,7 +118,9 @@ fn add_tuned_sweep(study: &mut TunedStudy, sweep: &TunedSweep) -> Result<()> {
             continue;
         };
         // Values another sweep chose: this setting did not tune them, and says so.
-        run.setting.borrowed = record.from.is_some();
+        if record.from.is_some() {
+            run.setting.chosen_by = ChosenBy::Borrowed;
+        }
         if record.from.is_some() && !choices.iter().any(|c| is_of(c, &run)) {
             choices.push(carried_choice(record, &run));
         }

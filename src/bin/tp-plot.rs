@@ -79,6 +79,11 @@ struct Args {
     /// that measured the most runs. One machine for all: never a mix.
     #[arg(long, value_name = "TEXT")]
     cpu: Option<String>,
+    /// With --penalty: compare each layout at the value of these config keys its runs
+    /// were given (repeatable, e.g. --each-at learning_rate), whatever a tuned sweep chose:
+    /// a check at a rate picked by hand, labelled so (exploratory).
+    #[arg(long = "each-at", value_name = "KEY", requires = "penalty")]
+    each_at: Vec<String>,
     /// With --penalty: a non-inferiority margin (val loss, e.g. 0.01): the table says
     /// which layouts are at most this much worse than the baseline, their one-sided
     /// bound corrected over the layouts compared.
@@ -109,7 +114,7 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
             "--margin must be a positive val loss difference, e.g. --margin 0.01",
         ));
     }
-    let study = tuned_study::load_study(&a.runs)?;
+    let study = tuned_study::load_study_each_at(&a.runs, &a.each_at)?;
     for why in &study.left_out {
         eprintln!("{why}: left out");
     }

@@ -20,10 +20,9 @@ fn tail(s: &crate::analysis::setting::Setting) -> String {
         "shakespeare_char" => String::new(),
         d => format!(", {d}"),
     };
-    let tuned = match (s.tuned.is_empty(), s.borrowed) {
-        (true, _) => String::new(),
-        (false, false) => format!(", {} tuned", s.tuned.join(", ")),
-        (false, true) => format!(", {} borrowed", s.tuned.join(", ")),
+    let tuned = match s.tuned.is_empty() {
+        true => String::new(),
+        false => format!(", {} {}", s.tuned.join(", "), s.chosen_by.word()),
     };
     format!("{data}{tuned}")
 }

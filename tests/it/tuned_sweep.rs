@@ -116,6 +116,36 @@ fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_ther
     assert_png(&d.join("pen/tuning.png"));
     let tuning = std::fs::read_to_string(d.join("pen/tuning.csv")).unwrap();
     assert_eq!(tuning.lines().count(), 7, "{tuning}");
+
+    // A check by hand: tttt on its report seeds at a rate it was not given by the
+    // sweep (its selection run at 0.001 for seed 11 stands in as one seed), pppp at its
+    // choice: `--each-at learning_rate` pairs them as they ran, and says by hand.
+    let pppp_best: Vec<String> = runs
+        .iter()
+        .filter(|r| r.contains("pattern=pppp") && !r.contains("seed=1"))
+        .cloned()
+        .collect();
+    let mut hand: Vec<&str> = vec!["--penalty", "--out", "hand", "--each-at", "learning_rate"];
+    let tttt_low = out
+        .join("pattern=tttt,learning_rate=0.001,seed=11")
+        .display()
+        .to_string();
+    let pppp_11 = runs
+        .iter()
+        .find(|r| r.contains("pattern=pppp") && r.ends_with("seed=11"))
+        .unwrap()
+        .clone();
+    hand.extend([tttt_low.as_str(), pppp_11.as_str()]);
+    assert!(!pppp_best.is_empty());
+    let o = bin("tp-plot", &d, &hand, &[]);
+    assert_ok(&o);
+    let pen = std::fs::read_to_string(d.join("hand/penalty.md")).unwrap();
+    assert!(pen.contains("learning_rate picked by hand"), "{pen}");
+    let pppp = pen
+        .lines()
+        .find(|l| l.contains("| pppp | 1 (1) |"))
+        .expect(&pen);
+    assert!(pppp.contains("| tttt | "), "pppp paired with tttt: {pppp}");
 }
 
 /// Every run diverges (the fault hook poisons step 3's loss): each point says so once,

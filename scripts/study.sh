@@ -287,7 +287,7 @@ if all_there study_tuned && { [ -f "$KEPT/study_tuned/tuning.json" ] || [ -f run
   fi
   # shellcheck disable=SC2046
   "$BIN/tp-plot" $(runs study_tuned) --out "$OUT/tuned/time" --x time --link 1:50 --link 0.1:50 \
-    --baseline 12xt --target baseline-mean,baseline > /dev/null
+    --baseline 12xt --target baseline-mean,baseline,1.85 > /dev/null
   machine_note > "$OUT/tuned/MACHINE.md"
 elif all_there study_tuned; then
   echo "plots/study/tuned/ not drawn: study_tuned has not made its choices final (its tuning.json is written when its report runs end)"

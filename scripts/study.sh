@@ -288,6 +288,14 @@ if all_there study_tuned && { [ -f "$KEPT/study_tuned/tuning.json" ] || [ -f run
   # shellcheck disable=SC2046
   "$BIN/tp-plot" $(runs study_tuned) --out "$OUT/tuned/time" --x time --link 1:50 --link 0.1:50 \
     --baseline 12xt --target baseline-mean,baseline,1.85 > /dev/null
+  # The step ratio is the CPU's: study_tuned ran on one (an AVX2 Zen 3); the same
+  # layouts' compute was also measured on an AVX-512 EPYC (family 26 model 2) by
+  # study_depth's runs (lr 1e-3: the step, not the curve, is what this table is for).
+  if all_there study_depth; then
+    # shellcheck disable=SC2046
+    "$BIN/tp-plot" $(runs study_depth | grep -E 'pattern=(12xt|12xs|3xsppp|s11xp|12xp)$') --out "$OUT/tuned/time_other_cpu" \
+      --x time --link 1:50 --link 0.1:50 --baseline 12xt --cpu "family 26" > /dev/null
+  fi
   machine_note > "$OUT/tuned/MACHINE.md"
 elif all_there study_tuned; then
   echo "plots/study/tuned/ not drawn: study_tuned has not made its choices final (its tuning.json is written when its report runs end)"

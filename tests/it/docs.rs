@@ -149,14 +149,15 @@ fn the_readme_is_a_front_door_of_at_most_200_lines_that_indexes_every_docs_page(
         let name = format!("docs/{}", page.file_name().to_string_lossy());
         assert!(readme.contains(&name), "README's index lacks {name}");
     }
-    // The results section is the answer in short with a link; the tables live in docs/.
+    // The results section is the answer in short with a link (35 lines at most, issue
+    // 63); the tables live in docs/.
     let results = readme
         .split("\n## ")
         .find(|s| s.starts_with("Results"))
         .expect("README has a Results section");
     let n = results.lines().count();
     assert!(
-        n <= 32,
+        n <= 35,
         "README's Results section has {n} lines: keep it the answer in short, detail in docs/results.md"
     );
     assert!(results.contains("docs/results.md"));

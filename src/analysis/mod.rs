@@ -9,8 +9,8 @@
 //! settings trained (`penalty_provenance`); a run's typed identity in a study (`variant`:
 //! its layout and compression; `setting`: the rest of its configuration), and the one
 //! table type every report renders to markdown and CSV (`table`); tuned studies, each
-//! layout at its own best learning rate (`tuning`), and what a finer grid could still gain
-//! each (`tuning_between`).
+//! layout at its own best learning rate (`tuning`), the values its grid tries next
+//! (`tuning_grid`), and what a finer grid could still gain each (`tuning_between`).
 //! `plot` only draws these; `sweep` and the launcher's closing summary compute through
 //! them.
 
@@ -30,6 +30,7 @@ pub mod timing;
 pub mod tuned_study;
 pub mod tuning;
 pub mod tuning_between;
+pub mod tuning_grid;
 pub mod tuning_record;
 
 pub use runs::{merge_replicates, ReplicateKey, RunCurves};

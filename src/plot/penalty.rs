@@ -55,10 +55,71 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
     font::ensure_font()?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut files = Vec::new();
-    // One line per layout along each axis, through the settings that differ along it
-    // alone: the series name holds the rest of the setting, so that lines of different
-    // models, lengths, corpora or tuning never join.
-    let axes: [(&str, Axis, SeriesKey); 4] = [
+    for (name, axis, key) in axis_figures() {
+        // Only series that vary along the axis: a single point says nothing of it (and
+        // C/N's figure only where some line crosses a width and a degree: otherwise it
+        // repeats the width's or the degree's).
+        let lines: Vec<_> = series(rows, false, key)
+            .into_iter()
+            .filter(|s| s.1.len() > 1)
+            .collect();
+        if name == "penalty_vs_width_per_rank" && !crosses_width_and_degree(rows) {
+            continue;
+        }
+        if !lines.is_empty() {
+            files.extend(both_formats!(out, name, (1100, 700), |a| draw(
+                a, &lines, &axis
+            )));
+        }
+    }
+    // A log axis where every count is at least 1: the layouts that matter lie at 1 to 6
+    // all-reduces a pass, all-t at 2 a block (24 at 12 layers).
+    let log2 = rows.iter().all(|r| r.syncs >= 1);
+    let by_syncs = series(rows, true, |r| {
+        let x = r.syncs as f64;
+        (r.setting_label.clone(), if log2 { x.log2() } else { x })
+    });
+    let axis = Axis {
+        desc: match log2 {
+            true => "TP all-reduces per forward pass (blocks.md count; log scale)",
+            false => "TP all-reduces per forward pass (blocks.md count)",
+        },
+        log2,
+        lines: false,
+    };
+    files.extend(both_formats!(out, "penalty_vs_syncs", (1100, 700), |a| {
+        draw(a, &by_syncs, &axis)
+    }));
+    // The s-then-p family of a setting against how many blocks its ranks run apart.
+    let by_run = series(
+        &rows
+            .iter()
+            .filter(|r| r.p_run.is_some())
+            .cloned()
+            .collect::<Vec<_>>(),
+        true,
+        |r| (r.setting_label.clone(), r.p_run.unwrap_or(0) as f64),
+    );
+    if by_run.iter().any(|s| s.1.len() >= 3) {
+        let axis = Axis {
+            desc:
+                "length of the p runs (blocks a rank runs without synchronising; s-then-p layouts)",
+            log2: false,
+            lines: false,
+        };
+        files.extend(both_formats!(out, "penalty_vs_prun", (1100, 700), |a| {
+            draw(a, &by_run, &axis)
+        }));
+    }
+    Ok(files)
+}
+
+/// The figures of one line per layout along an axis: name, axis and each row's series
+/// and x. One line per layout along each axis, through the settings that differ along it
+/// alone: the series name holds the rest of the setting, so that lines of different
+/// models, lengths, corpora or tuning never join.
+fn axis_figures() -> [(&'static str, Axis, SeriesKey); 4] {
+    [
         (
             "penalty_vs_tp",
             Axis {
@@ -121,64 +182,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
                 )
             },
         ),
-    ];
-    for (name, axis, key) in axes {
-        // Only series that vary along the axis: a single point says nothing of it (and
-        // C/N's figure only where some line crosses a width and a degree: otherwise it
-        // repeats the width's or the degree's).
-        let lines: Vec<_> = series(rows, false, key)
-            .into_iter()
-            .filter(|s| s.1.len() > 1)
-            .collect();
-        if name == "penalty_vs_width_per_rank" && !crosses_width_and_degree(rows) {
-            continue;
-        }
-        if !lines.is_empty() {
-            files.extend(both_formats!(out, name, (1100, 700), |a| draw(
-                a, &lines, &axis
-            )));
-        }
-    }
-    // A log axis where every count is at least 1: the layouts that matter lie at 1 to 6
-    // all-reduces a pass, all-t at 2 a block (24 at 12 layers).
-    let log2 = rows.iter().all(|r| r.syncs >= 1);
-    let by_syncs = series(rows, true, |r| {
-        let x = r.syncs as f64;
-        (r.setting_label.clone(), if log2 { x.log2() } else { x })
-    });
-    let axis = Axis {
-        desc: match log2 {
-            true => "TP all-reduces per forward pass (blocks.md count; log scale)",
-            false => "TP all-reduces per forward pass (blocks.md count)",
-        },
-        log2,
-        lines: false,
-    };
-    files.extend(both_formats!(out, "penalty_vs_syncs", (1100, 700), |a| {
-        draw(a, &by_syncs, &axis)
-    }));
-    // The s-then-p family of a setting against how many blocks its ranks run apart.
-    let by_run = series(
-        &rows
-            .iter()
-            .filter(|r| r.p_run.is_some())
-            .cloned()
-            .collect::<Vec<_>>(),
-        true,
-        |r| (r.setting_label.clone(), r.p_run.unwrap_or(0) as f64),
-    );
-    if by_run.iter().any(|s| s.1.len() >= 3) {
-        let axis = Axis {
-            desc:
-                "length of the p runs (blocks a rank runs without synchronising; s-then-p layouts)",
-            log2: false,
-            lines: false,
-        };
-        files.extend(both_formats!(out, "penalty_vs_prun", (1100, 700), |a| {
-            draw(a, &by_run, &axis)
-        }));
-    }
-    Ok(files)
+    ]
 }
 
 /// The rows with a difference, and (`baselines`) the baselines they were paired with, at

@@ -47,8 +47,9 @@ fn point_of<'a>(results: &'a [PointResult], choice: &Choice, tune: &Tune) -> Opt
     })
 }
 
-/// Runs the selection's extensions and then the report runs of every layout whose
-/// choice is final; returns every result (the selection's first).
+/// Runs the selection's extensions, with `refine` its one refinement, and then the
+/// report runs of every layout whose choice is final; returns every result (the
+/// selection's first).
 pub fn select_and_report(
     sweep: &Sweep,
     tune: &Tune,
@@ -59,72 +60,96 @@ pub fn select_and_report(
     // Values past an edge, a round at a time, until every best lies inside what was
     // tried or its side has `extend` values added.
     loop {
-        let mut added: Vec<Point> = Vec::new();
-        for c in choices(&results, tune)? {
-            if !c.complete {
-                continue;
-            }
-            let tried: Vec<_> = c.tried.iter().map(|t| t.values.clone()).collect();
-            let Some(like) = point_of(&results, &c, tune) else {
-                continue;
-            };
-            let Some(best) = &c.best else { continue };
-            for v in c.beyond_edges() {
-                // The key this value moves, and towards which end.
-                let Some(i) = (0..v.0.len()).find(|&i| v.0[i] != best.0[i]) else {
-                    continue;
-                };
-                let low = v.number(i) < best.number(i);
-                if tune.beyond_grid(&tried, &v.0[i].0, low) >= tune.extend {
-                    continue;
-                }
-                for &seed in &tune.decl.selection_seeds {
-                    added.push(sweep.derive(like, &v, seed)?);
-                }
-                crate::say!(
-                    "tp-sweep: {}'s best lies at an edge ({}): trying {} too",
-                    c.variant,
-                    c.edge_note(),
-                    v.label()
-                );
-            }
-        }
+        let added = past_edges(sweep, tune, &results)?;
         if added.is_empty() {
             break;
         }
-        let round = Sweep {
-            points: added,
-            ..sweep.clone()
-        };
-        results.extend(run_sweep(&round, out, interrupts)?);
+        results.extend(run_round(sweep, added, out, interrupts)?);
     }
     // One refinement: the midpoints around each final choice's best on the grid's
     // lattice (rerun, the lattice best is the same and its midpoints are there).
     if tune.refine {
-        let mut added: Vec<Point> = Vec::new();
-        for c in choices(&results, tune)? {
-            let Some(like) = point_of(&results, &c, tune) else {
+        let added = midpoints(sweep, tune, &results)?;
+        results.extend(run_round(sweep, added, out, interrupts)?);
+    }
+    let report = report_points(sweep, tune, &results)?;
+    results.extend(run_round(sweep, report, out, interrupts)?);
+    Ok(results)
+}
+
+/// `points` run as a round of `sweep`.
+fn run_round(
+    sweep: &Sweep,
+    points: Vec<Point>,
+    out: &Path,
+    interrupts: &Interrupts,
+) -> Result<Vec<PointResult>> {
+    let round = Sweep {
+        points,
+        ..sweep.clone()
+    };
+    run_sweep(&round, out, interrupts)
+}
+
+/// The selection points one step past each final choice's edge, where its side has room.
+fn past_edges(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Vec<Point>> {
+    let mut added: Vec<Point> = Vec::new();
+    for c in choices(results, tune)? {
+        if !c.complete {
+            continue;
+        }
+        let tried: Vec<_> = c.tried.iter().map(|t| t.values.clone()).collect();
+        let (Some(like), Some(best)) = (point_of(results, &c, tune), &c.best) else {
+            continue;
+        };
+        for v in c.beyond_edges() {
+            // The key this value moves, and towards which end.
+            let Some(i) = (0..v.0.len()).find(|&i| v.0[i] != best.0[i]) else {
                 continue;
             };
-            for v in c.midpoints(|v| tune.on_lattice(v)) {
-                for &seed in &tune.decl.selection_seeds {
-                    added.push(sweep.derive(like, &v, seed)?);
-                }
-                crate::say!(
-                    "tp-sweep: {}: refining around its best: trying {} too",
-                    c.variant,
-                    v.label()
-                );
+            let low = v.number(i) < best.number(i);
+            if tune.beyond_grid(&tried, &v.0[i].0, low) >= tune.extend {
+                continue;
             }
+            for &seed in &tune.decl.selection_seeds {
+                added.push(sweep.derive(like, &v, seed)?);
+            }
+            crate::say!(
+                "tp-sweep: {}'s best lies at an edge ({}): trying {} too",
+                c.variant,
+                c.edge_note(),
+                v.label()
+            );
         }
-        let round = Sweep {
-            points: added,
-            ..sweep.clone()
-        };
-        results.extend(run_sweep(&round, out, interrupts)?);
     }
+    Ok(added)
+}
+
+/// The selection points of one refinement round.
+fn midpoints(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Vec<Point>> {
+    let mut added: Vec<Point> = Vec::new();
+    for c in choices(results, tune)? {
+        let Some(like) = point_of(results, &c, tune) else {
+            continue;
+        };
+        for v in c.midpoints(|v| tune.on_lattice(v)) {
+            for &seed in &tune.decl.selection_seeds {
+                added.push(sweep.derive(like, &v, seed)?);
+            }
+            crate::say!(
+                "tp-sweep: {}: refining around its best: trying {} too",
+                c.variant,
+                v.label()
+            );
+        }
+    }
+    Ok(added)
+}
+
+/// Each final choice's report points at its chosen values (a choice at an edge said so).
+fn report_points(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Vec<Point>> {
     let mut report: Vec<Point> = Vec::new();
-    for c in choices(&results, tune)? {
+    for c in choices(results, tune)? {
         let Some(best) = c.best.as_ref().filter(|_| c.complete) else {
             crate::say!(
                 "tp-sweep: {} has no final choice of {} (its selection runs are unfinished or every one diverged): no report runs for it",
@@ -141,19 +166,14 @@ pub fn select_and_report(
                 c.edge_note()
             );
         }
-        let Some(like) = point_of(&results, &c, tune) else {
+        let Some(like) = point_of(results, &c, tune) else {
             continue;
         };
         for &seed in &tune.report_seeds {
             report.push(sweep.derive(like, best, seed)?);
         }
     }
-    let round = Sweep {
-        points: report,
-        ..sweep.clone()
-    };
-    results.extend(run_sweep(&round, out, interrupts)?);
-    Ok(results)
+    Ok(report)
 }
 
 /// The results compared: a tuned sweep's report runs (not its selection runs), every

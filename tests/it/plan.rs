@@ -146,9 +146,15 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
     // alone they pay below a finite break-even, above 100 Gbit/s for 124M on an H100.
     assert!(slow["speedup"].as_f64().unwrap() > fast["speedup"].as_f64().unwrap());
     assert!(fast["speedup"].as_f64().unwrap() > 1.0);
-    assert!(slow["pays_below_gbit"].is_null(), "{slow}");
-    let pays = find("100:0", 4)["pays_below_gbit"].as_f64().unwrap();
-    assert!(pays > 100.0 && pays < 1e5, "{pays}");
+    assert_eq!(slow["pays"]["where"], "every_bandwidth", "{slow}");
+    let pays = &find("100:0", 4)["pays"];
+    assert_eq!(pays["where"], "bands", "{pays}");
+    assert!(
+        pays["bands"][0]["from_gbit"].is_null(),
+        "from the lowest: {pays}"
+    );
+    let below = pays["bands"][0]["to_gbit"].as_f64().unwrap();
+    assert!(below > 100.0 && below < 1e5, "{below}");
     let step = slow["step_s"].as_f64().unwrap();
     let parts = slow["step"]["compute_s"].as_f64().unwrap() + slow["exposed_s"].as_f64().unwrap();
     assert!((step - parts).abs() < 1e-12);
@@ -160,6 +166,56 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
     assert!(md.contains("Megatron"), "the FLOP convention is named");
     assert!(md.contains("not calibrated"), "datasheet links are flagged");
     assert_png(&d.join("plan/step_vs_bandwidth.png"));
+}
+
+/// A ladder's speed-up rises with bandwidth (its sums hide once the link finishes them
+/// behind the next module): on NVLink 12xl is over 1.10x, and its row says where it pays
+/// as a band that holds NVLink's bandwidth, not "pays below: never" beside 1.27x.
+#[test]
+fn a_ladder_on_nvlink_pays_in_a_band_that_holds_the_link() {
+    let d = scratch("plan-ladder");
+    let o = bin(
+        "tp-plan",
+        &d,
+        &[
+            "--model",
+            "gpt2",
+            "--pattern",
+            "12xl",
+            "--tp",
+            "4",
+            "--link",
+            "nvlink4",
+            "--device",
+            "h100",
+            "--mfu",
+            "0.4",
+            "--out",
+            "plan",
+        ],
+        &[],
+    );
+    assert_ok(&o);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("plan/plan.json")).unwrap()).unwrap();
+    let ladder = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step"]["pattern"] == "12xl")
+        .unwrap();
+    let speedup = ladder["speedup"].as_f64().unwrap();
+    assert!(speedup >= 1.10, "{ladder}");
+    let nvlink = json["links"][0]["gbit_per_s"].as_f64().unwrap();
+    let bands = ladder["pays"]["bands"].as_array().expect("bands");
+    let holds = bands.iter().any(|b| {
+        b["from_gbit"].as_f64().is_none_or(|f| f <= nvlink)
+            && b["to_gbit"].as_f64().is_none_or(|t| t >= nvlink)
+    });
+    assert!(holds, "{nvlink} Gbit/s in {bands:?}");
+    let md = std::fs::read_to_string(d.join("plan/plan.md")).unwrap();
+    let row = md.lines().find(|l| l.starts_with("| 12xl |")).unwrap();
+    assert!(row.contains("above ") && !row.contains("never |"), "{row}");
 }
 
 #[test]

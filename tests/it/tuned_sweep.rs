@@ -116,10 +116,22 @@ fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_ther
     assert_png(&d.join("pen/tuning.png"));
     let tuning = std::fs::read_to_string(d.join("pen/tuning.csv")).unwrap();
     assert_eq!(tuning.lines().count(), 7, "{tuning}");
+}
 
-    // A check by hand: tttt on its report seeds at a rate it was not given by the
-    // sweep (its selection run at 0.001 for seed 11 stands in as one seed), pppp at its
-    // choice: `--each-at learning_rate` pairs them as they ran, and says by hand.
+/// A check by hand (`--each-at learning_rate`): tttt at a rate the sweep did not choose
+/// for it (its selection run at 0.001, seed 11) against pppp's run of that seed as it
+/// ran: they are paired at the rates they were given, and the setting says by hand.
+#[test]
+fn each_at_compares_each_layout_at_the_rate_its_runs_were_given() {
+    let d = scratch("tuned-each-at");
+    assert_ok(&sweep(&d, TUNED));
+    let out = d.join("out");
+    let runs: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("pattern="))
+        .map(|e| e.path().display().to_string())
+        .collect();
     let pppp_best: Vec<String> = runs
         .iter()
         .filter(|r| r.contains("pattern=pppp") && !r.contains("seed=1"))

@@ -2,7 +2,7 @@
 //! and link model. For each tp, layout and link: compute per step, each collective
 //! kind's calls and bytes (latency and bandwidth parts apart), hidden and exposed time,
 //! the step time and the speed-up over Megatron's `t` everywhere under the same
-//! assumptions, the bandwidth below which the layout pays (>= 1.10x) and the one its
+//! assumptions, the bandwidths at which the layout pays (>= 1.10x) and the one its
 //! communication needs to cost under 5% of the step; and the study's measured loss
 //! penalty nearest to the request, never an extrapolated one.
 
@@ -15,7 +15,7 @@ pub mod schedule;
 use catalog::PlanLink;
 use evidence::Evidence;
 use request::{FlopConvention, Request, StepFlops};
-use schedule::{at_bandwidth, crossing, plan_step, StepPlan};
+use schedule::{at_bandwidth, bands, crossing, plan_step, StepPlan, SEARCHED_GBIT};
 
 /// A speed-up over t-only worth a layout's loss risk: the break-even line.
 pub const PAYS: f64 = 1.10;
@@ -38,9 +38,8 @@ pub struct PlanRow {
     pub exposed_s: f64,
     /// Over the t-only layout at the same tp, link and device.
     pub speedup: f64,
-    /// Below this bandwidth (Gbit/s, this link's latency) the layout is >= PAYS x
-    /// faster than t-only; `None`: at every bandwidth searched.
-    pub pays_below_gbit: Option<f64>,
+    /// Where (Gbit/s, this link's latency) the layout is >= PAYS x faster than t-only.
+    pub pays: Pays,
     /// Above this bandwidth its exposed communication is under NEGLIGIBLE of the step.
     pub negligible_above_gbit: Option<f64>,
     pub evidence: Option<Evidence>,
@@ -143,20 +142,68 @@ pub fn row(
         hidden_s: step.hidden_s(),
         exposed_s: step.exposed_s(),
         speedup: base.step_s() / step.step_s(),
-        pays_below_gbit: crossing(speedup_at, PAYS),
+        pays: Pays::of(bands(speedup_at, PAYS)),
         negligible_above_gbit: crossing(share_at, NEGLIGIBLE),
         evidence,
         step,
     }
 }
 
-/// Where a layout pays (>= PAYS x over t-only): below a bandwidth, at every one (its
-/// latency alone makes the difference), or at none.
-fn pays(g: Option<f64>) -> String {
-    match g {
-        None => "every bandwidth".into(),
-        Some(g) if g <= 0.01 => "never".into(),
-        Some(g) => format!("{g:.3}"),
+/// Where a layout pays (>= PAYS x over t-only) as the bandwidth of its TP link varies
+/// (its latency kept), searched over [`SEARCHED_GBIT`]: at none, at every one, or in
+/// bands with explicit ends (`from_gbit: null` is "from the lowest searched", `to_gbit:
+/// null` "to the highest"). Serialised with its kind spelt out, never as a sentinel
+/// number.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "where", rename_all = "snake_case")]
+pub enum Pays {
+    Never,
+    EveryBandwidth,
+    Bands { bands: Vec<Band> },
+}
+
+/// One band of bandwidth, Gbit/s; an open end is `None`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Band {
+    pub from_gbit: Option<f64>,
+    pub to_gbit: Option<f64>,
+}
+
+impl Pays {
+    fn of(found: Vec<(f64, f64)>) -> Self {
+        let (lo, hi) = SEARCHED_GBIT;
+        match found.as_slice() {
+            [] => Pays::Never,
+            [(a, b)] if *a <= lo && *b >= hi => Pays::EveryBandwidth,
+            _ => Pays::Bands {
+                bands: found
+                    .into_iter()
+                    .map(|(a, b)| Band {
+                        from_gbit: (a > lo).then_some(a),
+                        to_gbit: (b < hi).then_some(b),
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    /// `below 12.3`, `above 4.1`, `4.1 to 410`, `every bandwidth`, `never`.
+    pub fn text(&self) -> String {
+        let g = |v: f64| format!("{v:.3}");
+        match self {
+            Pays::Never => "never".into(),
+            Pays::EveryBandwidth => "every bandwidth".into(),
+            Pays::Bands { bands } => bands
+                .iter()
+                .map(|b| match (b.from_gbit, b.to_gbit) {
+                    (None, Some(t)) => format!("below {}", g(t)),
+                    (Some(f), None) => format!("above {}", g(f)),
+                    (Some(f), Some(t)) => format!("{} to {}", g(f), g(t)),
+                    (None, None) => "every bandwidth".into(),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
     }
 }
 
@@ -209,7 +256,7 @@ impl Plan {
                 l.latency_us,
                 l.latency_source
             );
-            s += "| pattern | tp | compute ms | comm ms (latency + bandwidth) | hidden ms | exposed ms | step ms | x over t-only | pays (>= 1.10x) below Gbit/s | comm < 5% above Gbit/s |\n|---|---|---|---|---|---|---|---|---|---|\n";
+            s += "| pattern | tp | compute ms | comm ms (latency + bandwidth) | hidden ms | exposed ms | step ms | x over t-only | pays (>= 1.10x) at Gbit/s | comm < 5% above Gbit/s |\n|---|---|---|---|---|---|---|---|---|---|\n";
             for r in self.rows.iter().filter(|r| r.step.link == l.name) {
                 let lat: f64 = r.step.kinds.iter().map(|k| k.latency_s).sum();
                 let bw: f64 = r.step.kinds.iter().map(|k| k.bandwidth_s).sum();
@@ -227,7 +274,7 @@ impl Plan {
                     r.speedup,
                     match r.step.pattern == t_only {
                         true => "(the baseline)".to_string(),
-                        false => pays(r.pays_below_gbit),
+                        false => r.pays.text(),
                     },
                     negligible(r.negligible_above_gbit),
                 );

@@ -159,10 +159,82 @@ pub fn crossing(f: impl Fn(f64) -> f64, at: f64) -> Option<f64> {
     Some(lo.exp())
 }
 
+/// The bandwidths searched for where a layout pays: 0.01 to 100,000 Gbit/s.
+pub const SEARCHED_GBIT: (f64, f64) = (0.01, 1e5);
+
+/// The bands of bandwidth (Gbit/s, within [`SEARCHED_GBIT`]) where `f >= at`, whichever
+/// way `f` runs: a speed-up that falls as bandwidth grows (fewer sums: pays below a
+/// bandwidth), one that rises and falls (a ladder: its sums hidden once the link is fast
+/// enough to finish them behind the next module, nothing left to hide once it is very
+/// fast), or any other shape. A fine log grid finds each sign change and bisection places
+/// it; a band touching the searched range's end is open there.
+pub fn bands(f: impl Fn(f64) -> f64, at: f64) -> Vec<(f64, f64)> {
+    let (lo, hi) = (SEARCHED_GBIT.0.ln(), SEARCHED_GBIT.1.ln());
+    const STEPS: usize = 280;
+    let x = |i: usize| lo + (hi - lo) * i as f64 / STEPS as f64;
+    let above = |lx: f64| f(lx.exp()) >= at;
+    // Between a point inside and one outside, the crossing to 1e-12 in log bandwidth.
+    let edge = |mut inside: f64, mut outside: f64| {
+        for _ in 0..50 {
+            let mid = 0.5 * (inside + outside);
+            if above(mid) {
+                inside = mid;
+            } else {
+                outside = mid;
+            }
+        }
+        inside.exp()
+    };
+    let mut out = Vec::new();
+    let mut start: Option<f64> = above(x(0)).then_some(SEARCHED_GBIT.0);
+    for i in 1..=STEPS {
+        match (start, above(x(i))) {
+            (None, true) => start = Some(edge(x(i), x(i - 1))),
+            (Some(s), false) => {
+                out.push((s, edge(x(i - 1), x(i))));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        out.push((s, SEARCHED_GBIT.1));
+    }
+    out
+}
+
 /// `link` at another bandwidth, its latency kept.
 pub fn at_bandwidth(link: &PlanLink, gbit: f64) -> PlanLink {
     PlanLink {
         gbit_per_s: gbit,
         ..link.clone()
+    }
+}
+
+#[cfg(test)]
+mod band_tests {
+    use super::*;
+
+    /// A speed-up falling with bandwidth pays below a crossing (1.10 at 100 Gbit/s for
+    /// 1 + 10/g); a hump (a ladder's shape) pays between two; one above the line
+    /// everywhere pays at every bandwidth, one below it nowhere.
+    #[test]
+    fn bands_find_where_a_speedup_is_above_the_line_whichever_way_it_runs() {
+        let falling = bands(|g| 1.0 + 10.0 / g, 1.10);
+        assert_eq!(falling.len(), 1);
+        assert_eq!(falling[0].0, SEARCHED_GBIT.0);
+        assert!((falling[0].1 - 100.0).abs() < 1e-6, "{falling:?}");
+        // A hump in log bandwidth, 1.3 at 100 Gbit/s, 1.1 at 10 and at 1000.
+        let hump = bands(|g| 1.3 - 0.2 * (g / 100.0).log10().powi(2), 1.10);
+        assert_eq!(hump.len(), 1);
+        assert!(
+            (hump[0].0 - 10.0).abs() < 1e-6 && (hump[0].1 - 1000.0).abs() < 1e-4,
+            "{hump:?}"
+        );
+        assert_eq!(bands(|_| 1.5, 1.10), vec![SEARCHED_GBIT]);
+        assert!(bands(|_| 1.0, 1.10).is_empty());
+        // Rising: pays above.
+        let rising = bands(|g| 1.0 + g / 1000.0, 1.10);
+        assert!((rising[0].0 - 100.0).abs() < 1e-6 && rising[0].1 == SEARCHED_GBIT.1);
     }
 }

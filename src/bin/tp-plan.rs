@@ -51,21 +51,21 @@ struct Args {
     comm_dtype: String,
     /// The gradient buckets' size: auto (sized for the model as tp-train's default:
     /// an eighth of a rank's gradients, at most PyTorch's 25 MiB) or MiB.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", allow_hyphen_values = true)]
     bucket_mb: String,
     /// The TP group's link (repeat to compare): a name (`--link list` names them) or
     /// GBIT:US.
-    #[arg(long = "link", default_values = ["nvlink4", "100gbe"])]
+    #[arg(long = "link", default_values = ["nvlink4", "100gbe"], allow_hyphen_values = true)]
     links: Vec<String>,
     /// The data-parallel group's link (default: the TP link).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     dp_link: Option<String>,
     /// cpu (this CPU's matmuls, timed now), a GPU (a100, h100, h200, b200) with --mfu,
     /// tflops:X, or a run directory whose measured compute is scaled by FLOPs.
     #[arg(long, default_value = "h100")]
     device: String,
     /// The share of the GPU's bf16 peak the step reaches (you state it).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     mfu: Option<f64>,
     /// How attention FLOPs count: megatron (causal halved) or full (torchtitan).
     #[arg(long, default_value = "megatron")]
@@ -90,6 +90,14 @@ fn shape(a: &Args) -> anyhow::Result<Shape> {
         return Err(user(
             "--n-layer, --n-head, --n-embd, --vocab and --block must be at least 1",
         ));
+    }
+    // A pattern expands to at most this many layers: say so of the flag the user gave.
+    const MAX_LAYERS: usize = 1000;
+    if s.n_layer > MAX_LAYERS {
+        return Err(user(format!(
+            "--n-layer {} is over the {MAX_LAYERS} layers a layout may have",
+            s.n_layer
+        )));
     }
     if !s.n_embd.is_multiple_of(s.n_head) {
         return Err(user(format!(
@@ -159,7 +167,12 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         Ok(BucketCap::Mib(mb)) if !(mb > 0.0 && mb.is_finite()) => None,
         parsed => parsed.ok(),
     }
-    .ok_or_else(|| user("--bucket-mb is auto or a positive number of MiB"))?;
+    .ok_or_else(|| {
+        user(format!(
+            "--bucket-mb {}: auto or a positive number of MiB",
+            a.bucket_mb
+        ))
+    })?;
     let q = Question {
         shape: shape(a)?,
         patterns: a.patterns.clone(),

@@ -222,6 +222,39 @@ fn a_ladder_on_nvlink_pays_in_a_band_that_holds_the_link() {
 fn a_plan_it_cannot_make_is_one_line_naming_the_valid_choices() {
     let d = scratch("plan-errors");
     let run = |args: &[&str]| bin("tp-plan", &d, args, &[]);
+    // Out-of-range numbers, negative ones included (never clap's "unexpected argument"),
+    // each one line naming the value and its range.
+    let base = ["--model", "gpt2", "--pattern", "12xt", "--device", "h100"];
+    for (extra, needle) in [
+        (
+            &["--mfu", "0.4", "--link", "-100:5"][..],
+            "bandwidth -100 Gbit/s must be a positive",
+        ),
+        (
+            &["--mfu", "0.4", "--link", "0:5"][..],
+            "bandwidth 0 Gbit/s must be a positive",
+        ),
+        (
+            &["--mfu", "0.4", "--link", "inf:5"][..],
+            "bandwidth inf Gbit/s",
+        ),
+        (
+            &["--mfu", "0.4", "--link", "100:-5"][..],
+            "latency -5 us must be zero or",
+        ),
+        (&["--mfu", "-0.4"][..], "--mfu must lie in (0, 1], got -0.4"),
+        (
+            &["--mfu", "0.4", "--bucket-mb", "-1"][..],
+            "--bucket-mb -1: auto or a positive",
+        ),
+        (
+            &["--mfu", "0.4", "--n-layer", "2000"][..],
+            "--n-layer 2000 is over the 1000 layers",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        one_clear_error(&run(&args), needle);
+    }
     one_clear_error(
         &run(&[
             "--model",

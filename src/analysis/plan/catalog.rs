@@ -211,17 +211,26 @@ pub fn find_link(spec: &str) -> Result<PlanLink, String> {
     }
     if let Some((g, us)) = spec.split_once(':') {
         if let (Ok(g), Ok(us)) = (g.parse::<f64>(), us.parse::<f64>()) {
-            if g > 0.0 && g.is_finite() && us >= 0.0 && us.is_finite() {
-                return Ok(link(
-                    spec,
-                    &format!("{g} Gbit/s, {us} us a message"),
-                    g,
-                    us,
-                    "as given",
-                    "given",
-                    "given",
+            // Numbers, but out of range: say which, not "unknown link".
+            if !(g > 0.0 && g.is_finite()) {
+                return Err(format!(
+                    "link `{spec}`: its bandwidth {g} Gbit/s must be a positive finite number (e.g. 100:5)"
                 ));
             }
+            if !(us >= 0.0 && us.is_finite()) {
+                return Err(format!(
+                    "link `{spec}`: its latency {us} us must be zero or a positive finite number of microseconds (e.g. 100:5)"
+                ));
+            }
+            return Ok(link(
+                spec,
+                &format!("{g} Gbit/s, {us} us a message"),
+                g,
+                us,
+                "as given",
+                "given",
+                "given",
+            ));
         }
     }
     let names: Vec<String> = links().into_iter().map(|l| l.name).collect();

@@ -30,6 +30,8 @@
 # code while no GPU runs it. It needs only the compiler's wheels (~0.3 GB) and compiles
 # our kernels/*.cu with the real nvcc, but gives candle's pinned kernels empty stand-ins
 # (scripts/cuda/nvcc-lint.sh): 3-5 minutes cold instead of 15-25.
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)

@@ -3,6 +3,8 @@
 # and libclang for the MPI backend's bindings, iproute2 for scripts/cluster/netns.sh),
 # the release build, and the datasets (copied from ../shared/datasets when present, else
 # downloaded). DejaVu fonts label plots.
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

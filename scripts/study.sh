@@ -51,6 +51,8 @@
 #   configs/sweeps/study_scale_width.yaml  W: 12 x 256 (4 heads of 64), tp 2, 4 layouts x 6 seeds
 #   configs/sweeps/study_scale_tp.yaml     N: 12 x 128 (8 heads of 16) at tp 2 and 4, 3 layouts x 6 seeds
 #   configs/sweeps/study_scale_length.yaml T: 12 x 128, 6000 iterations re-tuned, 3 layouts x 4 seeds
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TP_STUDY_BIN:-${CARGO_TARGET_DIR:-target}/release}

@@ -8,6 +8,8 @@
 #   scripts/bench/compute-model.sh [OUT_DIR]     (env: PATTERNS, TP, STEPS, REPEATS)
 #
 # Writes OUT_DIR/compute_model.md (default plots/study). About 5 minutes on 2 cores.
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-plots/study}

@@ -11,6 +11,8 @@
 #
 # Writes routes.md and each bench's bench.json under OUT (default
 # runs/bench-matmul-routes-<time>). A tool, not part of the tests.
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"

@@ -2,6 +2,8 @@
 # Step time under mpirun -n 2 (tp 2) for tttt, tstt, sppp, pppp, without emulation and
 # with a 10 GbE-like emulated link (10 Gbit/s, 25 us), interleaved; prints each and the
 # ratio to tttt. Extra arguments go to every tp-train call (e.g. --set n_embd=256).
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${BENCH_OUT:-runs/bench-mpi-$(date +%Y%m%d-%H%M%S)}

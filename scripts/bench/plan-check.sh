@@ -17,6 +17,8 @@
 #
 # OUT defaults to target/plan-check (target/plan-check-netns). Prints a Markdown table.
 # Minutes on a 2-core machine; run it on a quiet one.
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 netns=0

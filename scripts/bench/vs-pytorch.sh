@@ -9,6 +9,8 @@
 # Installs PyTorch into a throwaway venv (TORCH_VENV, default target/torch-venv). PyPI's
 # wheel is the CUDA build, about 5 GB; it runs on the CPU. A tool, not part of the tests.
 # Writes comparison.md and comparison.json under OUT (default runs/bench-vs-pytorch-<time>).
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"

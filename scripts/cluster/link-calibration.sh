@@ -15,6 +15,8 @@
 # in OUT/ (default runs/link-calibration) with OUT/runs.csv listing them, and
 # `tp-plot --link-calibration OUT` turns them into the table and figure (`--append` adds
 # patterns to an OUT measured before). Root only.
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

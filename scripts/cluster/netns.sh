@@ -17,6 +17,8 @@
 # host, ranks filled host by host, so consecutive ranks - a TP group - share a host), and
 # always tears everything down, also on failure or Ctrl-C. `down` is idempotent: it
 # leaves no namespace, veth or bridge of ours. Root only (network namespaces).
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 
 PREFIX=tpn

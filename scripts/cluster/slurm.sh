@@ -15,6 +15,8 @@
 # and socket, logs, spool and state; the daemons talk on localhost ports 6917/6918
 # (TP_SLURM_PORT, +1), away from a system Slurm's 6817/6818. Nothing outside that folder
 # is written, and `down` leaves no daemon of ours behind.
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 
 DIR=${TP_SLURM_DIR:-/tmp/tp-slurm}

@@ -23,6 +23,8 @@
 # into $OUT; $OUT gets two files a mode: gpu-check-MODE.md (the summary, readable alone)
 # and gpu-check-MODE.tar.gz (every log, run record and bench.json of the mode; no
 # checkpoints, which would take it over the 16 MiB a returned file may have).
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 mode=${1:-}

@@ -5,6 +5,8 @@
 # can break, and 10-20 minutes of nvcc on two cores) get empty stand-ins of the files its
 # build script expects. The stand-ins are never run: a lint compiles and checks Rust, it
 # links and loads nothing. The real GPU build (build-cuda.sh without --lint) never uses it.
+# --help (or -h) prints this header and exits, building and running nothing.
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
 real=${TP_REAL_NVCC:?TP_REAL_NVCC must name the real nvcc}
 

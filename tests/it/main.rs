@@ -31,6 +31,7 @@ mod plot;
 mod replicated_activations;
 mod s_and_p_equal_blocks_md;
 mod scan;
+mod script_help;
 mod sizes;
 mod study;
 mod study_script;

@@ -64,12 +64,12 @@ pub fn exit_on_error(tool: &str, result: anyhow::Result<()>) {
     let (binary, tool) = (tool.split(' ').next().unwrap_or(tool), tool);
     if let Some(s) = e.downcast_ref::<Stopped>() {
         if !s.message.is_empty() {
-            eprintln!("{binary}: {}", s.message);
+            crate::util::say::error_line(&format!("{binary}: {}", s.message));
         }
         std::process::exit(s.code);
     }
     if e.downcast_ref::<AlreadyReported>().is_none() {
-        eprintln!("{binary}: error: {}", one_line_for(tool, &e));
+        crate::util::say::error_line(&format!("{binary}: error: {}", one_line_for(tool, &e)));
     }
     std::process::exit(exit_code(&e));
 }

@@ -83,9 +83,9 @@ fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
     if let Err(e) = &local {
         let message = crate::error::one_line(e);
         if rank == 0 {
-            eprintln!("tp-train: error: {message}");
+            crate::util::say::error_line(&format!("tp-train: error: {message}"));
         } else if !root_failed {
-            eprintln!("tp-train: rank {rank}: error: {message}");
+            crate::util::say::error_line(&format!("tp-train: rank {rank}: error: {message}"));
         }
     }
     world.all_reduce_sum(&mut [0.0])?;
@@ -153,10 +153,10 @@ fn same_as_rank_0(mpi: &MpiWorld, cfg: &RunConfig) -> Result<()> {
 /// This rank failed where the others may be waiting on it: says so and ends the whole
 /// job (MPI_Abort) with `code`.
 fn fail_job(mpi: &MpiWorld, rank: usize, e: &anyhow::Error, code: i32) -> ! {
-    eprintln!(
+    crate::util::say::error_line(&format!(
         "tp-train: rank {rank}: error: {}",
         crate::error::one_line(e)
-    );
+    ));
     mpi.abort(code)
 }
 

@@ -45,3 +45,15 @@ macro_rules! say_raw {
         $crate::util::say::write(format_args!($($arg)*), false)
     };
 }
+
+/// Writes `line` and a newline to stderr in one write: where several processes share
+/// the terminal (ranks under mpirun, and mpirun's own abort banner) a line written in
+/// pieces, as `eprintln!` writes its formatted parts to the unbuffered stderr, can be
+/// split by another's output ("tp-train: rank " ... banner ... "1: error: ...").
+pub fn error_line(line: &str) {
+    let mut whole = String::with_capacity(line.len() + 1);
+    whole.push_str(line);
+    whole.push('\n');
+    // Nothing else to tell if stderr itself is gone.
+    let _ = std::io::stderr().lock().write_all(whole.as_bytes());
+}

@@ -7,6 +7,7 @@
 
 use super::request::Request;
 use crate::analysis::penalty::{penalty_rows, PenaltyRow};
+use crate::analysis::setting::{ChosenBy, Setting};
 use crate::config::Variant;
 use anyhow::Result;
 use std::path::PathBuf;
@@ -18,9 +19,15 @@ pub struct Evidence {
     /// `same layout` or `same family at another depth`.
     pub relation: String,
     pub setting: String,
+    /// How the layouts' learning rates were set where it was measured: `tuned` (each
+    /// at its own best), `borrowed` (each at a rate tuned in another setting), `picked
+    /// by hand`, or `untuned (...)` (every layout at one rate: the penalty can be the
+    /// rate's, as the ladder's untuned lead was).
+    pub how: String,
     pub n: usize,
     pub penalty: f64,
-    pub ci95: f64,
+    /// The 95% interval's half-width; `None` for one run (no interval).
+    pub ci95: Option<f64>,
     /// The range of models this layout's family was measured at: n_layer, n_embd, tp,
     /// iterations (min, max each).
     pub measured: [(usize, usize); 4],
@@ -36,6 +43,31 @@ pub fn study_rows(dirs: &[PathBuf]) -> Result<Vec<PenaltyRow>> {
     Ok(rows)
 }
 
+/// The rows measured with each layout at its own tuned rate, where there are any: a
+/// penalty at one rate for all can be the rate's.
+fn prefer_tuned<'a>(rows: &[&'a PenaltyRow]) -> Vec<&'a PenaltyRow> {
+    let tuned: Vec<&PenaltyRow> = rows
+        .iter()
+        .copied()
+        .filter(|r| !r.setting.tuned.is_empty() && r.setting.chosen_by == ChosenBy::Tuning)
+        .collect();
+    match tuned.is_empty() {
+        true => rows.to_vec(),
+        false => tuned,
+    }
+}
+
+/// How a setting's rates were set, in words.
+fn how(s: &Setting) -> String {
+    match s.tuned.is_empty() {
+        false => format!("{} {}", s.tuned.join(", "), s.chosen_by.word()),
+        true => match s.rest.get("learning_rate") {
+            Some(lr) => format!("untuned (every layout at learning_rate {lr})"),
+            None => "untuned (every layout at one learning rate)".into(),
+        },
+    }
+}
+
 fn range(values: impl Iterator<Item = usize> + Clone) -> (usize, usize) {
     (values.clone().min().unwrap_or(0), values.max().unwrap_or(0))
 }
@@ -49,6 +81,9 @@ pub fn evidence(rows: &[PenaltyRow], r: &Request) -> Option<Evidence> {
     };
     let want = Variant::parse(&name).ok()?;
     let paired = |row: &&PenaltyRow| row.diff.is_some();
+    // Another layout of the family stands in only with an interval: one run of a
+    // different layout says nothing of this one.
+    let with_interval = |row: &&PenaltyRow| row.diff.is_some_and(|d| d.n >= 2);
     let same: Vec<&PenaltyRow> = rows
         .iter()
         .filter(paired)
@@ -56,13 +91,13 @@ pub fn evidence(rows: &[PenaltyRow], r: &Request) -> Option<Evidence> {
         .collect();
     let family: Vec<&PenaltyRow> = rows
         .iter()
-        .filter(paired)
+        .filter(with_interval)
         .filter(|x| x.variant.stretches_to(&want))
         .collect();
     let (pool, relation) = if same.is_empty() {
-        (&family, "same family at another depth")
+        (prefer_tuned(&family), "same family at another depth")
     } else {
-        (&same, "same layout")
+        (prefer_tuned(&same), "same layout")
     };
     let s = &r.shape;
     // Nearest: the closest depth and width (log scale), then tp, then the longest run.
@@ -98,9 +133,10 @@ pub fn evidence(rows: &[PenaltyRow], r: &Request) -> Option<Evidence> {
         pattern: r.layout.pattern.clone(),
         relation: relation.into(),
         setting: format!("{} {}", best.variant, best.setting.label()),
+        how: how(&best.setting),
         n: diff.n,
         penalty: diff.mean,
-        ci95: diff.ci95,
+        ci95: Some(diff.ci95).filter(|c| c.is_finite()),
         measured,
         outside: (!outside.is_empty()).then(|| {
             format!(
@@ -109,4 +145,77 @@ pub fn evidence(rows: &[PenaltyRow], r: &Request) -> Option<Evidence> {
             )
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::penalty::PenaltyRun;
+    use crate::analysis::setting::tests::{keyed, setting};
+    use crate::blocks::BlockLayout;
+
+    /// Runs of `variant` and `tttt` at 4 layers on `seeds`, `variant` `gap` worse, the
+    /// setting tuned or at one rate.
+    fn runs(variant: &str, gap: f64, seeds: &[u64], tuned: bool) -> Vec<PenaltyRun> {
+        let mut s = setting(2);
+        match tuned {
+            true => s.tuned = vec!["learning_rate".into()],
+            false => s.rest = keyed("learning_rate:0.001"),
+        }
+        let run = |v: &str, seed: u64, loss: f64| PenaltyRun {
+            setting: s.clone(),
+            variant: Variant::parse(v).unwrap(),
+            seed,
+            final_val: loss,
+            syncs: 1,
+            exposed_syncs: 1,
+            p_run: None,
+            train_seconds: None,
+            machine: None,
+        };
+        seeds
+            .iter()
+            .flat_map(|&seed| {
+                let noise = 0.001 * seed as f64;
+                [
+                    run("tttt", seed, 1.9 + noise),
+                    run(variant, seed, 1.9 + gap + 2.0 * noise),
+                ]
+            })
+            .collect()
+    }
+
+    fn request(pattern: &str) -> Request {
+        Request {
+            shape: super::super::request::Shape::named("gpt2").unwrap(),
+            layout: BlockLayout::parse(pattern).unwrap(),
+            tp: 2,
+            dp: 1,
+            batch: 8,
+            comm_dtype: Default::default(),
+            bucket_mb: Default::default(),
+        }
+    }
+
+    /// The tuned measurement is preferred to the untuned one of the same layout and says
+    /// so; one untuned run of another layout of the family is no evidence for this one;
+    /// one run of the layout itself is given, with no interval.
+    #[test]
+    fn evidence_says_how_it_was_tuned_prefers_tuned_and_gives_one_run_no_interval() {
+        let mut all = runs("sppp", -0.02, &[1, 2, 3], false);
+        all.extend(runs("sppp", 0.003, &[1, 2, 3, 4], true));
+        let rows = penalty_rows(&all, None);
+        let e = evidence(&rows, &request("s11xp")).unwrap();
+        assert_eq!((e.n, e.how.as_str()), (4, "learning_rate tuned"));
+        assert!(e.ci95.is_some() && e.penalty > 0.0, "{e:?}");
+
+        let lone = penalty_rows(&runs("spspspspspsp", -0.03, &[1], false), None);
+        assert!(
+            evidence(&lone, &request("s11xp")).is_none(),
+            "another layout's one run"
+        );
+        let e = evidence(&lone, &request("spspspspspsp")).unwrap();
+        assert_eq!((e.n, e.ci95), (1, None));
+        assert_eq!(e.how, "untuned (every layout at learning_rate 0.001)");
+    }
 }

@@ -327,8 +327,10 @@ impl Plan {
                 None if self.study_runs == 0 => format!("- {} at tp {}: no study runs given (--study DIR, or run from the repository, whose plots/study/runs it reads)\n", r.step.pattern, r.step.tp),
                 None => format!("- {} at tp {}: no run of this layout or its family among the {} study runs given\n", r.step.pattern, r.step.tp, self.study_runs),
                 Some(e) => format!(
-                    "- {} at tp {}: {:+.4} ± {:.4} (95%, n {}) for {} ({}); measured at n_layer {}-{}, n_embd {}-{}, tp {}-{}, {}-{} iterations{}\n",
-                    r.step.pattern, r.step.tp, e.penalty, e.ci95, e.n, e.setting, e.relation,
+                    "- {} at tp {}: {:+.4} {} for {} ({}; {}); measured at n_layer {}-{}, n_embd {}-{}, tp {}-{}, {}-{} iterations{}\n",
+                    r.step.pattern, r.step.tp, e.penalty,
+                    e.ci95.map_or("(one run: no interval)".to_string(), |c| format!("± {c:.4} (95%, n {})", e.n)),
+                    e.setting, e.relation, e.how,
                     e.measured[0].0, e.measured[0].1, e.measured[1].0, e.measured[1].1,
                     e.measured[2].0, e.measured[2].1, e.measured[3].0, e.measured[3].1,
                     e.outside.as_ref().map_or(String::new(), |o| format!(". {o}"))

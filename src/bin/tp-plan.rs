@@ -198,7 +198,7 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     tp_harness::say_raw!("{md}");
     let (md_path, json_path) = (a.out.join("plan.md"), a.out.join("plan.json"));
     write_atomic(&md_path, md.as_bytes())?;
-    write_atomic(&json_path, serde_json::to_string_pretty(&p)?.as_bytes())?;
+    write_atomic(&json_path, p.json()?.as_bytes())?;
     let mut files = vec![md_path, json_path];
     files.extend(tp_harness::plot::plot_plan(&p, &a.out)?);
     Ok(files)

@@ -33,17 +33,25 @@ fn power_of_ten(v: f64) -> String {
     }
 }
 
+/// The curves at the first link's latency: the ones the figure draws (plan.json has
+/// every link's).
+fn first_link(plan: &Plan) -> impl Iterator<Item = &crate::analysis::plan::Curve> {
+    let name = plan
+        .links
+        .first()
+        .map(|l| l.name.clone())
+        .unwrap_or_default();
+    plan.curves.iter().filter(move |c| c.link == name)
+}
+
 fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, plan: &Plan) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let ys = plan
-        .curves
-        .iter()
-        .flat_map(|c| c.points.iter().map(|p| p.1.log10()));
+    let ys = first_link(plan).flat_map(|c| c.points.iter().map(|p| p.1.log10()));
     let (lo, hi) = range(ys);
-    let legend = ((plan.curves.len() * 20 + 16) as f64 / 560.0).min(0.6);
+    let legend = ((first_link(plan).count() * 20 + 16) as f64 / 560.0).min(0.6);
     let hi = hi + (hi - lo) * legend / (1.0 - legend);
     let link = plan.links.first().map_or(String::new(), |l| {
         format!("{} us a message (as {})", l.latency_us, l.name)
@@ -71,7 +79,7 @@ where
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
         .draw()?;
-    for (i, c) in plan.curves.iter().enumerate() {
+    for (i, c) in first_link(plan).enumerate() {
         let col = color(i);
         let t_only = c.pattern.ends_with("xt") || c.pattern.chars().all(|k| k == 't');
         let pts: Vec<(f64, f64)> = c

@@ -193,9 +193,13 @@ pub fn plan(q: &Question) -> Result<Plan> {
     } else {
         study_rows(&q.study)?
     };
-    let curves: Vec<Curve> = requests
+    let curves: Vec<Curve> = links
         .iter()
-        .map(|(r, _)| curve(r, q.flops, rate.flops_per_s, &links[0], dp_link.as_ref()))
+        .flat_map(|l| {
+            requests
+                .iter()
+                .map(|(r, _)| curve(r, q.flops, rate.flops_per_s, l, dp_link.as_ref()))
+        })
         .collect();
     let mut rows = Vec::new();
     for link in &links {
@@ -225,5 +229,6 @@ pub fn plan(q: &Question) -> Result<Plan> {
         rows,
         study_runs: q.study.len(),
         curves,
+        tool: format!("tp-plan {}", env!("CARGO_PKG_VERSION")),
     })
 }

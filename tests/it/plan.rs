@@ -158,6 +158,18 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
     let step = slow["step_s"].as_f64().unwrap();
     let parts = slow["step"]["compute_s"].as_f64().unwrap() + slow["exposed_s"].as_f64().unwrap();
     assert!((step - parts).abs() < 1e-12);
+    // The JSON names its tool, carries every link's curves, and has no negative zero.
+    let text = std::fs::read_to_string(d.join("plan/plan.json")).unwrap();
+    assert!(!text.contains("-0.0"), "a signed zero in plan.json");
+    assert!(json["tool"].as_str().unwrap().starts_with("tp-plan "));
+    let curves = json["curves"].as_array().unwrap();
+    for link in ["100gbe", "nvlink4", "100:0"] {
+        assert_eq!(
+            curves.iter().filter(|c| c["link"] == link).count(),
+            4,
+            "{link}"
+        );
+    }
     let md = std::fs::read_to_string(d.join("plan/plan.md")).unwrap();
     assert!(
         md.contains("| 3xsppp | 6 |") && md.contains("| 12xt | 4 |"),

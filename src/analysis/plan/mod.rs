@@ -60,16 +60,40 @@ pub struct Plan {
     pub rows: Vec<PlanRow>,
     /// How many study runs the evidence was looked for in.
     pub study_runs: usize,
-    /// Step time against the TP link's bandwidth at the first link's latency, per tp and
-    /// layout (t-only included): the crossover figure's data.
+    /// Step time against the TP link's bandwidth at each link's latency, per tp and
+    /// layout (t-only included): the crossover figure's data (it draws the first link's).
     pub curves: Vec<Curve>,
+    /// The tool that made the plan: `tp-plan` and its version.
+    pub tool: String,
 }
 
-/// One layout's step time (ms) at each bandwidth (Gbit/s).
+impl Plan {
+    /// `plan.json`: the plan with every negative zero written as 0 (a clamped time of
+    /// -0.0 reads as a sign where there is none).
+    pub fn json(&self) -> anyhow::Result<String> {
+        fn unsign(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Number(n) if n.is_f64() && n.as_f64() == Some(0.0) => {
+                    *v = serde_json::Value::from(0.0);
+                }
+                serde_json::Value::Array(a) => a.iter_mut().for_each(unsign),
+                serde_json::Value::Object(o) => o.values_mut().for_each(unsign),
+                _ => {}
+            }
+        }
+        let mut v = serde_json::to_value(self)?;
+        unsign(&mut v);
+        Ok(serde_json::to_string_pretty(&v)?)
+    }
+}
+
+/// One layout's step time (ms) at each bandwidth (Gbit/s), at one link's latency.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Curve {
     pub pattern: String,
     pub tp: usize,
+    /// The link whose latency the curve keeps.
+    pub link: String,
     pub points: Vec<(f64, f64)>,
 }
 
@@ -94,6 +118,7 @@ pub fn curve(
     Curve {
         pattern: r.layout.pattern.clone(),
         tp: r.tp,
+        link: link.name.clone(),
         points,
     }
 }

@@ -99,11 +99,16 @@ fn the_planners_collectives_per_step_are_a_runs_tally() {
     }
 }
 
+/// tp-plan run in `d` with `args` (which write to `plan/`): its plan.json.
+fn plan_json(d: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    assert_ok(&bin("tp-plan", d, args, &[]));
+    serde_json::from_str(&std::fs::read_to_string(d.join("plan/plan.json")).unwrap()).unwrap()
+}
+
 #[test]
 fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even() {
     let d = scratch("plan-124m");
-    let o = bin(
-        "tp-plan",
+    let json = plan_json(
         &d,
         &[
             "--model",
@@ -127,11 +132,7 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
             "--out",
             "plan",
         ],
-        &[],
     );
-    assert_ok(&o);
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(d.join("plan/plan.json")).unwrap()).unwrap();
     let rows = json["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2 * 2 * 3, "(12xt, 3xsppp) x 2 tps x 3 links");
     let find = |link: &str, tp: u64| {
@@ -186,8 +187,7 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
 #[test]
 fn a_ladder_on_nvlink_pays_in_a_band_that_holds_the_link() {
     let d = scratch("plan-ladder");
-    let o = bin(
-        "tp-plan",
+    let json = plan_json(
         &d,
         &[
             "--model",
@@ -205,11 +205,7 @@ fn a_ladder_on_nvlink_pays_in_a_band_that_holds_the_link() {
             "--out",
             "plan",
         ],
-        &[],
     );
-    assert_ok(&o);
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(d.join("plan/plan.json")).unwrap()).unwrap();
     let ladder = json["rows"]
         .as_array()
         .unwrap()

@@ -10,6 +10,16 @@ use std::path::Path;
 
 const TUNED: &str = "grid: {pattern: [tttt, pppp]}\ntune: {grid: {learning_rate: [1.0e-3, 1.0e-2]}, seeds: [11, 12], extend: 1}\nseeds: [1, 2]\nbaseline: tttt\n";
 
+/// The sweep's run directories (its points), as paths to give tp-plot.
+fn point_dirs(out: &Path) -> Vec<String> {
+    std::fs::read_dir(out)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("pattern="))
+        .map(|e| e.path().display().to_string())
+        .collect()
+}
+
 fn final_val(dir: &Path) -> f64 {
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
@@ -96,12 +106,7 @@ fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_ther
 
     // The penalty table: best against best, with the chosen value and the grid; the
     // tuning table and figure beside it.
-    let runs: Vec<String> = std::fs::read_dir(&out)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("pattern="))
-        .map(|e| e.path().display().to_string())
-        .collect();
+    let runs = point_dirs(&out);
     let mut args: Vec<&str> = vec!["--penalty", "--out", "pen", "--margin", "0.5"];
     args.extend(runs.iter().map(String::as_str));
     let o = bin("tp-plot", &d, &args, &[]);
@@ -126,12 +131,7 @@ fn each_at_compares_each_layout_at_the_rate_its_runs_were_given() {
     let d = scratch("tuned-each-at");
     assert_ok(&sweep(&d, TUNED));
     let out = d.join("out");
-    let runs: Vec<String> = std::fs::read_dir(&out)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("pattern="))
-        .map(|e| e.path().display().to_string())
-        .collect();
+    let runs = point_dirs(&out);
     let pppp_best: Vec<String> = runs
         .iter()
         .filter(|r| r.contains("pattern=pppp") && !r.contains("seed=1"))

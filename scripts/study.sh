@@ -51,6 +51,7 @@
 #   configs/sweeps/study_scale_width.yaml  W: 12 x 256 (4 heads of 64), tp 2, 4 layouts x 6 seeds
 #   configs/sweeps/study_scale_tp.yaml     N: 12 x 128 (8 heads of 16) at tp 2 and 4, 3 layouts x 6 seeds
 #   configs/sweeps/study_scale_length.yaml T: 12 x 128, 6000 iterations re-tuned, 3 layouts x 4 seeds
+#   configs/sweeps/study_scale_width_tp.yaml WN: 12 x 256 (8 heads) at tp 4, C/N as N's tp 2 cell (last: if time allows)
 # --help (or -h) prints this header and exits, building and running nothing.
 [[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0; }
 set -euo pipefail
@@ -59,7 +60,7 @@ BIN=${TP_STUDY_BIN:-${CARGO_TARGET_DIR:-target}/release}
 ISSUE25="study_power_tp2 study_shrink study_tp_degree study_length study_size"
 ISSUE35="study_depth study_depth_tp4 study_names study_names_depth"
 ISSUE46="study_tuned study_tuned_long study_tuned_depth study_names_tuned study_names_tuned_lower"
-ISSUE63="study_scale_width study_scale_tp study_scale_length"
+ISSUE63="study_scale_width study_scale_tp study_scale_length study_scale_width_tp"
 OUT=plots/study
 KEPT=$OUT/runs
 RECORDS="config.yaml log.jsonl comm.json summary.json eval.json diverged.json"
@@ -324,6 +325,7 @@ if [ -n "$scale" ] && all_there study_tuned && tuned_there study_tuned; then
     name=${s#study_scale_}
     case $s in
       # Two degrees, two baselines: a table each (time_tp/tp=2, time_tp/tp=4).
+      # (study_scale_width_tp is one degree: its name's suffix is width_tp.)
       study_scale_tp) cells="tp=2 tp=4" ;;
       *) cells="all" ;;
     esac

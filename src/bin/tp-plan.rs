@@ -46,9 +46,10 @@ struct Args {
     /// Sequences per rank per step.
     #[arg(long, default_value_t = 8)]
     batch: usize,
-    /// What TP activation sums travel in: f32, bf16, fp8, int8.
-    #[arg(long, default_value = "f32")]
-    comm_dtype: String,
+    /// What TP activation sums travel in: f32, bf16, fp8, int8. Default: bf16 on a GPU
+    /// (what Megatron sends in bf16 training), f32 on a CPU or a run directory.
+    #[arg(long)]
+    comm_dtype: Option<String>,
     /// The gradient buckets' size: auto (sized for the model as tp-train's default:
     /// an eighth of a rank's gradients, at most PyTorch's 25 MiB) or MiB.
     #[arg(long, default_value = "auto", allow_hyphen_values = true)]
@@ -155,14 +156,19 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         "full" => FlopConvention::Full,
         other => return Err(user(format!("--flops {other}: megatron or full"))),
     };
+    // A GPU trains in bf16 and Megatron sums its activations in bf16: half the bytes of
+    // f32, so an f32 default would double every GPU plan's TP traffic.
+    let on_gpu = tp_harness::analysis::plan::catalog::GPUS
+        .iter()
+        .any(|g| g.name == a.device)
+        || a.device.starts_with("tflops:");
+    let wanted = a
+        .comm_dtype
+        .clone()
+        .unwrap_or_else(|| if on_gpu { "bf16" } else { "f32" }.to_string());
     let comm_dtype = CommDtype::all()
-        .find(|d| d.label() == a.comm_dtype)
-        .ok_or_else(|| {
-            user(format!(
-                "--comm-dtype {}: f32, bf16, fp8 or int8",
-                a.comm_dtype
-            ))
-        })?;
+        .find(|d| d.label() == wanted)
+        .ok_or_else(|| user(format!("--comm-dtype {wanted}: f32, bf16, fp8 or int8")))?;
     let bucket_mb = match serde_yaml_ng::from_str(&a.bucket_mb) {
         Ok(BucketCap::Mib(mb)) if !(mb > 0.0 && mb.is_finite()) => None,
         parsed => parsed.ok(),

@@ -135,6 +135,8 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
     );
     let rows = json["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2 * 2 * 3, "(12xt, 3xsppp) x 2 tps x 3 links");
+    // A GPU plan sums in bf16 unless told otherwise, as Megatron's bf16 training does.
+    assert_eq!(json["comm_dtype"], "bf16");
     let find = |link: &str, tp: u64| {
         let s = |r: &&serde_json::Value| {
             r["step"]["link"] == link && r["step"]["tp"] == tp && r["step"]["pattern"] == "3xsppp"

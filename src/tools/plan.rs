@@ -5,6 +5,7 @@
 
 use crate::analysis::plan::catalog::{find_link, PlanLink, GPUS};
 use crate::analysis::plan::evidence::{evidence, study_rows};
+use crate::analysis::plan::memory::memory;
 use crate::analysis::plan::request::{FlopConvention, Request, Shape, StepFlops};
 use crate::analysis::plan::{curve, row, Curve, Plan, Rate};
 use crate::blocks::BlockLayout;
@@ -205,14 +206,18 @@ pub fn plan(q: &Question) -> Result<Plan> {
     for link in &links {
         for (r, base) in &requests {
             let ev = evidence(&rows_of_study, r);
+            let gpu = GPUS.iter().find(|g| g.name == q.device);
+            // A GPU (or a stated rate) trains in bf16 mixed precision; a CPU in f32.
+            let bf16 = gpu.is_some() || q.device.starts_with("tflops:");
+            let mem = memory(r, bf16, gpu.map(|g| (g.memory_gb, g.memory_source)));
             rows.push(row(
                 r,
                 base,
                 q.flops,
                 rate.flops_per_s,
-                link,
-                dp_link.as_ref(),
+                (link, dp_link.as_ref()),
                 ev,
+                mem,
             ));
         }
     }

@@ -144,6 +144,11 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
         rows.iter().find(s).unwrap()
     };
     let (slow, fast) = (find("100gbe", 4), find("nvlink4", 4));
+    // Memory per rank: tp 6 holds less a rank than tp 4, and the H100's 80 GB bounds
+    // the batch.
+    let mem = |tp: u64| &find("nvlink4", tp)["memory"];
+    assert!(mem(6)["total_gib"].as_f64() < mem(4)["total_gib"].as_f64());
+    assert!(mem(4)["largest_batch"].as_u64().unwrap() > 8, "{}", mem(4));
     // Fewer syncs pay more on the slower link. With real latencies 3xsppp's 6 sums
     // against 24 pay at any bandwidth (null: "every bandwidth"); on a link of bandwidth
     // alone they pay below a finite break-even, above 100 Gbit/s for 124M on an H100.
@@ -179,6 +184,7 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
         "{md}"
     );
     assert!(md.contains("Megatron"), "the FLOP convention is named");
+    assert!(md.contains("## Memory per rank") && md.contains("largest batch that fits"));
     assert!(md.contains("not calibrated"), "datasheet links are flagged");
     assert_png(&d.join("plan/step_vs_bandwidth.png"));
 }

@@ -249,6 +249,9 @@ pub struct Gpu {
     pub tf32_tflops: Option<f64>,
     pub f32_tflops: Option<f64>,
     pub source: &'static str,
+    /// Its memory, GB (10^9 bytes) as the datasheet gives it, and that datasheet.
+    pub memory_gb: f64,
+    pub memory_source: &'static str,
 }
 
 pub const GPUS: [Gpu; 4] = [
@@ -258,6 +261,8 @@ pub const GPUS: [Gpu; 4] = [
         tf32_tflops: Some(156.0),
         f32_tflops: Some(19.5),
         source: "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense (624 with sparsity), TF32 156, FP32 19.5",
+        memory_gb: 80.0,
+        memory_source: "NVIDIA A100 datasheet: 80 GB HBM2e (the 80 GB part)",
     },
     Gpu {
         name: "h100",
@@ -265,6 +270,8 @@ pub const GPUS: [Gpu; 4] = [
         tf32_tflops: Some(494.7),
         f32_tflops: Some(66.9),
         source: "NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense (1979 with sparsity), TF32 494.7, FP32 66.9",
+        memory_gb: 80.0,
+        memory_source: "NVIDIA H100 SXM datasheet: 80 GB HBM3",
     },
     Gpu {
         name: "h200",
@@ -272,6 +279,8 @@ pub const GPUS: [Gpu; 4] = [
         tf32_tflops: Some(494.7),
         f32_tflops: Some(66.9),
         source: "NVIDIA H200 datasheet: 989 TFLOPS bf16 dense, TF32 494.7, FP32 66.9, as H100",
+        memory_gb: 141.0,
+        memory_source: "NVIDIA H200 datasheet: 141 GB HBM3e",
     },
     Gpu {
         name: "b200",
@@ -279,6 +288,8 @@ pub const GPUS: [Gpu; 4] = [
         tf32_tflops: None,
         f32_tflops: None,
         source: "NVIDIA B200 datasheet: 2.25 PFLOPS bf16 dense (4.5 with sparsity)",
+        memory_gb: 180.0,
+        memory_source: "NVIDIA DGX B200 datasheet: 1,440 GB across 8 GPUs, 180 GB each",
     },
 ];
 

@@ -9,6 +9,7 @@
 pub mod buckets;
 pub mod catalog;
 pub mod evidence;
+pub mod memory;
 pub mod request;
 pub mod schedule;
 
@@ -43,6 +44,8 @@ pub struct PlanRow {
     /// Above this bandwidth its exposed communication is under NEGLIGIBLE of the step.
     pub negligible_above_gbit: Option<f64>,
     pub evidence: Option<Evidence>,
+    /// One rank's memory at the requested batch, and the largest batch that fits.
+    pub memory: memory::Memory,
 }
 
 /// The whole answer: its assumptions and its rows.
@@ -135,15 +138,16 @@ pub fn step_on(
     plan_step(r, &flops, rate, link, dp_link.unwrap_or(link))
 }
 
-/// A row: `r`'s step against `baseline`'s (t-only) and its break-even bandwidths.
+/// A row: `r`'s step against `baseline`'s (t-only) and its break-even bandwidths, on its
+/// TP link and its DP group's (the same where `None`).
 pub fn row(
     r: &Request,
     baseline: &Request,
     conv: FlopConvention,
     rate: f64,
-    link: &PlanLink,
-    dp_link: Option<&PlanLink>,
+    (link, dp_link): (&PlanLink, Option<&PlanLink>),
     evidence: Option<Evidence>,
+    memory: memory::Memory,
 ) -> PlanRow {
     let step = step_on(r, conv, rate, link, dp_link);
     let base = step_on(baseline, conv, rate, link, dp_link);
@@ -170,6 +174,7 @@ pub fn row(
         pays: Pays::of(bands(speedup_at, PAYS)),
         negligible_above_gbit: crossing(share_at, NEGLIGIBLE),
         evidence,
+        memory,
         step,
     }
 }
@@ -309,6 +314,43 @@ impl Plan {
         s + &self.details()
     }
 
+    /// Memory per rank, once per (pattern, tp): it does not depend on the link.
+    fn memory_table(&self) -> String {
+        let Some(first) = self.rows.first() else {
+            return String::new();
+        };
+        let m0 = &first.memory;
+        let device = match (m0.device_gib, &m0.device_source) {
+            (Some(g), Some(src)) => format!(
+                "; the device has {g:.1} GiB ({src}), of which a step may use {:.0}% (the rest: the CUDA context, NCCL's buffers, fragmentation)",
+                memory::USABLE * 100.0
+            ),
+            _ => "; no device memory known for this --device (a GPU name gives it)".into(),
+        };
+        let mut s = format!(
+            "\n## Memory per rank\n\n{}; activations kept for backward by Korthikanti et al. 2022 (eq. 2, tensor parallel without sequence parallel, no recomputation) plus the embedding and the replicated output layer{device}.\n\n| pattern | tp | weights + grads + AdamW GiB | activations GiB (batch {}) | per sequence GiB | total GiB | largest batch that fits |\n|---|---|---|---|---|---|---|\n",
+            m0.precision, self.batch
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &self.rows {
+            if !seen.insert((r.step.pattern.clone(), r.step.tp)) {
+                continue;
+            }
+            let m = &r.memory;
+            s += &format!(
+                "| {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {} |\n",
+                r.step.pattern,
+                r.step.tp,
+                m.weights_grads_optimizer_gib,
+                m.activations_gib,
+                m.activations_per_sequence_gib,
+                m.total_gib,
+                m.largest_batch.map_or("-".into(), |b| b.to_string())
+            );
+        }
+        s
+    }
+
     fn details(&self) -> String {
         let mut s = String::from("## Collectives per step (first link)\n\n| pattern | tp | kind | calls | MiB | latency ms | bandwidth ms | hidden ms |\n|---|---|---|---|---|---|---|---|\n");
         let first = self
@@ -335,6 +377,7 @@ impl Plan {
         for r in &self.rows {
             flags.extend(r.step.kinds.iter().filter_map(|k| k.flag.clone()));
         }
+        s += &self.memory_table();
         s += "\n## Loss: the study's measured penalty (val loss vs t-only, paired by seed)\n\n";
         let mut seen = std::collections::BTreeSet::new();
         for r in &self.rows {

@@ -17,7 +17,7 @@ use tp_harness::config::Variant;
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::plot::calibration::{write_calibration, write_real_links};
 use tp_harness::plot::{
-    label_runs, plot_on_link, plot_penalty, plot_runs, plot_timeline, plot_tuning,
+    label_runs, plot_on_link, plot_penalty, plot_runs, plot_timeline, plot_tuning, PENALTY_FIGURES,
 };
 use tp_harness::run_dir::check_out;
 use tp_harness::util::write_atomic;
@@ -176,32 +176,25 @@ fn penalty(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Every file `--penalty` may write (its figures and tables by name).
-const PENALTY_OUTPUTS: [&str; 12] = [
+/// The tables `--penalty` may write beside its figures ([`PENALTY_FIGURES`], and
+/// tuning's figure).
+const PENALTY_TABLES: [&str; 5] = [
     "penalty_change.md",
     "penalty_change.csv",
     "penalty_by_axis.md",
     "tuning.md",
     "tuning.csv",
-    "tuning.{png,svg}",
-    "penalty_vs_tp.{png,svg}",
-    "penalty_vs_iters.{png,svg}",
-    "penalty_vs_width.{png,svg}",
-    "penalty_vs_width_per_rank.{png,svg}",
-    "penalty_vs_syncs.{png,svg}",
-    "penalty_vs_prun.{png,svg}",
 ];
 
 /// Removes the `--penalty` outputs in `out` that this drawing did not write (a figure of
 /// an axis the runs no longer span, drawn from other runs before), saying so: a folder
 /// of results never holds a figure its tables do not stand behind.
 fn remove_stale(out: &std::path::Path, written: &[PathBuf]) -> anyhow::Result<()> {
-    let names = PENALTY_OUTPUTS
+    let figures = PENALTY_FIGURES.iter().chain(&["tuning"]);
+    let names = PENALTY_TABLES
         .iter()
-        .flat_map(|n| match n.strip_suffix(".{png,svg}") {
-            Some(stem) => vec![format!("{stem}.png"), format!("{stem}.svg")],
-            None => vec![n.to_string()],
-        });
+        .map(|n| n.to_string())
+        .chain(figures.flat_map(|f| [format!("{f}.png"), format!("{f}.svg")]));
     for name in names {
         let path = out.join(&name);
         if path.is_file() && !written.iter().any(|w| w.file_name() == path.file_name()) {

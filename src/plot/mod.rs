@@ -34,7 +34,7 @@ pub mod timeline;
 mod tuning;
 
 pub use curves::{plot_on_link, plot_runs};
-pub use penalty::plot_penalty;
+pub use penalty::{plot_penalty, PENALTY_FIGURES};
 pub use plan::plot_plan;
 pub use scan::plot_scan;
 pub use timeline::plot_timeline;

@@ -39,6 +39,17 @@ fn crosses_width_and_degree(rows: &[PenaltyRow]) -> bool {
     })
 }
 
+/// Every figure [`plot_penalty`] may draw (each as .png and .svg): what `tp-plot
+/// --penalty` clears from its folder when a drawing does not give it.
+pub const PENALTY_FIGURES: [&str; 6] = [
+    "penalty_vs_tp",
+    "penalty_vs_iters",
+    "penalty_vs_width",
+    "penalty_vs_width_per_rank",
+    "penalty_vs_syncs",
+    "penalty_vs_prun",
+];
+
 /// A row's series name and x in one figure.
 type SeriesKey = fn(&PenaltyRow) -> (String, f64);
 
@@ -63,7 +74,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
             .into_iter()
             .filter(|s| s.1.len() > 1)
             .collect();
-        if name == "penalty_vs_width_per_rank" && !crosses_width_and_degree(rows) {
+        if name == PENALTY_FIGURES[3] && !crosses_width_and_degree(rows) {
             continue;
         }
         if !lines.is_empty() {
@@ -87,7 +98,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
         log2,
         lines: false,
     };
-    files.extend(both_formats!(out, "penalty_vs_syncs", (1100, 700), |a| {
+    files.extend(both_formats!(out, PENALTY_FIGURES[4], (1100, 700), |a| {
         draw(a, &by_syncs, &axis)
     }));
     // The s-then-p family of a setting against how many blocks its ranks run apart.
@@ -107,7 +118,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
             log2: false,
             lines: false,
         };
-        files.extend(both_formats!(out, "penalty_vs_prun", (1100, 700), |a| {
+        files.extend(both_formats!(out, PENALTY_FIGURES[5], (1100, 700), |a| {
             draw(a, &by_run, &axis)
         }));
     }
@@ -121,7 +132,7 @@ pub fn plot_penalty(rows: &[PenaltyRow], out: &Path) -> Result<Vec<PathBuf>> {
 fn axis_figures() -> [(&'static str, Axis, SeriesKey); 4] {
     [
         (
-            "penalty_vs_tp",
+            PENALTY_FIGURES[0],
             Axis {
                 desc: "TP degree N",
                 log2: true,
@@ -134,7 +145,7 @@ fn axis_figures() -> [(&'static str, Axis, SeriesKey); 4] {
             },
         ),
         (
-            "penalty_vs_iters",
+            PENALTY_FIGURES[1],
             Axis {
                 desc: "training iterations",
                 log2: false,
@@ -147,7 +158,7 @@ fn axis_figures() -> [(&'static str, Axis, SeriesKey); 4] {
             },
         ),
         (
-            "penalty_vs_width",
+            PENALTY_FIGURES[2],
             Axis {
                 desc: "width C (n_embd)",
                 log2: true,
@@ -167,7 +178,7 @@ fn axis_figures() -> [(&'static str, Axis, SeriesKey); 4] {
             },
         ),
         (
-            "penalty_vs_width_per_rank",
+            PENALTY_FIGURES[3],
             Axis {
                 desc: "width per TP rank C/N",
                 log2: true,

@@ -1,6 +1,7 @@
-//! `tp-export RUN_DIR --format hf [--out DIR]`: write a run's latest checkpoint for
-//! transformers: GPT-2 itself for a t-only LayerNorm model, any other layout with its
-//! modelling code (`trust_remote_code=True`); the dataset's tokenizer beside it.
+//! `tp-export RUN_DIR --format hf [--out DIR] [--as-gpt2]`: write a run's latest
+//! checkpoint for transformers: GPT-2 itself for a t-only LayerNorm model with biases,
+//! any other with its modelling code (`trust_remote_code=True`); the dataset's tokenizer
+//! beside it.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -22,6 +23,11 @@ struct Args {
     /// A specific checkpoint directory of the run instead of its latest.
     #[arg(long)]
     checkpoint: Option<PathBuf>,
+    /// Write a t-only LayerNorm model trained without biases as GPT-2 itself, with zero
+    /// biases: the same function, loadable by any GPT-2 tool without remote code, but
+    /// the zeros are parameters a fine-tune moves (default: its modelling code, no biases).
+    #[arg(long)]
+    as_gpt2: bool,
 }
 
 fn real_main(a: &Args) -> anyhow::Result<(PathBuf, bool)> {
@@ -52,6 +58,7 @@ fn real_main(a: &Args) -> anyhow::Result<(PathBuf, bool)> {
         cfg.layout(),
         ck.meta.config.parallel.tp,
         tok.as_ref().ok(),
+        a.as_gpt2,
     )?;
     write_export(&out, &export)?;
     Ok((out, export.gpt2))

@@ -55,9 +55,17 @@ pub fn name_map(n_layer: usize) -> Vec<(String, String)> {
     v
 }
 
-/// Whether a model is GPT-2 itself: t-only with LayerNorm (any other is exported with
-/// its own modelling code, `hf_remote`).
+/// Whether a model is GPT-2 itself: t-only with LayerNorm and biases (any other is
+/// exported with its own modelling code, `hf_remote`).
 pub fn is_gpt2(cfg: &ModelConfig, layout: &BlockLayout) -> bool {
+    has_gpt2_shape(cfg, layout) && cfg.bias
+}
+
+/// Whether GPT-2 can compute a model: t-only with LayerNorm, biases or not. GPT-2 always
+/// has biases: a model without them is the same function with zero biases, but those
+/// zeros are parameters a fine-tune moves, so it is GPT-2 only when asked
+/// (`tp-export --as-gpt2`).
+pub fn has_gpt2_shape(cfg: &ModelConfig, layout: &BlockLayout) -> bool {
     layout.kinds.iter().all(|k| *k == BlockKind::T) && cfg.norm == NormKind::Layernorm
 }
 
@@ -96,14 +104,14 @@ pub fn hf_tensors(
     Ok(out)
 }
 
-/// The Hugging Face tensors and `config.json` of a GPT-2 ([`is_gpt2`]) given by its
-/// logical weights.
+/// The Hugging Face tensors and `config.json` of a model of GPT-2's shape
+/// ([`has_gpt2_shape`]) given by its logical weights; biases it lacks are zeros.
 pub fn to_hf(
     weights: &HashMap<String, Tensor>,
     cfg: &ModelConfig,
     layout: &BlockLayout,
 ) -> Result<(HashMap<String, Tensor>, serde_json::Value)> {
-    if !is_gpt2(cfg, layout) {
+    if !has_gpt2_shape(cfg, layout) {
         user_bail!(
             "pattern {} with {:?} is not GPT-2: export it with its modelling code (hf_remote)",
             layout.pattern,

@@ -3,7 +3,7 @@
 //! (`hf_remote`), and the dataset's tokenizer beside either, so that text decodes.
 
 use super::config::ModelConfig;
-use super::hf::{is_gpt2, to_hf};
+use super::hf::{has_gpt2_shape, is_gpt2, to_hf};
 use super::hf_remote::{to_remote, MODELING_CODE, MODELING_FILE};
 use crate::blocks::BlockLayout;
 use crate::data::hf_tokenizer::tokenizer_files;
@@ -37,15 +37,24 @@ pub struct HfExport {
     pub gpt2: bool,
 }
 
-/// The export of a model trained at `tp`, with `tok`'s files when it is known.
+/// The export of a model trained at `tp`, with `tok`'s files when it is known. `as_gpt2`
+/// writes a bias-free t-only LayerNorm model as GPT-2 itself, its biases zeros.
 pub fn hf_export(
     weights: &HashMap<String, Tensor>,
     cfg: &ModelConfig,
     layout: &BlockLayout,
     tp: usize,
     tok: Option<&Tokenizer>,
+    as_gpt2: bool,
 ) -> Result<HfExport> {
-    let gpt2 = is_gpt2(cfg, layout);
+    if as_gpt2 && !has_gpt2_shape(cfg, layout) {
+        crate::user_bail!(
+            "--as-gpt2: pattern {} with {:?} is not GPT-2 (that needs t blocks only and LayerNorm): drop --as-gpt2 to export it with its modelling code",
+            layout.pattern,
+            cfg.norm
+        );
+    }
+    let gpt2 = is_gpt2(cfg, layout) || as_gpt2;
     let (tensors, config) = if gpt2 {
         to_hf(weights, cfg, layout)?
     } else {

@@ -16,9 +16,12 @@ use std::collections::HashMap;
 pub const MODELING_FILE: &str = "modeling_tp_harness.py";
 pub const MODELING_CODE: &str = include_str!("hf_remote/modeling_tp_harness.py");
 
-/// Our tensors a model of `layout` has under GPT-2's names: `p` blocks have no output
-/// biases and RMSNorm has no bias; every other bias is kept (zeros when trained without).
+/// Our tensors a model of `layout` has under GPT-2's names: a model trained without
+/// biases has none, `p` blocks have no output biases and RMSNorm has no bias.
 fn stored(ours: &str, cfg: &ModelConfig, layout: &BlockLayout) -> bool {
+    if ours.ends_with(".b") && !cfg.bias {
+        return false;
+    }
     let layer = ours
         .strip_prefix("h.")
         .and_then(|r| r.split('.').next())
@@ -74,7 +77,8 @@ pub fn to_remote(
         "norm": cfg.norm,
         "activation": cfg.activation,
         "norm_eps": cfg.norm_eps,
-        "tie_word_embeddings": false,
+        // The LM head is `wte` itself: no second matrix is stored.
+        "tie_word_embeddings": true,
         "torch_dtype": "float32"
     });
     Ok((tensors, config))
@@ -136,6 +140,26 @@ mod tests {
             (c["tp"].as_u64(), c["trained_at_tp"].as_u64()),
             (Some(1), Some(2))
         );
+    }
+
+    #[test]
+    fn a_model_trained_without_biases_exports_none_and_declares_its_head_tied() {
+        let cfg = ModelConfig {
+            bias: false,
+            ..tiny(2)
+        };
+        let layout = BlockLayout::parse("sp").unwrap();
+        let (t, c) = to_remote(&weights(&cfg), &cfg, &layout, 2).unwrap();
+        let biases: Vec<&String> = t.keys().filter(|k| k.ends_with(".bias")).collect();
+        assert!(biases.is_empty(), "{biases:?}");
+        // wte, wpe, ln_f and per layer ln_1, c_attn, c_proj, ln_2, c_fc, c_proj weights.
+        assert_eq!(t.len(), 3 + 2 * 6);
+        assert_eq!(c["bias"], false);
+        assert_eq!(c["tie_word_embeddings"], true);
+        // A bias-free t-only model is not GPT-2 (which always has biases): it takes the
+        // same modelling file.
+        let dense = BlockLayout::parse("tt").unwrap();
+        assert!(!crate::model::hf::is_gpt2(&cfg, &dense));
     }
 
     #[test]

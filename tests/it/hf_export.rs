@@ -9,24 +9,30 @@ use std::path::Path;
 use tp_harness::data::tokenizer::Tokenizer;
 
 fn train(d: &Path, pattern: &str, tp: &str, iters: &str, out: &str) {
-    let o = tp_train(
-        d,
-        &[
-            "--pattern",
-            pattern,
-            "--tp",
-            tp,
-            "--set",
-            &format!("max_iters={iters}"),
-            "--set",
-            "eval_interval=0",
-            "--set",
-            "sample_tokens=0",
-            "--out",
-            out,
-        ],
-    );
-    assert_ok(&o);
+    train_with(d, pattern, tp, iters, out, &[]);
+}
+
+/// `train` with further `--set KEY=VALUE`s.
+fn train_with(d: &Path, pattern: &str, tp: &str, iters: &str, out: &str, sets: &[&str]) {
+    let iters = format!("max_iters={iters}");
+    let mut args = vec![
+        "--pattern",
+        pattern,
+        "--tp",
+        tp,
+        "--set",
+        &iters,
+        "--set",
+        "eval_interval=0",
+        "--set",
+        "sample_tokens=0",
+        "--out",
+        out,
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    assert_ok(&tp_train(d, &args));
 }
 
 fn json(p: &Path) -> serde_json::Value {
@@ -36,7 +42,7 @@ fn json(p: &Path) -> serde_json::Value {
 #[test]
 fn an_sppp_model_exports_with_its_kinds_tp_modelling_code_and_character_tokenizer() {
     let d = scratch("hf-export-any-layout");
-    train(&d, "sppp", "2", "3", "run");
+    train_with(&d, "sppp", "2", "3", "run", &["bias=true"]);
     assert_ok(&bin("tp-export", &d, &["run", "--out", "hf"], &[]));
     let c = json(&d.join("hf/config.json"));
     assert_eq!(c["model_type"], "tp_harness_gpt");
@@ -68,27 +74,75 @@ fn an_sppp_model_exports_with_its_kinds_tp_modelling_code_and_character_tokenize
     );
     // Exported again as a t-only model into the same folder: plain GPT-2, and no stale
     // modelling file left to describe another model.
-    train(&d, "tttt", "1", "2", "dense");
+    train_with(&d, "tttt", "1", "2", "dense", &["bias=true"]);
     assert_ok(&bin("tp-export", &d, &["dense", "--out", "hf"], &[]));
     assert_eq!(json(&d.join("hf/config.json"))["model_type"], "gpt2");
     assert!(!d.join("hf/modeling_tp_harness.py").exists());
     assert!(d.join("hf/tokenizer.json").exists());
 }
 
+#[test]
+fn a_bias_free_t_only_model_exports_without_biases_or_as_gpt2_with_zeros_when_asked() {
+    let d = scratch("hf-export-bias-free");
+    // The mini preset has no biases.
+    train(&d, "tttt", "1", "2", "run");
+    let names = |dir: &str| {
+        let t = candle_core::safetensors::load(
+            d.join(dir).join("model.safetensors"),
+            &candle_core::Device::Cpu,
+        )
+        .unwrap();
+        t.keys().filter(|k| k.ends_with(".bias")).count()
+    };
+    assert_ok(&bin("tp-export", &d, &["run", "--out", "own"], &[]));
+    let c = json(&d.join("own/config.json"));
+    assert_eq!(
+        (c["model_type"].as_str(), c["bias"].as_bool()),
+        (Some("tp_harness_gpt"), Some(false))
+    );
+    assert_eq!(names("own"), 0, "no biases the model does not have");
+    assert_ok(&bin(
+        "tp-export",
+        &d,
+        &["run", "--out", "gpt2", "--as-gpt2"],
+        &[],
+    ));
+    assert_eq!(json(&d.join("gpt2/config.json"))["model_type"], "gpt2");
+    // GPT-2's every bias, as zeros: per layer ln_1, c_attn, attn c_proj, ln_2, c_fc,
+    // mlp c_proj, and ln_f.
+    assert_eq!(names("gpt2"), 4 * 6 + 1);
+    // A layout GPT-2 cannot compute is refused by name, nothing written.
+    train(&d, "sppp", "2", "2", "spd");
+    let o = bin("tp-export", &d, &["spd", "--out", "no", "--as-gpt2"], &[]);
+    one_clear_error(&o, "drop --as-gpt2");
+    assert!(!d.join("no").exists());
+}
+
 /// transformers' reading of the export equals the harness's own: the whole val split's
-/// loss (tp-eval) and the greedy continuation of a prompt (tp-sample --top-k 1), for an
-/// s-then-p model at its tp and a ladder.
+/// loss (tp-eval) and the greedy continuation of a prompt (tp-sample --top-k 1) through
+/// `generate()` with its KV cache and without, past the model's context (the window
+/// slides), for s-then-p models at tp 2 and 4, ladders and a t-only model, with biases
+/// and without (the t-only one then is not GPT-2): each loads with no tensor missing,
+/// unexpected or mismatched, its head declared tied.
 #[test]
 #[ignore = "needs torch + transformers: TP_HF_PYTHON=python cargo test --release --test it -- hf_export --ignored"]
-fn transformers_gives_tp_eval_loss_and_tp_sample_text_for_3xsppp_and_llll() {
+fn transformers_gives_tp_eval_loss_and_tp_sample_text_for_3xsppp_llll_and_bias_free_models() {
     let python = std::env::var("TP_HF_PYTHON")
         .expect("set TP_HF_PYTHON to a python with torch and transformers");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/hf-export-check.py");
     let d = scratch("hf-export-transformers");
     let val = test_data_dir().join("shakespeare_char/val.bin");
-    for (pattern, tp) in [("3xsppp", "2"), ("llll", "2"), ("2xsp", "4")] {
-        let run = format!("run-{pattern}");
-        train(&d, pattern, tp, "150", &run);
+    // The mini preset has no biases; two models are trained with them.
+    let biases: &[&str] = &["bias=true"];
+    for (pattern, tp, sets) in [
+        ("3xsppp", "2", &[][..]),
+        ("llll", "2", &[]),
+        ("2xsp", "4", biases),
+        ("llll", "2", biases),
+        ("tttt", "2", &[]),
+    ] {
+        let run = format!("run-{pattern}-{}", sets.len());
+        train_with(&d, pattern, tp, "150", &run, sets);
         assert_ok(&bin("tp-eval", &d, &[&run, "--split", "val"], &[]));
         let ours = json(&d.join(&run).join("eval.json"))["loss"]
             .as_f64()
@@ -104,7 +158,7 @@ fn transformers_gives_tp_eval_loss_and_tp_sample_text_for_3xsppp_and_llll() {
         let our_text = String::from_utf8_lossy(&sample.stdout)
             .trim_end()
             .to_string();
-        let out = d.join(format!("hf-{pattern}"));
+        let out = d.join(format!("hf-{run}"));
         assert_ok(&bin(
             "tp-export",
             &d,
@@ -131,11 +185,25 @@ fn transformers_gives_tp_eval_loss_and_tp_sample_text_for_3xsppp_and_llll() {
             "{pattern}: transformers' val loss {loss} against tp-eval's {ours}"
         );
         assert_eq!(theirs["round_trip"], true, "{pattern}: the tokenizer");
-        assert_eq!(
-            theirs["text"].as_str().unwrap().trim_end(),
-            our_text,
-            "{pattern}"
+        for key in ["missing_keys", "unexpected_keys", "mismatched_keys"] {
+            assert_eq!(
+                theirs["loading"][key],
+                serde_json::json!([]),
+                "{pattern} {sets:?}: {key}"
+            );
+        }
+        assert_eq!(theirs["tied"], true, "{pattern}: the head is wte");
+        assert!(
+            theirs["cached_steps"].as_u64().unwrap() > 0,
+            "{pattern}: generate() never used the KV cache"
         );
+        for key in ["text", "text_no_cache"] {
+            assert_eq!(
+                theirs[key].as_str().unwrap().trim_end(),
+                our_text,
+                "{pattern} {sets:?}: {key}"
+            );
+        }
     }
 }
 

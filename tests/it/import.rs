@@ -44,7 +44,8 @@ fn a_run_exported_to_hf_and_imported_back_gives_its_logits_at_tp_1_2_and_4() {
         all.extend_from_slice(args);
         assert_ok(&bin("tp-train", &d, &all, &[]));
     };
-    // No biases (the mini preset's): the export writes zeros, the import keeps them.
+    // No biases (the mini preset's): exported as GPT-2 when asked (--as-gpt2), the export
+    // writes zeros and the import keeps them.
     train(&[
         "--pattern",
         "tttt",
@@ -55,7 +56,12 @@ fn a_run_exported_to_hf_and_imported_back_gives_its_logits_at_tp_1_2_and_4() {
         "--out",
         "run",
     ]);
-    assert_ok(&bin("tp-export", &d, &["run", "--out", "hf"], &[]));
+    assert_ok(&bin(
+        "tp-export",
+        &d,
+        &["run", "--out", "hf", "--as-gpt2"],
+        &[],
+    ));
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("hf/config.json")).unwrap()).unwrap();
     // A 65-token model has no <|endoftext|> (50256): no bos/eos ids past its vocabulary.

@@ -328,7 +328,12 @@ fn a_grid_of_a_million_points_is_refused_at_once() {
 fn an_import_claiming_a_billion_layers_or_holding_a_nan_is_refused_before_it_allocates() {
     let d = scratch("lost-import");
     assert_ok(&train_t(&d, &["--pattern", "tt", "--out", "run"]));
-    assert_ok(&bin("tp-export", &d, &["run", "--out", "hf"], &[]));
+    assert_ok(&bin(
+        "tp-export",
+        &d,
+        &["run", "--out", "hf", "--as-gpt2"],
+        &[],
+    ));
     let config = d.join("hf/config.json");
     let mut cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();

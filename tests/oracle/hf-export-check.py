@@ -5,11 +5,14 @@ Needs torch and transformers (`TP_HF_PYTHON`; not part of the suite's setup).
 
   hf-export-check.py DIR VAL_BIN BLOCK PROMPT TOKENS
 
-loads DIR with AutoModelForCausalLM and AutoTokenizer (trust_remote_code=True), and
-prints one JSON line: the mean loss over every window of the split in VAL_BIN (uint16
-ids; consecutive windows of BLOCK tokens, the tail included, as tp-eval computes it),
-the number of predictions, whether the tokenizer's decode-then-encode of the split's
-first 2000 ids gives them back, and PROMPT followed by TOKENS greedy tokens.
+loads DIR with AutoModelForCausalLM and AutoTokenizer (trust_remote_code=True, as
+docs/checkpoints.md tells users to), and prints one JSON line: the tensors the loader
+found missing, unexpected or mismatched (none for a faithful export), the mean loss over
+every window of the split in VAL_BIN (uint16 ids; consecutive windows of BLOCK tokens,
+the tail included, as tp-eval computes it), the number of predictions, whether the
+tokenizer's decode-then-encode of the split's first 2000 ids gives them back, and PROMPT
+followed by TOKENS greedy tokens, generated with the KV cache (`text`) and without it
+(`text_no_cache`).
 """
 import json
 import sys
@@ -35,18 +38,51 @@ def split_loss(model, ids, block):
 
 def main():
     path, val_bin, block, prompt, tokens = sys.argv[1:6]
-    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True).eval()
+    model, info = AutoModelForCausalLM.from_pretrained(
+        path, trust_remote_code=True, output_loading_info=True
+    )
+    model.eval()
+    loading = {
+        k: sorted(info.get(k) or [])
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys")
+    }
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
     ids = np.fromfile(val_bin, dtype=np.uint16).astype(np.int64).tolist()
     loss, count = split_loss(model, ids, int(block))
     head = ids[:2000]
     round_trip = tok.encode(tok.decode(head)) == head
     start = torch.tensor([tok.encode(prompt)], dtype=torch.long)
-    out = model.generate(
-        start, max_new_tokens=int(tokens), do_sample=False, use_cache=False, pad_token_id=0
+    # Counts the forward calls that took one new token after cached ones: that the cache
+    # was used, not just accepted.
+    cached_steps = []
+    forward = model.forward
+
+    def counting_forward(input_ids, **kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if cache is not None and cache.get_seq_length() > 0 and input_ids.shape[1] == 1:
+            cached_steps.append(1)
+        return forward(input_ids, **kwargs)
+
+    model.forward = counting_forward
+    texts = {}
+    for key, cache in (("text", True), ("text_no_cache", False)):
+        out = model.generate(
+            start, max_new_tokens=int(tokens), do_sample=False, use_cache=cache, pad_token_id=0
+        )
+        texts[key] = prompt + tok.decode(out[0, start.shape[1] :].tolist())
+    print(
+        json.dumps(
+            {
+                "loading": loading,
+                "tied": bool(model.config.tie_word_embeddings),
+                "loss": loss,
+                "tokens": count,
+                "round_trip": round_trip,
+                "cached_steps": len(cached_steps),
+                **texts,
+            }
+        )
     )
-    text = prompt + tok.decode(out[0, start.shape[1] :].tolist())
-    print(json.dumps({"loss": loss, "tokens": count, "round_trip": round_trip, "text": text}))
 
 
 if __name__ == "__main__":

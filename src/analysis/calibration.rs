@@ -165,6 +165,7 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
         let nominal = LinkModel {
             gbit_per_s: rate_bits / 1e9,
             latency_us: NOMINAL_LATENCY_US,
+            call_us: 0.0,
         };
         let nominal_ms = compute_ms + 1e3 * measured.comm_seconds_on(&nominal);
         cells.push(Cell {

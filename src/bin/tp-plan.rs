@@ -5,7 +5,7 @@
 
 use clap::Parser;
 use std::path::PathBuf;
-use tp_harness::analysis::plan::request::{FlopConvention, Shape};
+use tp_harness::analysis::plan::request::{FlopConvention, Head, Shape};
 use tp_harness::comm::CommDtype;
 use tp_harness::config::BucketCap;
 use tp_harness::error::{exit_on_error, user};
@@ -65,9 +65,15 @@ struct Args {
     /// tflops:X, or a run directory whose measured compute is scaled by FLOPs.
     #[arg(long, default_value = "h100")]
     device: String,
-    /// The share of the GPU's bf16 peak the step reaches (you state it).
+    /// The share of the GPU's bf16 peak the step reaches (you state it; the plan lists
+    /// measured ones to choose by).
     #[arg(long, allow_negative_numbers = true)]
     mfu: Option<f64>,
+    /// The embedding and LM head: vocab-parallel (Megatron's: split by vocabulary rows
+    /// over the TP group) or replicated (whole on every rank, this harness's default
+    /// `vocab_parallel: false`). Default: vocab-parallel on a GPU, replicated otherwise.
+    #[arg(long, value_enum)]
+    head: Option<Head>,
     /// How attention FLOPs count: megatron (causal halved) or full (torchtitan).
     #[arg(long, default_value = "megatron")]
     flops: String,
@@ -133,16 +139,8 @@ fn runs_in(dirs: &[PathBuf]) -> Vec<PathBuf> {
 
 fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     if a.links.iter().any(|l| l == "list") {
-        for l in tp_harness::analysis::plan::catalog::links() {
-            tp_harness::say!(
-                "{:<11} {:>7} Gbit/s {:>5} us  {} ({}; {})",
-                l.name,
-                l.gbit_per_s,
-                l.latency_us,
-                l.label,
-                l.bandwidth_source,
-                l.latency_source
-            );
+        for l in tp_harness::comm::link_catalog::links() {
+            tp_harness::say!("{:<13} {}", l.name, l.describe());
         }
         return Ok(Vec::new());
     }
@@ -192,6 +190,7 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
         device: a.device.clone(),
         mfu: a.mfu,
         flops,
+        head: a.head,
         study: match a.study.is_empty() {
             true => runs_in(&[PathBuf::from("plots/study/runs")]),
             false => runs_in(&a.study),

@@ -45,8 +45,9 @@ struct Args {
     /// --link (the step plots are always drawn).
     #[arg(long, value_enum, default_value_t = XArg::Step)]
     x: XArg,
-    /// An interconnect for the time plots (repeatable): 10gbe, ib100, pcie4, nvlink4, or
-    /// GBIT:LATENCY_US (Gbit/s per direction, microseconds per message).
+    /// An interconnect for the time plots (repeatable): a name of the link catalogue
+    /// (`tp-plan --link list`, docs/links.md: nvlink4, ib-ndr, 100gbe, 10gbe, ...) or
+    /// GBIT:LATENCY_US (Gbit/s delivered per direction, microseconds per message).
     #[arg(long = "link", value_name = "LINK")]
     links: Vec<String>,
     /// The val losses the time tables count minutes to, comma-separated (a table each):
@@ -264,9 +265,10 @@ fn parse_targets(given: Option<&str>) -> anyhow::Result<Vec<Target>> {
 fn curves(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     let targets_asked = parse_targets(a.target.as_deref())?;
     if a.x == XArg::Time && a.links.is_empty() {
-        return Err(user(
-            "--x time needs at least one --link: 10gbe, ib100, pcie4, nvlink4 or GBIT:LATENCY_US (Gbit/s, microseconds)",
-        ));
+        return Err(user(format!(
+            "--x time needs at least one --link: one of {} or GBIT:LATENCY_US (Gbit/s, microseconds)",
+            tp_harness::comm::link_catalog::names().join(", ")
+        )));
     }
     let links = a
         .links

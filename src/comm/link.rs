@@ -1,7 +1,10 @@
 //! The model of an interconnect: a ring all-reduce of `bytes` over `N` ranks puts
 //! `2 (N-1)/N * bytes` on each rank's link and takes `2 (N-1)` message latencies, so
 //!
-//! `seconds = 2 (N-1)/N * bytes * 8 / (Gbit/s * 1e9) + 2 (N-1) * latency`.
+//! `seconds = 2 (N-1)/N * bytes * 8 / (Gbit/s * 1e9) + 2 (N-1) * latency + call cost`,
+//!
+//! NCCL's own cost model's shape (a call's `baseLat`, a step's `hwLat`, the bus
+//! bandwidth); the named links and their sources are [`super::link_catalog`].
 //!
 //! [`ring_terms`] is that formula's one definition: the link model, the projection onto
 //! named links and the calibration fit against real links all take their terms from it.
@@ -30,8 +33,12 @@ pub fn ring_terms(calls: f64, bytes: f64, n: usize) -> (f64, f64) {
 pub struct LinkModel {
     /// Bandwidth per direction, Gbit/s (infinite: latency only).
     pub gbit_per_s: f64,
-    /// One-way latency per message, microseconds.
+    /// One-way latency per message (a ring step), microseconds.
     pub latency_us: f64,
+    /// A call's fixed cost, microseconds (NCCL's `baseLat`); 0 for an emulated link and
+    /// in records written before it existed.
+    #[serde(default)]
+    pub call_us: f64,
 }
 
 impl LinkModel {
@@ -48,13 +55,24 @@ impl LinkModel {
                 f64::INFINITY
             },
             latency_us: link_latency_us.max(0.0),
+            call_us: 0.0,
         })
     }
 
     /// Seconds for `calls` all-reduces moving `bytes` in total over `n` ranks.
     pub fn seconds(&self, calls: u64, bytes: u64, n: usize) -> f64 {
-        let (bits, messages) = ring_terms(calls as f64, bytes as f64, n);
-        bits / (self.gbit_per_s * 1e9) + messages * self.latency_us * 1e-6
+        let (latency, bandwidth) = self.parts(calls as f64, bytes as f64, n);
+        latency + bandwidth
+    }
+
+    /// [`Self::seconds`] in its two parts: (latency, bandwidth) seconds.
+    pub fn parts(&self, calls: f64, bytes: f64, n: usize) -> (f64, f64) {
+        let (bits, messages) = ring_terms(calls, bytes, n);
+        let call_cost = if n > 1 { calls * self.call_us } else { 0.0 };
+        (
+            (messages * self.latency_us + call_cost) * 1e-6,
+            bits / (self.gbit_per_s * 1e9),
+        )
     }
 
     /// Seconds for one all-reduce of `bytes` over `n` ranks.
@@ -62,38 +80,6 @@ impl LinkModel {
         self.seconds(1, bytes, n)
     }
 }
-
-/// A named link: what `tp-plot --link NAME` takes, a label, and its model.
-#[derive(Debug, Clone, Copy)]
-pub struct NamedLink {
-    pub name: &'static str,
-    pub label: &'static str,
-    pub model: LinkModel,
-}
-
-const fn link(name: &'static str, label: &'static str, gbit: f64, us: f64) -> NamedLink {
-    NamedLink {
-        name,
-        label,
-        model: LinkModel {
-            gbit_per_s: gbit,
-            latency_us: us,
-        },
-    }
-}
-
-/// Named links for projections. Bandwidths are per direction; latencies are typical
-/// small-message figures, assumptions rather than measurements.
-/// The two Ethernet links of the study (and of the shaped links between namespace hosts,
-/// docs/links.md) take the 50 us a message the study's figures use.
-pub const NAMED_LINKS: [NamedLink; 6] = [
-    link("nvlink4", "NVLink 4 (H100), 3600 Gbit/s", 3600.0, 2.0),
-    link("pcie4", "PCIe 4 x16, 200 Gbit/s", 200.0, 5.0),
-    link("ib100", "InfiniBand, 100 Gbit/s", 100.0, 2.0),
-    link("10gbe", "10 GbE, 10 Gbit/s", 10.0, 25.0),
-    link("1gbe", "1 GbE, 1 Gbit/s", 1.0, 50.0),
-    link("100mbit", "Fast Ethernet, 100 Mbit/s", 0.1, 50.0),
-];
 
 /// An emulated link a rank's group shares: it carries one collective after another (a
 /// real link does not carry two at full rate), each for its modelled time.

@@ -6,6 +6,7 @@ pub mod collectives;
 pub mod compressed;
 pub mod counted;
 pub mod link;
+pub mod link_catalog;
 pub mod mesh;
 pub mod quantise;
 pub mod tally;
@@ -14,7 +15,8 @@ pub mod worker;
 
 pub use collectives::{stage_through_host, Comm, SoloComm, Started};
 pub use counted::{CountedComm, Reduce};
-pub use link::{LinkModel, NAMED_LINKS};
+pub use link::LinkModel;
+pub use link_catalog::NamedLink;
 pub use mesh::Mesh;
 pub use quantise::CommDtype;
 pub use tally::{CommKind, Phase, Site, Stat, Tally, TallySnapshot};

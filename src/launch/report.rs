@@ -5,7 +5,7 @@
 
 use crate::analysis::{median, step_ms, StepTiming};
 use crate::blocks::BlockLayout;
-use crate::comm::{CommKind, Site, NAMED_LINKS};
+use crate::comm::{link_catalog, CommKind, Site};
 use crate::config::RunConfig;
 use crate::device::{DeviceKind, Kernels};
 use crate::run_dir::{CommReport, LayerComm, LogLine, PerStep, RankCompute, RunSummary, SiteComm};
@@ -84,15 +84,17 @@ pub fn comm_report(cfg: &RunConfig, layout: &BlockLayout, o: &RankOutcome) -> Co
         totals.insert(kind, s);
     }
     let eval = t.eval.clone();
-    let projected_seconds_per_step = NAMED_LINKS
-        .iter()
+    let projected_seconds_per_step = link_catalog::links()
+        .into_iter()
+        .filter(|l| link_catalog::REPORT_LINKS.contains(&l.name.as_str()))
         .map(|link| {
+            let model = link.model();
             let total: f64 = t
                 .train
                 .values()
-                .map(|s| link.model.seconds(s.calls, s.bytes, s.group_size))
+                .map(|s| model.seconds(s.calls, s.bytes, s.group_size))
                 .sum();
-            (link.label.to_string(), per_f(total, steps))
+            (link.label, per_f(total, steps))
         })
         .collect();
     CommReport {

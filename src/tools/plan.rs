@@ -3,13 +3,15 @@
 //! states, a rate given, a run's measured compute, or this CPU's matmuls timed now), the
 //! study's evidence, and the plan for every link.
 
-use crate::analysis::plan::catalog::{find_link, PlanLink, GPUS};
+use crate::analysis::plan::catalog::GPUS;
 use crate::analysis::plan::evidence::{evidence, study_rows};
 use crate::analysis::plan::memory::memory;
-use crate::analysis::plan::request::{FlopConvention, Request, Shape, StepFlops};
+use crate::analysis::plan::request::{FlopConvention, Head, Request, Shape, StepFlops};
 use crate::analysis::plan::{curve, row, Curve, Plan, Rate};
 use crate::blocks::BlockLayout;
+use crate::comm::link_catalog::find as find_link;
 use crate::comm::CommDtype;
+use crate::comm::NamedLink;
 use crate::config::BucketCap;
 use crate::error::user;
 use anyhow::Result;
@@ -30,6 +32,21 @@ pub struct Question {
     pub mfu: Option<f64>,
     pub flops: FlopConvention,
     pub study: Vec<PathBuf>,
+    /// The head's layout; `None`: vocabulary-parallel on a GPU (Megatron's), replicated
+    /// otherwise (this harness's default).
+    pub head: Option<Head>,
+}
+
+impl Question {
+    /// The head the plan uses: the one asked for, else the device's default.
+    pub fn head(&self) -> Head {
+        self.head
+            .unwrap_or(if GPUS.iter().any(|g| g.name == self.device) {
+                Head::VocabParallel
+            } else {
+                Head::Replicated
+            })
+    }
 }
 
 fn request(q: &Question, pattern: &str, tp: usize) -> Result<Request> {
@@ -43,6 +60,7 @@ fn request(q: &Question, pattern: &str, tp: usize) -> Result<Request> {
         batch: q.batch,
         comm_dtype: q.comm_dtype,
         bucket_mb: q.bucket_mb,
+        head: q.head(),
     };
     r.check()?;
     Ok(r)
@@ -124,6 +142,12 @@ fn from_run(dir: &Path, conv: FlopConvention) -> Result<Rate> {
         batch: cfg.optim.batch_size,
         comm_dtype: cfg.parallel.comm_dtype,
         bucket_mb: cfg.parallel.ddp_bucket_mb,
+        // The run's own head: a vocabulary-parallel run computed 1/tp of it.
+        head: if cfg.parallel.vocab_parallel {
+            Head::VocabParallel
+        } else {
+            Head::Replicated
+        },
     };
     let flops = StepFlops::of(&r, conv).step(r.shape.n_layer);
     let seconds = compute.max_ms() / 1e3;
@@ -164,7 +188,7 @@ fn measured_cpu(r: &Request) -> Result<Rate> {
 
 /// The plan answering `q`.
 pub fn plan(q: &Question) -> Result<Plan> {
-    let links: Vec<PlanLink> = q
+    let links: Vec<NamedLink> = q
         .links
         .iter()
         .map(|l| find_link(l).map_err(user))
@@ -231,6 +255,12 @@ pub fn plan(q: &Question) -> Result<Plan> {
         rate,
         dp_link: dp_link.map(|l| l.name),
         links,
+        head: q.head(),
+        mfu_references: if GPUS.iter().any(|g| g.name == q.device) {
+            crate::analysis::plan::catalog::MFU_REFERENCES.to_vec()
+        } else {
+            Vec::new()
+        },
         rows,
         study_runs: q.study.len(),
         curves,

@@ -185,3 +185,21 @@ fn docs_blocks_md_defines_every_block_kind_and_equals_the_design_copy_where_pres
         Err(_) => eprintln!("{} is not here: docs/blocks.md not compared", design.display()),
     }
 }
+
+/// docs/links.md's table is the link catalogue, generated: no second list to drift.
+#[test]
+fn docs_links_md_holds_the_link_catalogue_as_the_code_generates_it() {
+    let text = std::fs::read_to_string(root().join("docs/links.md")).unwrap();
+    let start = "<!-- link catalogue: generated from src/comm/link_catalog.rs -->\n";
+    let end = "<!-- end of the link catalogue -->";
+    let table = text
+        .split_once(start)
+        .and_then(|(_, rest)| rest.split_once(end))
+        .map(|(t, _)| t)
+        .expect("docs/links.md has the catalogue's markers");
+    let want = tp_harness::comm::link_catalog::markdown();
+    assert!(
+        table.trim() == want.trim(),
+        "docs/links.md's link table is stale; put this between its markers:\n{want}"
+    );
+}

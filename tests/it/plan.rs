@@ -4,16 +4,49 @@
 //! what it cannot answer is one line naming the valid choices.
 
 use crate::common::*;
-use tp_harness::analysis::plan::request::{Request, Shape};
+use tp_harness::analysis::plan::request::{Head, Request, Shape};
 use tp_harness::blocks::BlockLayout;
 use tp_harness::comm::{CommDtype, CommKind};
 use tp_harness::config::BucketCap;
 
+/// The planner's request for the tally test's run of `pattern`: mini at 32 wide, tp 2 x
+/// dp 2, batch 12, its comm_dtype and head.
+fn mini_request(pattern: &str, dtype: &str, vocab_parallel: bool) -> Request {
+    Request {
+        shape: Shape {
+            name: "mini".into(),
+            n_layer: 4,
+            n_head: 4,
+            n_embd: 32,
+            vocab: 65,
+            block: 64,
+            bias: false,
+        },
+        layout: BlockLayout::parse(pattern).unwrap(),
+        tp: 2,
+        dp: 2,
+        batch: 12,
+        comm_dtype: CommDtype::all().find(|d| d.label() == dtype).unwrap(),
+        bucket_mb: BucketCap::Auto,
+        head: if vocab_parallel {
+            Head::VocabParallel
+        } else {
+            Head::Replicated
+        },
+    }
+}
+
 #[test]
 fn the_planners_collectives_per_step_are_a_runs_tally() {
     let d = scratch("plan-counts");
-    for (pattern, dtype) in [("sppp", "f32"), ("llll", "f32"), ("tstp", "int8")] {
-        let out = format!("run-{pattern}");
+    for (pattern, dtype, vocab_parallel) in [
+        ("sppp", "f32", false),
+        ("llll", "f32", false),
+        ("tstp", "int8", false),
+        ("sppp", "f32", true),
+        ("tstp", "bf16", true),
+    ] {
+        let out = format!("run-{pattern}-{dtype}-{vocab_parallel}");
         let o = tp_train(
             &d,
             &[
@@ -34,6 +67,8 @@ fn the_planners_collectives_per_step_are_a_runs_tally() {
                 "--set",
                 "final_eval=sampled",
                 "--set",
+                &format!("vocab_parallel={vocab_parallel}"),
+                "--set",
                 &format!("comm_dtype={dtype}"),
                 "--out",
                 &out,
@@ -43,23 +78,7 @@ fn the_planners_collectives_per_step_are_a_runs_tally() {
         let comm = tp_harness::run_dir::read_comm(&d.join(&out))
             .unwrap()
             .unwrap();
-        let r = Request {
-            shape: Shape {
-                name: "mini".into(),
-                n_layer: 4,
-                n_head: 4,
-                n_embd: 32,
-                vocab: 65,
-                block: 64,
-                bias: false,
-            },
-            layout: BlockLayout::parse(pattern).unwrap(),
-            tp: 2,
-            dp: 2,
-            batch: 12,
-            comm_dtype: CommDtype::all().find(|d| d.label() == dtype).unwrap(),
-            bucket_mb: BucketCap::Auto,
-        };
+        let r = mini_request(pattern, dtype, vocab_parallel);
         // The run's buckets (ddp_bucket_mb: auto, the default) are the planner's: the
         // same rule on the same gradient bytes.
         let planned_bucket = BucketCap::Auto.bytes(4 * r.params_per_rank() as usize);
@@ -185,7 +204,10 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
     );
     assert!(md.contains("Megatron"), "the FLOP convention is named");
     assert!(md.contains("## Memory per rank") && md.contains("largest batch that fits"));
-    assert!(md.contains("not calibrated"), "datasheet links are flagged");
+    assert!(
+        md.contains("not fitted to a measurement"),
+        "links priced from published or assumed constants are flagged"
+    );
     assert_png(&d.join("plan/step_vs_bandwidth.png"));
 }
 
@@ -323,4 +345,53 @@ fn a_plan_it_cannot_make_is_one_line_naming_the_valid_choices() {
             .any(|l| l.starts_with("ns-1gbit") && l.contains("0.96 Gbit/s")),
         "the calibrated namespace link is listed with its fitted rate: {text}"
     );
+}
+
+/// GPT-2 medium at tp 8 on an H100 at MFU 0.4 with Megatron's vocabulary-parallel head
+/// (a GPU plan's default): each rank computes 1/8 of 6N FLOPs a token plus attention's
+/// (Megatron's count, 6·L·T·C a token with the causal half), within 10%; the replicated
+/// head (`--head replicated`) puts the whole 2·C·V a token on every rank.
+#[test]
+fn gpt2_medium_at_tp_8_computes_its_share_of_6n_plus_attention_with_a_split_head() {
+    let d = scratch("plan-medium");
+    let compute = |head: &str| {
+        let json = plan_json(
+            &d,
+            &[
+                "--model",
+                "gpt2-medium",
+                "--pattern",
+                "24xt",
+                "--tp",
+                "8",
+                "--link",
+                "nvlink4",
+                "--device",
+                "h100",
+                "--mfu",
+                "0.4",
+                "--head",
+                head,
+                "--out",
+                "plan",
+            ],
+        );
+        assert_eq!(json["head"], head);
+        json["rows"][0]["step"]["compute_s"].as_f64().unwrap()
+    };
+    let (l, c, v, t) = (24.0, 1024.0, 50257.0, 1024.0);
+    let n = 12.0 * l * c * c + v * c;
+    let tokens = 8.0 * 1024.0;
+    let want = (6.0 * n + 6.0 * l * t * c) * tokens / 8.0 / (989e12 * 0.4);
+    let split = compute("vocab-parallel");
+    assert!(
+        (split / want - 1.0).abs() < 0.10,
+        "planned {split} s against 6N + attention's {want} s"
+    );
+    let whole = compute("replicated");
+    // Each rank's share is ceil(50257 / 8) = 6283 rows.
+    let head_whole = 3.0 * 2.0 * c * (v - 6283.0) * tokens / (989e12 * 0.4);
+    assert!(((whole - split) / head_whole - 1.0).abs() < 1e-6);
+    let md = std::fs::read_to_string(d.join("plan/plan.md")).unwrap();
+    assert!(md.contains("the embedding and LM head replicated on every rank"));
 }

@@ -43,7 +43,10 @@ fn tp_plot_draws_loss_against_modelled_time_on_each_link() {
         assert_svg(&d.join(format!("pics/{f}.svg")));
     }
     let svg = std::fs::read_to_string(d.join("pics/tradeoff_time_10gbe.svg")).unwrap();
-    assert!(svg.contains("modelled ms per step on 10 GbE, 10 Gbit/s"));
+    assert!(
+        svg.contains("modelled ms per step on 10 GbE (TCP)"),
+        "the link's catalogue label"
+    );
     let table = std::fs::read_to_string(d.join("pics/loss_vs_time_100gbit_2us.md")).unwrap();
     assert!(
         table.contains("link calibration: given as --link 100:2"),
@@ -300,7 +303,8 @@ fn a_target_no_run_reaches_is_said_with_the_best_loss_reached() {
     assert_ok(&o);
     let md = std::fs::read_to_string(d.join("pics/loss_vs_time_100mbit.md")).unwrap();
     assert!(
-        md.contains("Fast Ethernet, 100 Mbit/s (0.1 Gbit/s, 50 us"),
+        md.contains("Fast Ethernet (TCP) (0.096 Gbit/s, 50 us")
+            && md.contains("`100mbit` from the link catalogue (assumed constants"),
         "{md}"
     );
     assert!(

@@ -139,3 +139,23 @@ fn the_tradeoff_figure_says_its_intervals_are_unpaired() {
     let md = std::fs::read_to_string(d.join("out/summary.md")).unwrap();
     assert!(md.contains("paired"), "{md}");
 }
+
+#[test]
+fn tp_sample_streams_its_text_as_it_is_generated() {
+    let d = scratch("wf-sample-stream");
+    train(&d, &["--out", "run"]);
+    let mut child = command("tp-sample", &d)
+        .args(["run", "--tokens", "1000000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut some = [0u8; 64];
+    std::io::Read::read_exact(&mut out, &mut some).unwrap();
+    // Text arrived while the million tokens are still being drawn.
+    let still_running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(still_running, "tp-sample printed only when it had finished");
+}

@@ -194,6 +194,7 @@ mod tests {
             batch: 8,
             comm_dtype: Default::default(),
             bucket_mb: Default::default(),
+            head: super::super::request::Head::Replicated,
         }
     }
 

@@ -5,8 +5,9 @@
 //! al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", eq. 2:
 //! s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes a layer with 16-bit activations and tensor
 //! parallelism without sequence parallelism; twice that in f32), plus the embedding and
-//! the output layer's 4·s·b·h·(1 + v/h), whole on every rank since the plan's head is
-//! replicated. s and p blocks keep what t blocks keep (the same linears and attention).
+//! the output layer's 4·s·b·h·(1 + v/h) with a replicated head, 4·s·b·h·(1 + v/(h·t))
+//! with a vocabulary-parallel one (each rank keeps its slice of the logits). s and p
+//! blocks keep what t blocks keep (the same linears and attention).
 //! With a device's memory, the largest batch whose total fits 90% of it (the rest: the
 //! CUDA context, NCCL's buffers, the allocator's fragmentation).
 
@@ -39,17 +40,12 @@ const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 /// its memory in GB (10^9 bytes) and the source.
 pub fn memory(r: &Request, bf16: bool, device: Option<(f64, &str)>) -> Memory {
     let s = &r.shape;
-    let (seq, h, a, v) = (
-        s.block as f64,
-        s.n_embd as f64,
-        s.n_head as f64,
-        s.vocab as f64,
-    );
+    let (seq, h, a) = (s.block as f64, s.n_embd as f64, s.n_head as f64);
     let t = r.tp as f64;
     let bytes_per_param = if bf16 { 18.0 } else { 16.0 };
     let scale = if bf16 { 1.0 } else { 2.0 };
     let per_layer = seq * h * (10.0 + 24.0 / t + 5.0 * a * seq / (h * t));
-    let head = 4.0 * seq * h * (1.0 + v / h);
+    let head = 4.0 * seq * h * (1.0 + r.vocab_rows() / h);
     let per_sequence = scale * (s.n_layer as f64 * per_layer + head);
     let fixed = bytes_per_param * r.params_per_rank();
     let activations = per_sequence * r.batch as f64;
@@ -75,7 +71,7 @@ pub fn memory(r: &Request, bf16: bool, device: Option<(f64, &str)>) -> Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::plan::request::Shape;
+    use crate::analysis::plan::request::{Head, Shape};
     use crate::blocks::BlockLayout;
 
     /// GPT-2 124M (vocab padded to 50304, as nanoGPT's) at tp 1, batch 8 x 1024, bf16, by
@@ -94,6 +90,7 @@ mod tests {
             batch: 8,
             comm_dtype: Default::default(),
             bucket_mb: Default::default(),
+            head: Head::Replicated,
         };
         let m = memory(&r, true, Some((80.0, "H100")));
         let per_seq = 12.0 * 89_653_248.0 + 209_190_912.0;
@@ -114,9 +111,28 @@ mod tests {
             Some(((72e9 - fixed) / per_seq).floor() as usize)
         );
         assert_eq!(m.largest_batch, Some(54));
-        // At tp 4 a layer keeps less (24/t and the scores split), the head does not.
+        // At tp 4 a layer keeps less (24/t and the scores split), a replicated head does
+        // not; a vocabulary-parallel one keeps its quarter of the logits,
+        // 4·1024·(768 + 12576) bytes, and holds a quarter of the embedding.
         let tp4 = memory(&Request { tp: 4, ..r.clone() }, true, None);
         assert!(tp4.activations_per_sequence_gib < m.activations_per_sequence_gib);
         assert_eq!(tp4.largest_batch, None);
+        let split = Request {
+            tp: 4,
+            head: Head::VocabParallel,
+            ..r.clone()
+        };
+        let vp = memory(&split, true, None);
+        let head_saved = 4.0 * 1024.0 * (50304.0 - 12576.0);
+        assert!(
+            ((tp4.activations_per_sequence_gib - vp.activations_per_sequence_gib) * GIB
+                - head_saved)
+                .abs()
+                < 1.0
+        );
+        assert_eq!(
+            (Request { tp: 4, ..r.clone() }).params_per_rank() - split.params_per_rank(),
+            (50304.0 - 12576.0) * 768.0
+        );
     }
 }

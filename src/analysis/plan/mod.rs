@@ -13,7 +13,7 @@ pub mod memory;
 pub mod request;
 pub mod schedule;
 
-use catalog::PlanLink;
+use crate::comm::NamedLink;
 use evidence::Evidence;
 use request::{FlopConvention, Request, StepFlops};
 use schedule::{at_bandwidth, bands, crossing, plan_step, StepPlan, SEARCHED_GBIT};
@@ -59,7 +59,11 @@ pub struct Plan {
     pub flops: FlopConvention,
     pub rate: Rate,
     pub dp_link: Option<String>,
-    pub links: Vec<PlanLink>,
+    pub links: Vec<NamedLink>,
+    /// How the tied embedding and head are laid out over the TP group.
+    pub head: request::Head,
+    /// Measured MFUs to set `--mfu` by (with a GPU named).
+    pub mfu_references: Vec<catalog::MfuReference>,
     pub rows: Vec<PlanRow>,
     /// How many study runs the evidence was looked for in.
     pub study_runs: usize,
@@ -105,8 +109,8 @@ pub fn curve(
     r: &Request,
     conv: FlopConvention,
     rate: f64,
-    link: &PlanLink,
-    dp_link: Option<&PlanLink>,
+    link: &NamedLink,
+    dp_link: Option<&NamedLink>,
 ) -> Curve {
     let points = (0..=50)
         .map(|i| {
@@ -131,8 +135,8 @@ pub fn step_on(
     r: &Request,
     conv: FlopConvention,
     rate: f64,
-    link: &PlanLink,
-    dp_link: Option<&PlanLink>,
+    link: &NamedLink,
+    dp_link: Option<&NamedLink>,
 ) -> StepPlan {
     let flops = StepFlops::of(r, conv);
     plan_step(r, &flops, rate, link, dp_link.unwrap_or(link))
@@ -145,7 +149,7 @@ pub fn row(
     baseline: &Request,
     conv: FlopConvention,
     rate: f64,
-    (link, dp_link): (&PlanLink, Option<&PlanLink>),
+    (link, dp_link): (&NamedLink, Option<&NamedLink>),
     evidence: Option<Evidence>,
     memory: memory::Memory,
 ) -> PlanRow {
@@ -261,11 +265,12 @@ impl Plan {
             self.params / 1e6
         );
         s += &format!(
-            "Per step and rank: {} sequences of {} tokens, dp {}, TP sums in {}; compute at {:.1} TFLOP/s ({}); FLOPs counted the {} way (Megatron halves causal attention's score and value matmuls, torchtitan does not: {}). Hidden time assumes communication takes no compute from the rank (NCCL's copy engines; on CPUs under MPI a ladder's hidden sums cost compute: docs/planner.md).\n\n",
+            "Per step and rank: {} sequences of {} tokens, dp {}, TP sums in {}, the embedding and LM head {} (`--head` for the other); compute at {:.1} TFLOP/s ({}); FLOPs counted the {} way (Megatron halves causal attention's score and value matmuls, torchtitan does not: {}). Hidden time assumes the link's time costs the rank no compute; NCCL's collectives are kernels on the GPU's SMs and a CPU's MPI progress thread takes a core (docs/planner.md), so a hidden sum is cheaper than an exposed one but not free.\n\n",
             self.batch,
             m.block,
             self.dp,
             self.comm_dtype,
+            self.head.label(),
             self.rate.flops_per_s / 1e12,
             self.rate.source,
             match self.flops {
@@ -274,18 +279,16 @@ impl Plan {
             },
             "`--flops full` for the other"
         );
+        if !self.mfu_references.is_empty() {
+            s += "Measured MFUs to set `--mfu` by (GPT-2 124M, batch 8 x 1024, bf16, tp 1; 6N + 12LTC FLOPs a token against 989 TFLOP/s, attention whole, so 5-7% above the Megatron count at this size):\n\n";
+            for r in &self.mfu_references {
+                s += &format!("- {:.3}: {} ({})\n", r.mfu, r.what, r.source);
+            }
+            s += "\n";
+        }
         let t_only = format!("{}xt", m.n_layer);
         for l in &self.links {
-            s += &format!(
-                "## {} — {}: {} Gbit/s a direction ({}; {}), {} us a message ({})\n\n",
-                l.name,
-                l.label,
-                l.gbit_per_s,
-                l.scope,
-                l.bandwidth_source,
-                l.latency_us,
-                l.latency_source
-            );
+            s += &format!("## {} — {}\n\n", l.name, l.describe());
             s += "| pattern | tp | compute ms | comm ms (latency + bandwidth) | hidden ms | exposed ms | step ms | x over t-only | pays (>= 1.10x) at Gbit/s | comm < 5% above Gbit/s |\n|---|---|---|---|---|---|---|---|---|---|\n";
             for r in self.rows.iter().filter(|r| r.step.link == l.name) {
                 let lat: f64 = r.step.kinds.iter().map(|k| k.latency_s).sum();
@@ -328,8 +331,10 @@ impl Plan {
             _ => "; no device memory known for this --device (a GPU name gives it)".into(),
         };
         let mut s = format!(
-            "\n## Memory per rank\n\n{}; activations kept for backward by Korthikanti et al. 2022 (eq. 2, tensor parallel without sequence parallel, no recomputation) plus the embedding and the replicated output layer{device}.\n\n| pattern | tp | weights + grads + AdamW GiB | activations GiB (batch {}) | per sequence GiB | total GiB | largest batch that fits |\n|---|---|---|---|---|---|---|\n",
-            m0.precision, self.batch
+            "\n## Memory per rank\n\n{}; activations kept for backward by Korthikanti et al. 2022 (eq. 2, tensor parallel without sequence parallel, no recomputation) plus the embedding and the output layer ({}){device}.\n\n| pattern | tp | weights + grads + AdamW GiB | activations GiB (batch {}) | per sequence GiB | total GiB | largest batch that fits |\n|---|---|---|---|---|---|---|\n",
+            m0.precision,
+            self.head.label(),
+            self.batch
         );
         let mut seen = std::collections::BTreeSet::new();
         for r in &self.rows {
@@ -352,27 +357,30 @@ impl Plan {
     }
 
     fn details(&self) -> String {
-        let mut s = String::from("## Collectives per step (first link)\n\n| pattern | tp | kind | calls | MiB | latency ms | bandwidth ms | hidden ms |\n|---|---|---|---|---|---|---|---|\n");
-        let first = self
-            .links
-            .first()
-            .map(|l| l.name.clone())
-            .unwrap_or_default();
+        let mut s = String::new();
         let mut flags = std::collections::BTreeSet::new();
-        for r in self.rows.iter().filter(|r| r.step.link == first) {
-            for k in &r.step.kinds {
-                s += &format!(
-                    "| {} | {} | {} | {:.0} | {:.2} | {:.3} | {:.3} | {:.3} |\n",
-                    r.step.pattern,
-                    r.step.tp,
-                    k.kind.label(),
-                    k.calls,
-                    k.bytes / (1024.0 * 1024.0),
-                    k.latency_s * 1e3,
-                    k.bandwidth_s * 1e3,
-                    k.hidden_s.max(0.0) * 1e3
-                );
+        for l in &self.links {
+            s += &format!("## Collectives per step on {}: time on the link and exposed\n\n| pattern | tp | kind | calls | MiB | link ms | of which latency | of which bandwidth | hidden ms | exposed ms |\n|---|---|---|---|---|---|---|---|---|---|\n", l.name);
+            for r in self.rows.iter().filter(|r| r.step.link == l.name) {
+                for k in &r.step.kinds {
+                    let link = k.latency_s + k.bandwidth_s;
+                    let hidden = k.hidden_s.max(0.0);
+                    s += &format!(
+                        "| {} | {} | {} | {:.0} | {:.2} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
+                        r.step.pattern,
+                        r.step.tp,
+                        k.kind.label(),
+                        k.calls,
+                        k.bytes / (1024.0 * 1024.0),
+                        link * 1e3,
+                        k.latency_s * 1e3,
+                        k.bandwidth_s * 1e3,
+                        hidden * 1e3,
+                        (link - hidden).max(0.0) * 1e3
+                    );
+                }
             }
+            s += "\n";
         }
         for r in &self.rows {
             flags.extend(r.step.kinds.iter().filter_map(|k| k.flag.clone()));

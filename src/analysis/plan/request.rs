@@ -94,6 +94,30 @@ pub struct Request {
     pub comm_dtype: CommDtype,
     /// The gradient buckets' size, as `ddp_bucket_mb` gives it.
     pub bucket_mb: BucketCap,
+    /// How the tied embedding and LM head are laid out over the TP group.
+    pub head: Head,
+}
+
+/// The tied embedding and LM head over a TP group: whole on every rank (this harness's
+/// default, `vocab_parallel: false`), or split by vocabulary rows as Megatron-LM does
+/// (`VocabParallelEmbedding` and its cross-entropy; `vocab_parallel: true`): each rank
+/// computes its 1/tp of the head, at the cost of the lookup's sum forward, the head
+/// input's gradient sum backward, and two small sums for the loss (the row maxima, then
+/// the softmax sums and the target's logit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Head {
+    Replicated,
+    VocabParallel,
+}
+
+impl Head {
+    pub fn label(self) -> &'static str {
+        match self {
+            Head::Replicated => "replicated on every rank",
+            Head::VocabParallel => "vocabulary-parallel (Megatron's)",
+        }
+    }
 }
 
 /// What one step moves, per kind: (calls, bytes in total), on the TP group or the DP
@@ -139,13 +163,35 @@ impl Request {
     /// Bytes one TP all-reduce of a micro-batch's activations puts in its tally: f32 and
     /// bf16 four and two bytes a value, fp8 and int8 one and a 4-byte scale a row.
     pub fn activation_bytes(&self) -> f64 {
-        let rows = (self.batch * self.shape.block) as f64;
-        let c = self.shape.n_embd as f64;
-        rows * match self.comm_dtype {
-            CommDtype::F32 => 4.0 * c,
-            CommDtype::Bf16 => 2.0 * c,
-            CommDtype::Fp8 | CommDtype::Int8 => c + 4.0,
+        self.activation_bytes_of(self.shape.n_embd)
+    }
+
+    /// [`Self::activation_bytes`] of a micro-batch's rows `width` values wide.
+    fn activation_bytes_of(&self, width: usize) -> f64 {
+        let rows = self.batch * self.shape.block;
+        self.comm_dtype.encoded_len(rows, width) as f64
+    }
+
+    /// The vocabulary rows each rank holds: all of them, or its 1/tp (the vocabulary
+    /// padded to a multiple of tp, padding rows never stored).
+    pub fn vocab_rows(&self) -> f64 {
+        match self.head {
+            Head::Replicated => self.shape.vocab as f64,
+            Head::VocabParallel => self.shape.vocab.div_ceil(self.tp) as f64,
         }
+    }
+
+    /// The vocabulary-parallel head's sums a step, as training tallies them (tp/vocab.rs):
+    /// forward, the lookup's `(R, C)`, the row maxima `(R)` in f32 and the loss's `(R, 2)`;
+    /// backward, the head input's gradient `(R, C)`. ((forward calls, bytes), (backward
+    /// calls, bytes)); nothing for a replicated head.
+    pub fn head_traffic(&self) -> ((f64, f64), (f64, f64)) {
+        if self.head == Head::Replicated || self.tp == 1 {
+            return ((0.0, 0.0), (0.0, 0.0));
+        }
+        let rows = (self.batch * self.shape.block) as f64;
+        let forward = self.activation_bytes() + 4.0 * rows + self.activation_bytes_of(2);
+        ((3.0, forward), (1.0, self.activation_bytes()))
     }
 
     /// Each rank's parameters (sharded ones split over tp; the embedding replicated).
@@ -164,7 +210,7 @@ impl Request {
                 sharded / t + 2.0 * c * (1.0 + b) + out_biases * b * c
             })
             .sum();
-        (s.vocab + s.block) as f64 * c + per_layer + c * (1.0 + b)
+        (self.vocab_rows() + s.block as f64) * c + per_layer + c * (1.0 + b)
     }
 
     /// Parameters whose gradient each TP rank holds only its part of (an s or p block's
@@ -224,7 +270,7 @@ impl Request {
             norm(&mut out);
         }
         out.push((f32s(s.block as f64 * c), false));
-        out.push((f32s(s.vocab as f64 * c), false));
+        out.push((f32s(self.vocab_rows() * c), false));
         out
     }
 
@@ -240,11 +286,15 @@ impl Request {
         let buckets = self.buckets();
         if self.tp > 1 {
             let passes = self.layout.forward_allreduces() as f64;
-            for kind in [CommKind::TpForward, CommKind::TpBackward] {
+            let (head_forward, head_backward) = self.head_traffic();
+            for (kind, (head_calls, head_bytes)) in [
+                (CommKind::TpForward, head_forward),
+                (CommKind::TpBackward, head_backward),
+            ] {
                 out.push(Traffic {
                     kind,
-                    calls: passes,
-                    bytes: passes * self.activation_bytes(),
+                    calls: passes + head_calls,
+                    bytes: passes * self.activation_bytes() + head_bytes,
                     group: self.tp,
                 });
             }
@@ -298,11 +348,12 @@ impl StepFlops {
             FlopConvention::Full => 4.0 * t * c,
         };
         // Per layer and token: 2 FLOPs a multiply-add; Q, K, V and O are 4C^2 weights,
-        // the MLP 8C^2; each rank computes its 1/tp of them.
+        // the MLP 8C^2; each rank computes its 1/tp of them, and of the head when it is
+        // vocabulary-parallel.
         Self {
             attention: tokens * (8.0 * c * c + scores) / tp,
             mlp: tokens * 16.0 * c * c / tp,
-            head: tokens * 2.0 * c * s.vocab as f64,
+            head: tokens * 2.0 * c * r.vocab_rows(),
         }
     }
 

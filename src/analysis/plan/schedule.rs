@@ -5,10 +5,10 @@
 //! knob. Hidden time assumes communication takes no compute from the rank (NCCL's
 //! copy engines; not a CPU's MPI progress thread, docs/links.md).
 
-use super::catalog::PlanLink;
 use super::request::{Request, StepFlops};
 use crate::blocks::BlockKind;
-use crate::comm::{CommKind, LinkModel};
+use crate::comm::CommKind;
+use crate::comm::NamedLink;
 
 /// One collective kind's step.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -58,15 +58,6 @@ impl StepPlan {
     }
 }
 
-/// Seconds of `calls` all-reduces of `bytes` in all over `n` ranks: (latency, bandwidth).
-fn parts(link: &LinkModel, calls: f64, bytes: f64, n: usize) -> (f64, f64) {
-    let (bits, messages) = crate::comm::link::ring_terms(calls, bytes, n);
-    (
-        messages * link.latency_us * 1e-6,
-        bits / (link.gbit_per_s * 1e9),
-    )
-}
-
 /// How much of the TP activation all-reduces a ladder hides, forward and backward: in
 /// a run of `L` l blocks the attention sum of block j runs behind block j's MLP and the
 /// MLP sum behind block j+1's attention (`2L - 1` of `2L`; the last waits at the run's
@@ -89,8 +80,8 @@ pub fn plan_step(
     r: &Request,
     flops: &StepFlops,
     flops_per_s: f64,
-    tp_link: &PlanLink,
-    dp_link: &PlanLink,
+    tp_link: &NamedLink,
+    dp_link: &NamedLink,
 ) -> StepPlan {
     let n_layer = r.shape.n_layer;
     let compute_s = flops.step(n_layer) / flops_per_s;
@@ -105,7 +96,7 @@ pub fn plan_step(
             } else {
                 tp_link
             };
-            let (latency_s, bandwidth_s) = parts(&link.model(), t.calls, t.bytes, t.group);
+            let (latency_s, bandwidth_s) = link.model().parts(t.calls, t.bytes, t.group);
             let total = latency_s + bandwidth_s;
             let per_call = if t.calls > 0.0 { total / t.calls } else { 0.0 };
             let hidden_s = match t.kind {
@@ -204,8 +195,8 @@ pub fn bands(f: impl Fn(f64) -> f64, at: f64) -> Vec<(f64, f64)> {
 }
 
 /// `link` at another bandwidth, its latency kept.
-pub fn at_bandwidth(link: &PlanLink, gbit: f64) -> PlanLink {
-    PlanLink {
+pub fn at_bandwidth(link: &NamedLink, gbit: f64) -> NamedLink {
+    NamedLink {
         gbit_per_s: gbit,
         ..link.clone()
     }

@@ -185,6 +185,12 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
     let step = slow["step_s"].as_f64().unwrap();
     let parts = slow["step"]["compute_s"].as_f64().unwrap() + slow["exposed_s"].as_f64().unwrap();
     assert!((step - parts).abs() < 1e-12);
+    // "Never" and "every bandwidth" are named, not numbers standing for them.
+    for row in json["rows"].as_array().unwrap() {
+        let w = row["negligible"]["where"].as_str().unwrap();
+        assert!(["never", "every_bandwidth", "above"].contains(&w), "{row}");
+        assert_eq!(w == "above", row["negligible"]["gbit"].is_number());
+    }
     // The JSON names its tool, carries every link's curves, and has no negative zero.
     let text = std::fs::read_to_string(d.join("plan/plan.json")).unwrap();
     assert!(!text.contains("-0.0"), "a signed zero in plan.json");

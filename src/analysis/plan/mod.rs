@@ -41,8 +41,8 @@ pub struct PlanRow {
     pub speedup: f64,
     /// Where (Gbit/s, this link's latency) the layout is >= PAYS x faster than t-only.
     pub pays: Pays,
-    /// Above this bandwidth its exposed communication is under NEGLIGIBLE of the step.
-    pub negligible_above_gbit: Option<f64>,
+    /// Where its exposed communication is under NEGLIGIBLE of the step.
+    pub negligible: Negligible,
     pub evidence: Option<Evidence>,
     /// One rank's memory at the requested batch, and the largest batch that fits.
     pub memory: memory::Memory,
@@ -176,7 +176,11 @@ pub fn row(
         exposed_s: step.exposed_s(),
         speedup: base.step_s() / step.step_s(),
         pays: Pays::of(bands(speedup_at, PAYS)),
-        negligible_above_gbit: crossing(share_at, NEGLIGIBLE),
+        negligible: match crossing(share_at, NEGLIGIBLE) {
+            None => Negligible::Never,
+            Some(g) if g <= SEARCHED_GBIT.0 => Negligible::EveryBandwidth,
+            Some(g) => Negligible::Above { gbit: g },
+        },
         evidence,
         memory,
         step,
@@ -241,12 +245,27 @@ impl Pays {
     }
 }
 
-/// Above which bandwidth its exposed communication is under NEGLIGIBLE of the step.
-fn negligible(g: Option<f64>) -> String {
-    match g {
-        None => "never (latency alone)".into(),
-        Some(g) if g <= 0.01 => "every bandwidth".into(),
-        Some(g) => format!("{g:.3}"),
+/// Above which bandwidth a layout's exposed communication is under [`NEGLIGIBLE`] of
+/// its step: named cases, no sentinel numbers (`plan.json`: `{"where": "never"}`,
+/// `{"where": "every_bandwidth"}` or `{"where": "above", "gbit": G}`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "where", rename_all = "snake_case")]
+pub enum Negligible {
+    /// Latency alone is more, at any bandwidth searched.
+    Never,
+    EveryBandwidth,
+    Above {
+        gbit: f64,
+    },
+}
+
+impl Negligible {
+    fn text(&self) -> String {
+        match self {
+            Negligible::Never => "never (latency alone)".into(),
+            Negligible::EveryBandwidth => "every bandwidth".into(),
+            Negligible::Above { gbit } => format!("{gbit:.3}"),
+        }
     }
 }
 
@@ -309,7 +328,7 @@ impl Plan {
                         true => "(the baseline)".to_string(),
                         false => r.pays.text(),
                     },
-                    negligible(r.negligible_above_gbit),
+                    r.negligible.text(),
                 );
             }
             s += "\n";

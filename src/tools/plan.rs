@@ -253,7 +253,7 @@ pub fn plan(q: &Question) -> Result<Plan> {
         comm_dtype: q.comm_dtype.label().into(),
         flops: q.flops,
         rate,
-        dp_link: dp_link.map(|l| l.name),
+        dp_link: dp_link.map_or_else(|| "same as tp".to_string(), |l| l.name),
         links,
         head: q.head(),
         mfu_references: if GPUS.iter().any(|g| g.name == q.device) {

@@ -185,7 +185,9 @@ fn tp_plan_answers_124m_at_tp_4_and_6_on_100_gbit_and_nvlink_with_the_break_even
     let step = slow["step_s"].as_f64().unwrap();
     let parts = slow["step"]["compute_s"].as_f64().unwrap() + slow["exposed_s"].as_f64().unwrap();
     assert!((step - parts).abs() < 1e-12);
-    // "Never" and "every bandwidth" are named, not numbers standing for them.
+    // "Never" and "every bandwidth" are named, not numbers standing for them, as is the
+    // DP group's link when it is the TP link.
+    assert_eq!(json["dp_link"], "same as tp");
     for row in json["rows"].as_array().unwrap() {
         let w = row["negligible"]["where"].as_str().unwrap();
         assert!(["never", "every_bandwidth", "above"].contains(&w), "{row}");

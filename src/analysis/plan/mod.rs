@@ -58,7 +58,8 @@ pub struct Plan {
     pub comm_dtype: String,
     pub flops: FlopConvention,
     pub rate: Rate,
-    pub dp_link: Option<String>,
+    /// The data-parallel group's link: its name, or `same as tp` (each row's TP link).
+    pub dp_link: String,
     pub links: Vec<NamedLink>,
     /// How the tied embedding and head are laid out over the TP group.
     pub head: request::Head,

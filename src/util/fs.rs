@@ -5,7 +5,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-/// Writes `contents` to `path` atomically (temporary file, fsync, rename).
+/// Writes `contents` to `path` atomically (temporary file, fsync, rename). The rename
+/// replaces a symbolic link at `path` rather than writing through it, and the temporary
+/// file is made new (never opened through a link someone left under its name).
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     // Unique per process: concurrent writers never share a temporary file.
     let tmp = path.with_file_name(format!(
@@ -13,9 +15,15 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
         std::process::id()
     ));
+    // A temporary of this process's number left by a killed earlier one (or a link put
+    // there): removed, the link itself and not what it points to.
+    let _ = std::fs::remove_file(&tmp);
     {
-        let mut f =
-            File::create(&tmp).with_context(|| format!("cannot write {}", path.display()))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         f.write_all(contents)
             .and_then(|_| f.sync_all())
             .with_context(|| format!("cannot write {}", path.display()))

@@ -25,6 +25,7 @@ mod matmul_route;
 mod mpi;
 mod nothing_lost;
 mod nothing_lost_3;
+mod nothing_lost_4;
 mod overlapped_grads;
 mod plan;
 mod plot;

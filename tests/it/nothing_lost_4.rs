@@ -1,0 +1,124 @@
+//! The fourth fault probe's cases (issue 65), each as the probe tried it, each failing
+//! before its fix: exports that wrote through symbolic links or left a mixture of two
+//! models after a kill; imports that read outside their folder.
+
+use crate::common::*;
+use std::path::Path;
+use std::time::Duration;
+
+fn train(d: &Path, out: &str, extra: &[&str]) {
+    let mut args = vec![
+        "--quiet",
+        "--set",
+        "max_iters=2",
+        "--set",
+        "eval_interval=0",
+        "--set",
+        "sample_tokens=0",
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    assert_ok(&bin("tp-train", d, &args, &[]));
+}
+
+fn export(d: &Path, run: &str, out: &str) -> std::process::Output {
+    bin("tp-export", d, &[run, "--out", out], &[])
+}
+
+/// A run's `export-hf` that is a link to a folder outside the run, a `config.json` link
+/// in an export folder, and a `.tp-export` mark that is a link: each refused with one
+/// line, and the files outside untouched.
+#[test]
+fn an_export_never_writes_through_a_symbolic_link() {
+    let d = scratch("lost4-export-links");
+    train(&d, "run", &[]);
+    std::fs::create_dir(d.join("outside")).unwrap();
+    std::os::unix::fs::symlink(d.join("outside"), d.join("run/export-hf")).unwrap();
+    let o = bin("tp-export", &d, &["run"], &[]);
+    one_clear_error(&o, "is a symbolic link");
+    assert_eq!(std::fs::read_dir(d.join("outside")).unwrap().count(), 0);
+
+    // An export folder of ours with a config.json planted as a link to a file elsewhere.
+    assert_ok(&export(&d, "run", "hf"));
+    std::fs::write(d.join("victim.txt"), "precious").unwrap();
+    std::fs::remove_file(d.join("hf/config.json")).unwrap();
+    std::os::unix::fs::symlink(d.join("victim.txt"), d.join("hf/config.json")).unwrap();
+    one_clear_error(&export(&d, "run", "hf"), "symbolic link config.json");
+    assert_eq!(
+        std::fs::read_to_string(d.join("victim.txt")).unwrap(),
+        "precious"
+    );
+
+    // A mark that is a link does not make a downloaded model's folder ours.
+    std::fs::create_dir(d.join("theirs")).unwrap();
+    std::fs::write(d.join("theirs/config.json"), "{}").unwrap();
+    std::fs::write(d.join("mark"), "").unwrap();
+    std::os::unix::fs::symlink(d.join("mark"), d.join("theirs/.tp-export")).unwrap();
+    one_clear_error(&export(&d, "run", "theirs"), "already holds");
+    assert_eq!(
+        std::fs::read_to_string(d.join("theirs/config.json")).unwrap(),
+        "{}"
+    );
+    // A user's own file in an export folder is not deleted by the next export.
+    assert_ok(&export(&d, "run", "hf2"));
+    std::fs::write(d.join("hf2/notes.md"), "mine").unwrap();
+    one_clear_error(
+        &export(&d, "run", "hf2"),
+        "notes.md, which tp-export did not write",
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("hf2/notes.md")).unwrap(),
+        "mine"
+    );
+}
+
+/// The width a folder's config.json gives and the width of its weights.
+fn widths(dir: &Path) -> (u64, usize) {
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let t =
+        candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap();
+    (
+        c["n_embd"].as_u64().unwrap(),
+        t["transformer.wte.weight"].dims()[1],
+    )
+}
+
+/// Re-exports of a wider model into a narrower one's folder, each killed at another
+/// moment: the folder is always one whole export (config and weights of one model),
+/// never the new weights beside the old config.
+#[test]
+fn a_re_export_killed_at_any_moment_leaves_one_whole_model() {
+    let d = scratch("lost4-export-kill");
+    train(&d, "narrow", &["--set", "n_embd=32"]);
+    train(&d, "wide", &["--set", "n_embd=384", "--pattern", "8xt"]);
+    assert_ok(&export(&d, "narrow", "hf"));
+    for i in 0..16u64 {
+        let mut child = command("tp-export", &d)
+            .args(["wide", "--out", "hf"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(10 + 15 * i));
+        let _ = child.kill();
+        let _ = child.wait();
+        let (config, weights) = widths(&d.join("hf"));
+        assert_eq!(
+            config as usize, weights,
+            "kill {i}: a mixture of two models"
+        );
+        // Back to the narrow model for the next try.
+        assert_ok(&export(&d, "narrow", "hf"));
+        assert_eq!(widths(&d.join("hf")).1, 32);
+    }
+    // Nothing a killed export left beside the folder outlives the next export.
+    let leftovers: Vec<String> = std::fs::read_dir(&*d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(".hf."))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

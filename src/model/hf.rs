@@ -247,12 +247,60 @@ fn expected_shape(ours: &str, cfg: &ModelConfig) -> Vec<usize> {
     }
 }
 
+/// The file `name` of the folder `dir` an import may read: a plain name (no `/`, no
+/// `..`), and a regular file (not a FIFO or a device, which would block or never end). A
+/// symbolic link is followed only to a file inside `dir` or, for a Hugging Face cache's
+/// `snapshots/REV/` folder, inside that model's cache (`../../blobs/`): a downloaded
+/// folder cannot make the import read files elsewhere. `Ok(None)`: there is no such file.
+fn plain_file(dir: &std::path::Path, name: &str) -> Result<Option<std::path::PathBuf>> {
+    let plain = !name.is_empty()
+        && !name.contains('/')
+        && name != ".."
+        && name != "."
+        && !name.contains('\0');
+    if !plain {
+        user_bail!(
+            "{} names `{name}`, which is not a file name in that folder: an import reads only the folder's own files",
+            dir.display()
+        );
+    }
+    let path = dir.join(name);
+    let Ok(meta) = std::fs::symlink_metadata(&path) else {
+        return Ok(None);
+    };
+    if meta.file_type().is_symlink() {
+        let (target, root) = (std::fs::canonicalize(&path), std::fs::canonicalize(dir));
+        let inside = match (&target, &root) {
+            (Ok(t), Ok(r)) => {
+                let cache = r
+                    .parent()
+                    .filter(|p| p.file_name().is_some_and(|n| n == "snapshots"))
+                    .and_then(|p| p.parent());
+                t.starts_with(r) || cache.is_some_and(|c| t.starts_with(c))
+            }
+            _ => false,
+        };
+        if !inside {
+            user_bail!(
+                "{} is a symbolic link to a file outside the folder: an import reads only the folder's own files",
+                path.display()
+            );
+        }
+    }
+    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+        user_bail!(
+            "{} is not a regular file (a FIFO, a device or a folder): give the folder transformers wrote",
+            path.display()
+        );
+    }
+    Ok(Some(path))
+}
+
 /// Reads the safetensors of a transformers folder: `model.safetensors`, or every shard
 /// `model.safetensors.index.json` names.
 fn read_hf_tensors(dir: &std::path::Path) -> Result<HashMap<String, Tensor>> {
     let dev = candle_core::Device::Cpu;
-    let single = dir.join("model.safetensors");
-    if single.is_file() {
+    if let Some(single) = plain_file(dir, "model.safetensors")? {
         return candle_core::safetensors::load(&single, &dev).map_err(|e| {
             crate::error::user(format!(
                 "{} is not a readable safetensors file: {e}",
@@ -260,8 +308,7 @@ fn read_hf_tensors(dir: &std::path::Path) -> Result<HashMap<String, Tensor>> {
             ))
         });
     }
-    let index = dir.join("model.safetensors.index.json");
-    if index.is_file() {
+    if let Some(index) = plain_file(dir, "model.safetensors.index.json")? {
         let text = std::fs::read_to_string(&index)?;
         let v: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| crate::error::user(format!("{} is not JSON: {e}", index.display())))?;
@@ -277,7 +324,12 @@ fn read_hf_tensors(dir: &std::path::Path) -> Result<HashMap<String, Tensor>> {
         files.dedup();
         let mut out = HashMap::new();
         for f in files {
-            let path = dir.join(&f);
+            let path = plain_file(dir, &f)?.ok_or_else(|| {
+                crate::error::user(format!(
+                    "{} names the shard {f}, which the folder does not have",
+                    index.display()
+                ))
+            })?;
             let part = candle_core::safetensors::load(&path, &dev).map_err(|e| {
                 crate::error::user(format!(
                     "{} is not a readable safetensors file: {e}",
@@ -294,22 +346,31 @@ fn read_hf_tensors(dir: &std::path::Path) -> Result<HashMap<String, Tensor>> {
     )
 }
 
-/// How many layers `transformer.h.N.` the tensors hold: one more than the highest N.
-fn layers_present(stored: &HashMap<String, Tensor>) -> usize {
-    stored
+/// How many layers `transformer.h.N.` the tensors hold: the distinct N, which must be
+/// 0, 1, .. without a gap (a stray `h.999999999` is a gap, not a billion layers: nothing
+/// per layer is ever sized by a number read from a file).
+fn layers_present(stored: &HashMap<String, Tensor>) -> Result<usize> {
+    let layers: std::collections::BTreeSet<usize> = stored
         .keys()
         .filter_map(|k| {
             let rest = k.strip_prefix("transformer.h.")?;
             rest.split('.').next()?.parse::<usize>().ok()
         })
-        .max()
-        .map_or(0, |n| n + 1)
+        .collect();
+    match layers.last() {
+        Some(&last) if last + 1 != layers.len() => user_bail!(
+            "the safetensors hold {} layers but number one of them transformer.h.{last}: layer {} and others are missing (a stray tensor name?)",
+            layers.len(),
+            (0..=last).find(|i| !layers.contains(i)).unwrap_or(0)
+        ),
+        _ => Ok(layers.len()),
+    }
 }
 
 /// A transformers GPT-2 folder (`config.json` + safetensors) as our model and its logical
 /// weights in f32, every name and shape checked against the config.
 pub fn from_hf(dir: &std::path::Path) -> Result<(ModelConfig, HashMap<String, Tensor>)> {
-    let cfg_path = dir.join("config.json");
+    let cfg_path = plain_file(dir, "config.json")?.unwrap_or_else(|| dir.join("config.json"));
     let text = std::fs::read_to_string(&cfg_path).map_err(|_| {
         crate::error::user(format!(
             "{} has no config.json: give the folder transformers' save_pretrained wrote",
@@ -337,7 +398,7 @@ pub fn from_hf(dir: &std::path::Path) -> Result<(ModelConfig, HashMap<String, Te
     // The layers config.json claims must be the layers the files hold, checked before
     // anything per layer is made (a claimed n_layer of 10^9 would otherwise ask for
     // gigabytes of names before the first missing tensor is found).
-    let present = layers_present(&stored);
+    let present = layers_present(&stored)?;
     if cfg.n_layer != present {
         user_bail!(
             "{} says n_layer {} but its safetensors hold {present} layers (transformer.h.0 ..): the config and the weights disagree",

@@ -122,3 +122,103 @@ fn a_re_export_killed_at_any_moment_leaves_one_whole_model() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A GPT-2 folder as transformers writes it, exported from a run with biases.
+fn gpt2_folder(d: &Path, out: &str) {
+    train(d, "gpt2-run", &["--pattern", "tt", "--set", "bias=true"]);
+    assert_ok(&export(d, "gpt2-run", out));
+}
+
+/// `tp-import` of `dir`, which must answer within ten seconds (a FIFO would block it).
+fn import(d: &Path, dir: &str) -> std::process::Output {
+    let mut child = command("tp-import", d)
+        .args([dir, "--out", "imported", "--dataset", "shakespeare_char"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("tp-import {dir} did not answer within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn fifo(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// A shard index naming `../` or an absolute path, a shard linked to a file elsewhere or
+/// to /dev/zero, and a FIFO as config.json or as a shard: each one line at once, nothing
+/// read outside the folder, nothing imported.
+#[test]
+fn an_import_reads_only_plain_files_inside_its_folder() {
+    let d = scratch("lost4-import-paths");
+    gpt2_folder(&d, "hf");
+    let index = |dir: &str, shard: &str| {
+        std::fs::create_dir_all(d.join(dir)).unwrap();
+        std::fs::copy(d.join("hf/config.json"), d.join(dir).join("config.json")).unwrap();
+        let map = serde_json::json!({"weight_map": {"transformer.wte.weight": shard}});
+        std::fs::write(
+            d.join(dir).join("model.safetensors.index.json"),
+            map.to_string(),
+        )
+        .unwrap();
+    };
+    std::fs::copy(
+        d.join("hf/model.safetensors"),
+        d.join("elsewhere.safetensors"),
+    )
+    .unwrap();
+    index("up", "../elsewhere.safetensors");
+    one_clear_error(&import(&d, "up"), "not a file name in that folder");
+    let abs = d.join("elsewhere.safetensors");
+    index("abs", abs.to_str().unwrap());
+    one_clear_error(&import(&d, "abs"), "not a file name in that folder");
+    index("linked", "model-1.safetensors");
+    std::os::unix::fs::symlink(&abs, d.join("linked/model-1.safetensors")).unwrap();
+    one_clear_error(&import(&d, "linked"), "symbolic link to a file outside");
+    index("zero", "model-1.safetensors");
+    std::os::unix::fs::symlink("/dev/zero", d.join("zero/model-1.safetensors")).unwrap();
+    one_clear_error(&import(&d, "zero"), "outside the folder");
+    index("fifo-shard", "model-1.safetensors");
+    fifo(&d.join("fifo-shard/model-1.safetensors"));
+    one_clear_error(&import(&d, "fifo-shard"), "not a regular file");
+    std::fs::create_dir(d.join("fifo-config")).unwrap();
+    std::fs::copy(
+        d.join("hf/model.safetensors"),
+        d.join("fifo-config/model.safetensors"),
+    )
+    .unwrap();
+    fifo(&d.join("fifo-config/config.json"));
+    one_clear_error(&import(&d, "fifo-config"), "not a regular file");
+    assert!(!d.join("imported").exists());
+}
+
+/// One stray tensor `transformer.h.999999999.ln_1.weight` beside a config claiming a
+/// billion layers: one line naming the gap, at once, without building a billion names.
+#[test]
+fn a_stray_layer_number_is_a_gap_not_a_billion_layers() {
+    let d = scratch("lost4-import-stray");
+    gpt2_folder(&d, "hf");
+    let dev = candle_core::Device::Cpu;
+    let mut t = candle_core::safetensors::load(d.join("hf/model.safetensors"), &dev).unwrap();
+    let w = t["transformer.h.0.ln_1.weight"].clone();
+    t.insert("transformer.h.999999999.ln_1.weight".into(), w);
+    candle_core::safetensors::save(&t, d.join("hf/model.safetensors")).unwrap();
+    let config = d.join("hf/config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    c["n_layer"] = 1_000_000_000u64.into();
+    std::fs::write(&config, c.to_string()).unwrap();
+    let started = std::time::Instant::now();
+    let o = import(&d, "hf");
+    one_clear_error(&o, "layer 2 and others are missing");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

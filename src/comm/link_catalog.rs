@@ -223,17 +223,18 @@ pub fn find(spec: &str) -> Result<NamedLink, String> {
     if let Some(l) = links().into_iter().find(|l| l.name == key) {
         return Ok(l);
     }
-    if let Some((g, us)) = spec.split_once(':') {
-        if let (Ok(g), Ok(us)) = (g.trim().parse::<f64>(), us.trim().parse::<f64>()) {
-            // Numbers, but out of range: say which, not "unknown link".
-            if !(g > 0.0 && g.is_finite()) {
+    if let Some((g_text, us_text)) = spec.split_once(':') {
+        if let (Ok(g), Ok(us)) = (g_text.trim().parse::<f64>(), us_text.trim().parse::<f64>()) {
+            // Numbers, but out of range: say which, not "unknown link". The ranges keep
+            // every modelled time finite (a 5e-324 Gbit/s link would make it infinite).
+            if !(1e-6..=1e7).contains(&g) {
                 return Err(format!(
-                    "link `{spec}`: its bandwidth {g} Gbit/s must be a positive finite number (e.g. 100:5)"
+                    "link `{spec}`: its bandwidth {g_text} Gbit/s must be a positive finite number from 1e-6 to 1e7 (e.g. 100:5)"
                 ));
             }
-            if !(us >= 0.0 && us.is_finite()) {
+            if !(0.0..=1e7).contains(&us) {
                 return Err(format!(
-                    "link `{spec}`: its latency {us} us must be zero or a positive finite number of microseconds (e.g. 100:5)"
+                    "link `{spec}`: its latency {us_text} us must be zero or a positive finite number of microseconds up to 1e7 (e.g. 100:5)"
                 ));
             }
             return Ok(NamedLink {

@@ -76,7 +76,12 @@ fn rate(q: &Question, r: &Request) -> Result<Rate> {
             )));
         };
         if !(mfu > 0.0 && mfu <= 1.0) {
-            return Err(user(format!("--mfu must lie in (0, 1], got {mfu}")));
+            let shown = if (1e-4..=1e4).contains(&mfu.abs()) {
+                format!("{mfu}")
+            } else {
+                format!("{mfu:e}")
+            };
+            return Err(user(format!("--mfu must lie in (0, 1], got {shown}")));
         }
         return Ok(Rate {
             flops_per_s: g.bf16_tflops * 1e12 * mfu,
@@ -87,10 +92,10 @@ fn rate(q: &Question, r: &Request) -> Result<Rate> {
         let t: f64 = t
             .parse()
             .ok()
-            .filter(|t: &f64| *t > 0.0 && t.is_finite())
+            .filter(|t: &f64| *t >= 1e-6 && *t <= 1e6)
             .ok_or_else(|| {
                 user(format!(
-                    "--device {}: tflops:X takes a positive number",
+                    "--device {}: tflops:X takes a number from 1e-6 to 1e6 (TFLOP/s a rank)",
                     q.device
                 ))
             })?;
@@ -124,6 +129,20 @@ fn from_run(dir: &Path, conv: FlopConvention) -> Result<Rate> {
             dir.display()
         )));
     };
+    // A record read back is checked as input is: a compute time of zero, negative,
+    // subnormal or absurd would make every planned step zero, negative or infinite.
+    let ranks = &compute.per_rank_ms;
+    if let Some(bad) = ranks
+        .iter()
+        .find(|m| !(1e-3..=1e9).contains(*m))
+        .map(|m| format!("{m:.3e} ms"))
+        .or_else(|| ranks.is_empty().then(|| "no rank's".to_string()))
+    {
+        return Err(user(format!(
+            "--device {}: its comm.json records a compute of {bad} a step, outside 0.001 ms to 1e9 ms: the record is damaged; train the run again",
+            dir.display()
+        )));
+    }
     let m = cfg.model_config(cfg.model.arch.vocab_size.max(65))?;
     let shape = Shape {
         name: dir.display().to_string(),
@@ -166,8 +185,13 @@ fn from_run(dir: &Path, conv: FlopConvention) -> Result<Rate> {
 /// step's other work is not in it, so small models are predicted too fast).
 fn measured_cpu(r: &Request) -> Result<Rate> {
     use candle_core::{Device, Tensor};
+    // Timed at the request's shape, each side at most 4096: a wider model's matmuls run
+    // at about the rate of these, and its own would not fit in memory.
     let rows = (r.batch * r.shape.block).min(4096);
-    let (c, h) = (r.shape.n_embd, 4 * r.shape.n_embd / r.tp);
+    let (c, h) = (
+        r.shape.n_embd.min(4096),
+        (4 * r.shape.n_embd / r.tp).min(4096),
+    );
     let a = Tensor::randn(0f32, 1.0, (rows, c), &Device::Cpu)?;
     let b = Tensor::randn(0f32, 1.0, (c, h), &Device::Cpu)?;
     let _ = a.matmul(&b)?;
@@ -186,8 +210,48 @@ fn measured_cpu(r: &Request) -> Result<Rate> {
     })
 }
 
+/// The largest sizes a plan takes: far past any model trained today, small enough that
+/// no count wraps, no loop over them runs long and every product stays finite.
+const MAX_WIDTH: usize = 1 << 20;
+const MAX_HEADS: usize = 1 << 16;
+const MAX_VOCAB: usize = 1 << 24;
+const MAX_TOKENS: usize = 1 << 24;
+const MAX_RANKS: usize = 1 << 20;
+
+impl Question {
+    /// Every size in range before anything is computed or allocated: one line naming
+    /// the value and its range.
+    pub fn check(&self) -> Result<()> {
+        let s = &self.shape;
+        let sizes = [
+            ("--n-head", s.n_head, MAX_HEADS),
+            ("--n-embd", s.n_embd, MAX_WIDTH),
+            ("--vocab", s.vocab, MAX_VOCAB),
+            ("--block", s.block, MAX_TOKENS),
+            ("--batch", self.batch, MAX_TOKENS),
+            ("--dp", self.dp, MAX_RANKS),
+        ];
+        let tps = self.tps.iter().map(|&t| ("--tp", t, MAX_HEADS));
+        for (flag, v, max) in sizes.into_iter().chain(tps) {
+            if v == 0 || v > max {
+                return Err(user(format!("{flag} {v} is out of range: 1 to {max}")));
+            }
+        }
+        if self.batch * s.block > MAX_TOKENS {
+            return Err(user(format!(
+                "--batch {} x --block {} = {} tokens a step and rank is out of range: at most {MAX_TOKENS}",
+                self.batch,
+                s.block,
+                self.batch * s.block
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The plan answering `q`.
 pub fn plan(q: &Question) -> Result<Plan> {
+    q.check()?;
     let links: Vec<NamedLink> = q
         .links
         .iter()
@@ -244,6 +308,16 @@ pub fn plan(q: &Question) -> Result<Plan> {
                 mem,
             ));
         }
+    }
+    // A backstop: every figure printed is a finite number (the checks above keep them so).
+    if let Some(r) = rows
+        .iter()
+        .find(|r| !(r.step_s.is_finite() && r.speedup.is_finite() && r.exposed_s.is_finite()))
+    {
+        return Err(user(format!(
+            "{} at tp {} plans a step of {} s: the inputs are outside what the model prices; give sizes, links and rates nearer real hardware",
+            r.step.pattern, r.step.tp, r.step_s
+        )));
     }
     Ok(Plan {
         params: q.shape.params(),

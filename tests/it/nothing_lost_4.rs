@@ -222,3 +222,78 @@ fn a_stray_layer_number_is_a_gap_not_a_billion_layers() {
     one_clear_error(&o, "layer 2 and others are missing");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+fn plan(d: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["--model", "gpt2", "--pattern", "3xsppp", "--out", "plan"];
+    all.extend_from_slice(args);
+    bin("tp-plan", d, &all, &[])
+}
+
+/// Rates, links and sizes that made tp-plan print inf, NaN or 0 ms (or wrap), and a run's
+/// damaged compute record: each one line naming the value and its range; a very wide
+/// model timed on this CPU answers instead of aborting on its allocation.
+#[test]
+fn the_planner_refuses_what_it_cannot_price_finitely_in_one_line() {
+    let d = scratch("lost4-plan");
+    for (args, says) in [
+        (&["--device", "tflops:1e308"][..], "from 1e-6 to 1e6"),
+        (
+            &["--mfu", "0.4", "--link", "5e-324:1e308"],
+            "from 1e-6 to 1e7",
+        ),
+        (&["--mfu", "0.4", "--link", "100:1e308"], "up to 1e7"),
+        (
+            &[
+                "--mfu",
+                "0.4",
+                "--batch",
+                "4294967296",
+                "--block",
+                "4294967296",
+            ],
+            "out of range: 1 to 16777216",
+        ),
+        (
+            &["--mfu", "0.4", "--batch", "65536"],
+            "tokens a step and rank",
+        ),
+        (
+            &[
+                "--mfu",
+                "0.4",
+                "--n-head",
+                "1000000000000",
+                "--n-embd",
+                "1000000000000",
+            ],
+            "out of range",
+        ),
+        (&["--mfu", "1e308"], "got 1e308"),
+    ] {
+        one_clear_error(&plan(&d, args), says);
+        assert!(!d.join("plan").exists(), "{args:?}: nothing written");
+    }
+    let wide = plan(
+        &d,
+        &["--device", "cpu", "--n-embd", "1048576", "--n-head", "16"],
+    );
+    assert_ok(&wide);
+    // A run whose comm.json was damaged: its compute record is checked as input is.
+    train(&d, "run", &[]);
+    let comm = d.join("run/comm.json");
+    let good: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&comm).unwrap()).unwrap();
+    for bad in [
+        serde_json::json!([0.0, 0.0]),
+        serde_json::json!([-5.0, 1.0]),
+        serde_json::json!([1e-320, 1e-320]),
+        serde_json::json!([]),
+        serde_json::json!([1e308, 1.0]),
+    ] {
+        let mut c = good.clone();
+        c["compute"]["per_rank_ms"] = bad.clone();
+        std::fs::write(&comm, c.to_string()).unwrap();
+        let o = plan(&d, &["--device", "run", "--pattern", "12xt"]);
+        one_clear_error(&o, "the record is damaged");
+    }
+}

@@ -40,9 +40,19 @@ pub fn read_diverged(dir: &Path) -> Result<Option<DivergedReport>> {
     read_json(&dir.join(DIVERGED_FILE))
 }
 
-/// A run's `summary.json`, if it finished.
+/// A run's `summary.json`, if it finished; its figures checked as any input is, so that
+/// a damaged record stops a table or figure with one line instead of flowing into it
+/// (`-3e38 ± inf`).
 pub fn read_summary(dir: &Path) -> Result<Option<RunSummary>> {
-    read_json(&dir.join(SUMMARY_FILE))
+    let path = dir.join(SUMMARY_FILE);
+    let summary: Option<RunSummary> = read_json(&path)?;
+    if let Some(why) = summary.as_ref().and_then(RunSummary::implausible) {
+        return Err(crate::error::user(format!(
+            "{}: {why}: the record is damaged; train the run again or move it out of the way",
+            path.display()
+        )));
+    }
+    Ok(summary)
 }
 
 pub(super) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {

@@ -74,3 +74,31 @@ pub struct RunSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
+
+/// The largest loss a record may hold: a cross-entropy over any vocabulary this harness
+/// trains is a few tens at initialisation (ln 50257 = 10.8); a run that ends above this
+/// diverged, and a diverged run writes no summary.
+pub const MAX_LOSS: f32 = 1000.0;
+
+impl RunSummary {
+    /// Why this record cannot be a finished run's, if it cannot: a loss that is negative,
+    /// not finite or absurdly large, or a negative wall time.
+    pub fn implausible(&self) -> Option<String> {
+        let losses = [
+            ("final_train_loss", self.final_train_loss),
+            ("final_val_loss", self.final_val_loss),
+            ("best_val_loss", self.best_val_loss),
+        ];
+        for (name, loss) in losses {
+            if let Some(l) = loss.filter(|l| !(0.0..=MAX_LOSS).contains(l)) {
+                return Some(format!(
+                    "{name} {l:e} is not a loss (a cross-entropy lies in 0 to {MAX_LOSS})"
+                ));
+            }
+        }
+        if !(self.wall_seconds >= 0.0 && self.wall_seconds.is_finite()) {
+            return Some(format!("wall_seconds {} is not a duration", self.wall_seconds));
+        }
+        None
+    }
+}

@@ -297,3 +297,29 @@ fn the_planner_refuses_what_it_cannot_price_finitely_in_one_line() {
         one_clear_error(&o, "the record is damaged");
     }
 }
+
+/// A finished run whose summary.json holds an absurd final loss (negative, 1e308 after a
+/// hand edit, 3e38): tp-plot and tp-plan --study stop with one line naming the record,
+/// where the figure once showed `-3e38 ± inf`.
+#[test]
+fn an_absurd_loss_in_a_record_stops_the_figure_with_one_line() {
+    let d = scratch("lost4-absurd-summary");
+    train(&d, "run", &["--pattern", "12xt", "--set", "n_embd=32"]);
+    let path = d.join("run/summary.json");
+    let good: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for bad in [-0.5, 1e300, 3e38] {
+        let mut s = good.clone();
+        s["final_val_loss"] = bad.into();
+        std::fs::write(&path, s.to_string()).unwrap();
+        let o = bin("tp-plot", &d, &["run", "--out", "pics"], &[]);
+        one_clear_error(&o, "is not a loss");
+        let o = bin(
+            "tp-plan",
+            &d,
+            &["--model", "gpt2", "--pattern", "3xsppp", "--study", "run", "--mfu", "0.4"],
+            &[],
+        );
+        one_clear_error(&o, "the record is damaged");
+    }
+}

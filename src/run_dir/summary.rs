@@ -97,7 +97,10 @@ impl RunSummary {
             }
         }
         if !(self.wall_seconds >= 0.0 && self.wall_seconds.is_finite()) {
-            return Some(format!("wall_seconds {} is not a duration", self.wall_seconds));
+            return Some(format!(
+                "wall_seconds {} is not a duration",
+                self.wall_seconds
+            ));
         }
         None
     }

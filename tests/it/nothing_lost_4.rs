@@ -317,9 +317,57 @@ fn an_absurd_loss_in_a_record_stops_the_figure_with_one_line() {
         let o = bin(
             "tp-plan",
             &d,
-            &["--model", "gpt2", "--pattern", "3xsppp", "--study", "run", "--mfu", "0.4"],
+            &[
+                "--model",
+                "gpt2",
+                "--pattern",
+                "3xsppp",
+                "--study",
+                "run",
+                "--mfu",
+                "0.4",
+            ],
             &[],
         );
         one_clear_error(&o, "the record is damaged");
     }
+}
+
+/// `tp-plot` into a folder on a nearly full disk (a small tmpfs): one line, and the
+/// earlier good figure there is unchanged, no truncated one left in its place. Needs
+/// root to mount (CI and this project's machines are); skipped otherwise.
+#[test]
+fn a_full_disk_leaves_the_earlier_figures_whole_and_says_so_in_one_line() {
+    let d = scratch("lost4-full-disk");
+    train(&d, "run", &[]);
+    assert_ok(&bin("tp-plot", &d, &["run", "--out", "good"], &[]));
+    let tiny = d.join("tiny");
+    std::fs::create_dir(&tiny).unwrap();
+    let png = std::fs::read(d.join("good/loss_curves.png")).unwrap();
+    let size = png.len() + 256 * 1024;
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(&tiny)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (not root)");
+        return;
+    }
+    let _ = std::fs::write(tiny.join("loss_curves.png"), &png);
+    // Fill what is left but a few KiB.
+    let _ = std::fs::write(tiny.join("filler"), vec![0u8; 248 * 1024]);
+    let o = bin("tp-plot", &d, &["run", "--out", "tiny"], &[]);
+    let names: Vec<String> = std::fs::read_dir(&tiny)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    let kept = std::fs::read(tiny.join("loss_curves.png")).unwrap();
+    let _ = std::process::Command::new("umount").arg(&tiny).status();
+    one_clear_error(&o, "the earlier figures there are unchanged");
+    assert_eq!(kept, png, "the good figure was replaced");
+    assert!(
+        names.iter().all(|n| !n.contains(".tmp.")),
+        "a temporary left behind: {names:?}"
+    );
 }

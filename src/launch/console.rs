@@ -96,6 +96,12 @@ impl Reporter for ConsoleReporter {
         ));
     }
 
+    fn resumed(&mut self, step: usize, comm: &TallySnapshot) {
+        if let Some(m) = &mut self.metrics {
+            m.resumed(step, comm);
+        }
+    }
+
     fn logged(&mut self, line: &LogLine, comm: &TallySnapshot) -> Result<()> {
         self.log.write(line)?;
         if let Some(m) = &mut self.metrics {

@@ -77,6 +77,17 @@ impl Metrics {
         self.events.path()
     }
 
+    /// A resumed run at `step`, its tally as the checkpoint carried it: the tally the
+    /// first invocation had after step `step - 1`, so that the resume's first logged step
+    /// (which its START made TensorBoard drop from the earlier file) gets its `comm/*`
+    /// again (over that one step, where the first invocation averaged over its log
+    /// interval: the same counts and bytes).
+    pub fn resumed(&mut self, step: usize, comm: &TallySnapshot) {
+        if step > 0 {
+            self.previous = Some((step - 1, comm.clone()));
+        }
+    }
+
     pub fn step_done(&mut self, grad_norm: f32) {
         self.grad_norm = Some(grad_norm);
     }

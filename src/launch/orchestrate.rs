@@ -189,6 +189,9 @@ fn train_steps(
         }
         if step == start {
             trainer.take_up_history();
+            if let (true, Some(r)) = (start > 0, reporter.as_deref_mut()) {
+                r.resumed(step, &ctx.tally.snapshot());
+            }
         }
         let checkpoint_now =
             step > start && (step == max_iters || (interval > 0 && step % interval == 0));

@@ -123,5 +123,8 @@ pub trait Reporter {
         Ok(())
     }
     fn step_done(&mut self, _record: &StepRecord, _tokens_per_s: f64) {}
+    /// A resumed run took up its history at `step` (before training it): `comm` is the
+    /// tally the checkpoint carried, the one the first invocation had there.
+    fn resumed(&mut self, _step: usize, _comm: &crate::comm::TallySnapshot) {}
     fn finished(&mut self) {}
 }

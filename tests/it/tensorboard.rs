@@ -195,6 +195,14 @@ fn a_resumed_run_shows_each_step_once_in_tensorboard() {
         );
     }
     assert_eq!(tb["loss/train"].len(), 40);
+    // The communication of every logged step after the first (step 0 has no step
+    // before it), the checkpoint step 20 the resume repeated included.
+    let comm: Vec<&String> = tb.keys().filter(|t| t.starts_with("comm/")).collect();
+    assert!(!comm.is_empty());
+    for tag in comm {
+        let steps: Vec<i64> = tb[tag].iter().map(|p| p.0).collect();
+        assert_eq!(steps, (1..40).collect::<Vec<i64>>(), "{tag}");
+    }
 }
 
 /// Two runs whose directories share a name (`pa/r1`, `pb/r1`) and one tensorboard_dir

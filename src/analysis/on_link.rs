@@ -267,7 +267,7 @@ pub fn on_link_markdown(
     baseline: Option<&RunCurves>,
 ) -> String {
     let mut s = format!(
-        "Modelled on {} ({} Gbit/s, {} us a message): each run's compute plus its collectives' ring time.\n\n\
+        "Modelled on {} ({} Gbit/s, {} us a message{}): each run's compute plus its collectives' ring time.\n\n\
          - link calibration: {}\n\
          - compute: each group's median run by its slowest rank's thread CPU time (as if every rank had a machine of its own), or, for runs that could not measure it, its step time less its communication\n\
          - compute measured on: {}\n\
@@ -276,6 +276,10 @@ pub fn on_link_markdown(
         link.label,
         link.model.gbit_per_s,
         link.model.latency_us,
+        match link.model.call_us {
+            0.0 => String::new(),
+            us => format!(" + {us} us a call"),
+        },
         link.calibration,
         compute_machine(runs),
         machines(runs)

@@ -8,6 +8,7 @@ pub mod counted;
 pub mod link;
 pub mod link_catalog;
 pub mod mesh;
+pub mod mpi_env;
 pub mod quantise;
 pub mod tally;
 pub mod threads;

@@ -230,7 +230,7 @@ impl MpiWorld {
     /// where MPI grants less, started all-reduces complete before they return.
     /// `TP_MPI_COMM_THREAD=0` asks for no thread support at all (the comparison).
     pub fn init() -> Result<Self> {
-        let wanted = std::env::var("TP_MPI_COMM_THREAD").map_or(true, |v| v != "0");
+        let wanted = super::mpi_env::comm_thread().map_err(crate::error::user)?;
         let asked = if wanted {
             Threading::Multiple
         } else {
@@ -257,10 +257,7 @@ impl MpiWorld {
 
     /// Splits the world into TP groups (consecutive ranks) and DP groups.
     pub fn groups(&self, tp: usize) -> Result<MpiGroups> {
-        let poll_us = std::env::var("TP_MPI_POLL_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let poll_us = super::mpi_env::poll_us().map_err(crate::error::user)?;
         let mesh = Mesh::from_world(self.size(), tp, self.rank())?;
         // Colors choose the group, keys keep rank order inside it.
         let tp_comm = self

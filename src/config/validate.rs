@@ -104,6 +104,14 @@ impl RunConfig {
         if let Err(e) = crate::util::subnormals::from_env() {
             user_bail!("{e}");
         }
+        let switches = [
+            crate::util::turns::one_at_a_time_from_env().err(),
+            crate::comm::mpi_env::comm_thread().err(),
+            crate::comm::mpi_env::poll_us().err(),
+        ];
+        if let Some(e) = switches.into_iter().flatten().next() {
+            user_bail!("{e}");
+        }
         // The key chooses the CPU kernels' products: a GPU run needs no BLAS.
         if self.parallel.device == DeviceKind::Cpu {
             if let Err(e) = crate::ops::gemm::route::resolve(self.parallel.matmul) {

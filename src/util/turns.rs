@@ -78,7 +78,22 @@ impl Turn {
 
 /// Whether ranks as threads should take turns (`TP_ONE_RANK_AT_A_TIME=1`).
 pub fn one_at_a_time_requested() -> bool {
-    std::env::var("TP_ONE_RANK_AT_A_TIME").is_ok_and(|v| v.trim() == "1")
+    one_at_a_time_from_env().unwrap_or(false)
+}
+
+/// `TP_ONE_RANK_AT_A_TIME` read and checked: `1` takes turns, `0` or unset does not,
+/// anything else is an error naming the choices (checked when a run's config is).
+pub fn one_at_a_time_from_env() -> Result<bool, String> {
+    match std::env::var("TP_ONE_RANK_AT_A_TIME")
+        .as_deref()
+        .map(str::trim)
+    {
+        Err(_) | Ok("") | Ok("0") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(v) => Err(format!(
+            "TP_ONE_RANK_AT_A_TIME={v} is not a choice: use 1 (ranks take turns) or 0, or unset it"
+        )),
+    }
 }
 
 /// Runs a rank's program holding the process's one turn outside its collectives. Every

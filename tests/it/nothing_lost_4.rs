@@ -371,3 +371,38 @@ fn a_full_disk_leaves_the_earlier_figures_whole_and_says_so_in_one_line() {
         "a temporary left behind: {names:?}"
     );
 }
+
+/// `TP_ONE_RANK_AT_A_TIME=banana`, `TP_MPI_POLL_US=banana` or `-1` and
+/// `TP_MPI_COMM_THREAD=2` were taken silently; like every other `TP_*` switch they are
+/// now one line naming the choices, before the run directory exists.
+#[test]
+fn garbage_in_the_mpi_and_turn_switches_is_refused_like_every_other() {
+    let d = scratch("lost4-switches");
+    for (var, value, says) in [
+        (
+            "TP_ONE_RANK_AT_A_TIME",
+            "banana",
+            "use 1 (ranks take turns) or 0",
+        ),
+        (
+            "TP_MPI_POLL_US",
+            "banana",
+            "TP_MPI_POLL_US=banana is not a number",
+        ),
+        ("TP_MPI_POLL_US", "-1", "from 0 to 1000000"),
+        (
+            "TP_MPI_COMM_THREAD",
+            "2",
+            "TP_MPI_COMM_THREAD=2 is not a choice",
+        ),
+    ] {
+        let o = bin(
+            "tp-train",
+            &d,
+            &["--quiet", "--set", "max_iters=1", "--out", "run"],
+            &[(var, value)],
+        );
+        one_clear_error(&o, says);
+        assert!(!d.join("run").exists(), "{var}={value}: nothing made");
+    }
+}

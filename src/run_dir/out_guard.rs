@@ -63,6 +63,14 @@ pub fn check_out(out: &Path, flag: &str) -> Result<()> {
                 .display()
         );
     }
+    let link = std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink());
+    if link && !out.exists() {
+        user_bail!(
+            "{flag} {} is a symbolic link to {}, which does not exist: name a real folder (nothing was written)",
+            out.display(),
+            std::fs::read_link(out).unwrap_or_default().display()
+        );
+    }
     if out.exists() && !out.is_dir() {
         user_bail!(
             "{flag} {} is a file, not a folder: name a new or existing folder",

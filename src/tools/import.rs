@@ -73,6 +73,7 @@ fn run_config(model: crate::model::ModelConfig, data: &ImportData) -> Result<Run
 
 /// Imports the transformers GPT-2 folder `src` into a new run directory `out`.
 pub fn import_hf(src: &Path, out: &Path, data: &ImportData) -> Result<Imported> {
+    crate::run_dir::check_out(out, "--out")?;
     let (model, weights) = from_hf(src)?;
     let cfg = run_config(model, data)?;
     let layout = cfg.layout();

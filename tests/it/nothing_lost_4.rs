@@ -199,6 +199,13 @@ fn an_import_reads_only_plain_files_inside_its_folder() {
     fifo(&d.join("fifo-config/config.json"));
     one_clear_error(&import(&d, "fifo-config"), "not a regular file");
     assert!(!d.join("imported").exists());
+    // An --out that is a dangling link: one line naming it, not "File exists (os error 17)".
+    std::os::unix::fs::symlink(d.join("nowhere"), d.join("imported")).unwrap();
+    one_clear_error(
+        &import(&d, "hf"),
+        "which does not exist: name a real folder",
+    );
+    assert!(!d.join("nowhere").exists());
 }
 
 /// One stray tensor `transformer.h.999999999.ln_1.weight` beside a config claiming a

@@ -35,6 +35,12 @@ impl Choice {
             } else {
                 at + (at - n)
             };
+            // A grid of values of one sign is not extended across zero: a best at 0 of
+            // [0, 1000] (a warm-up, a weight decay) is at the end of its range, and -1000
+            // would only make runs that fail, every rerun again.
+            if (at >= 0.0 && n >= 0.0 && next < 0.0) || (at <= 0.0 && n <= 0.0 && next > 0.0) {
+                continue;
+            }
             let mut v = best.clone();
             v.0[i].1 = self.value_text(i, next);
             if !self.tried.iter().any(|t| t.values == v) && !out.contains(&v) {
@@ -239,5 +245,22 @@ mod tests {
             ..t.clone()
         };
         assert_eq!(c.beyond_edges(), vec![warm("200")]);
+        // A best at 0 of [0, 1000]: nothing below zero is tried.
+        let zero = Choice {
+            tried: ["0", "1000"]
+                .iter()
+                .map(|v| Tried {
+                    values: warm(v),
+                    losses: vec![(101, 1.0)],
+                    diverged: vec![],
+                    pending: vec![],
+                    stalled: vec![],
+                })
+                .collect(),
+            best: Some(warm("0")),
+            edges: vec![("warmup_iters".into(), Edge::Low)],
+            ..t.clone()
+        };
+        assert!(zero.beyond_edges().is_empty(), "{:?}", zero.beyond_edges());
     }
 }

@@ -306,10 +306,21 @@ pub fn inherit_init_from(
         return Ok(overrides);
     };
     let origin = crate::config::Origin::File(dir.join(CONFIG_FILE).display().to_string());
+    // A dataset the user names in place of the source run's takes none of the source's
+    // text corpus keys with it: they describe the other data (and a check of them would
+    // blame a key this invocation never set). Whether the data may change at all is the
+    // init_from comparison's to say, by name.
+    let other_data = overrides
+        .iter()
+        .rev()
+        .find(|(k, _, _)| k == "dataset")
+        .and_then(|(_, v, _)| v.as_str())
+        .is_some_and(|d| d != src.model.dataset);
     let mut out: Vec<_> = model
         .into_iter()
         .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v)))
         .filter(|(k, _)| k != "n_layer")
+        .filter(|(k, _)| !(other_data && (k == "text_tokenizer" || k == "text_path")))
         .map(|(k, v)| (k, v, origin.clone()))
         .collect();
     out.extend(overrides);

@@ -413,3 +413,43 @@ fn garbage_in_the_mpi_and_turn_switches_is_refused_like_every_other() {
         assert!(!d.join("run").exists(), "{var}={value}: nothing made");
     }
 }
+
+/// `--init-from` a run on a character-tokenized text corpus with another dataset named:
+/// the answer is about the data, which the user changed, not about `text_tokenizer`,
+/// which this invocation never set.
+#[test]
+fn init_from_with_another_dataset_names_the_dataset_not_an_inherited_key() {
+    let d = scratch("lost4-init-from-data");
+    std::fs::create_dir(d.join("corpus")).unwrap();
+    let text = std::fs::read_to_string(test_data_dir().join("shakespeare_char/input.txt"))
+        .unwrap_or_else(|_| "To be, or not to be, that is the question.\n".repeat(5000));
+    std::fs::write(d.join("corpus/a.txt"), &text[..text.len().min(200_000)]).unwrap();
+    train(
+        &d,
+        "chars",
+        &[
+            "--set",
+            "dataset=text",
+            "--set",
+            "text_path=corpus",
+            "--set",
+            "text_tokenizer=char",
+        ],
+    );
+    let o = bin(
+        "tp-train",
+        &d,
+        &[
+            "--quiet",
+            "--init-from",
+            "chars",
+            "--set",
+            "dataset=names",
+            "--out",
+            "b",
+        ],
+        &[],
+    );
+    one_clear_error(&o, "its dataset is text but this run's is names");
+    assert!(!d.join("b").exists());
+}

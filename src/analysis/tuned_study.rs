@@ -124,6 +124,13 @@ fn add_tuned_sweep(study: &mut TunedStudy, sweep: &TunedSweep) -> Result<()> {
         if record.from.is_some() && !choices.iter().any(|c| is_of(c, &run)) {
             choices.push(carried_choice(record, &run));
         }
+        // Report runs given without their sweep's selection runs: the choice the sweep
+        // recorded (tuning.json) when it made it, in this run's setting.
+        if record.from.is_none() && !choices.iter().any(|c| is_of(c, &run)) {
+            if let Some(c) = recorded_choice(record, &run) {
+                choices.push(c);
+            }
+        }
         let values = TunedValues::of(&read_config(d)?, keys)?;
         let choice = choices.iter().find(|c| is_of(c, &run));
         match choice.map(|c| (c, c.complete, c.best.as_ref())) {
@@ -182,6 +189,24 @@ fn carried_choice(record: &TuningRecord, run: &PenaltyRun) -> Choice {
             .and_then(|c| c.source.clone())
             .or(record.from.clone()),
     }
+}
+
+/// The choice a sweep's own record holds for `run`'s layout in `run`'s setting, as the
+/// sweep made it from its selection runs.
+fn recorded_choice(record: &TuningRecord, run: &PenaltyRun) -> Option<Choice> {
+    let label = run.setting.label();
+    let c = record.choices.iter().find(|c| {
+        c.setting == label && Variant::parse(&c.pattern).is_ok_and(|v| v == run.variant)
+    })?;
+    Some(Choice {
+        setting: run.setting.clone(),
+        variant: run.variant.clone(),
+        tried: c.tried.clone(),
+        best: c.chosen.clone(),
+        complete: c.complete,
+        edges: c.edges.clone(),
+        source: c.source.clone(),
+    })
 }
 
 /// What a tuned row of the penalty table says of its choice: the value, what was tried,

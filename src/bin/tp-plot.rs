@@ -227,7 +227,7 @@ fn compared_curves(a: &Args) -> anyhow::Result<Vec<RunCurves>> {
         .map(|d| RunCurves::load(d))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if runs.is_empty() {
-        return Err(user("no runs to plot: every run given is a tuned sweep's selection run; give its report runs, or tp-plot --penalty for the tuning figure"));
+        return Err(user("no runs to plot: every run given is a tuned sweep's selection run, or a report run its sweep has not chosen (yet); give the report runs at the chosen values, or tp-plot --penalty for the tuning figure"));
     }
     Ok(runs)
 }

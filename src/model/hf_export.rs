@@ -182,11 +182,14 @@ fn clear_leftovers(parent: &Path, name: &str) {
 /// The export's files in the new folder `tmp`, each durable.
 fn fill(tmp: &Path, export: &HfExport) -> Result<()> {
     std::fs::create_dir(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    // The mark first and directly (the folder is new and ours): a folder a kill leaves
+    // with anything in it holds the mark, so the next export knows it for its own.
+    std::fs::write(
+        tmp.join(EXPORT_MARK),
+        "written by tp-export: a later export may replace the model's files here\n",
+    )
+    .with_context(|| format!("cannot write into {}", tmp.display()))?;
     let write = |name: &str, text: &[u8]| crate::util::fs::write_atomic(&tmp.join(name), text);
-    write(
-        EXPORT_MARK,
-        b"written by tp-export: a later export may replace the model's files here\n",
-    )?;
     let weights = tmp.join("model.safetensors");
     candle_core::safetensors::save(&export.tensors, &weights)?;
     std::fs::File::open(&weights).and_then(|f| f.sync_all())?;

@@ -40,6 +40,7 @@ pub fn finish(job: &Job, dir: &RunDir, outcome: &RankOutcome) -> Result<CommRepo
     let log = run_dir::read_log(&dir.path)?;
     let mut summary = run_summary(cfg, &report, outcome, &log, job.wall_seconds());
     summary.data_sha256 = Some(job.data.fingerprint());
+    summary.rank_machines = job.rank_machines.clone();
     dir.write_summary(&summary)?;
     crate::say!("{}", report.table());
     if !outcome.sample.is_empty() {

@@ -42,6 +42,9 @@ pub struct Job {
     /// A resume the user let continue on data other than the checkpoint's: what changed
     /// (noted in the log at the resumed step, and so in the summary).
     pub data_changed: Option<String>,
+    /// Each rank's machine (CPU and kernels), where MPI ranks ran on different ones: the
+    /// same computation, rounded differently (empty when every rank's is rank 0's).
+    pub rank_machines: Vec<String>,
 }
 
 impl Job {
@@ -57,6 +60,7 @@ impl Job {
             resumed: false,
             started: Instant::now(),
             data_changed: None,
+            rank_machines: Vec::new(),
         }
     }
 
@@ -234,6 +238,7 @@ pub fn prepare_job(cfg: &RunConfig, target: &Target) -> Result<Job> {
         resumed: matches!(target, Target::Resume(..)),
         started,
         data_changed,
+        rank_machines: Vec::new(),
     })
 }
 

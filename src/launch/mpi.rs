@@ -7,7 +7,7 @@
 
 use super::closing::finish;
 use super::console::ConsoleReporter;
-use super::job::{announce, prepare_job, Target};
+use super::job::{announce, prepare_job, Job, Target};
 use super::launcher_env::{local_rank, local_ranks};
 use super::orchestrate::run_rank;
 use super::outputs::open_outputs;
@@ -150,6 +150,70 @@ fn same_as_rank_0(mpi: &MpiWorld, cfg: &RunConfig) -> Result<()> {
     Ok(())
 }
 
+/// What a rank computes with beyond its config: (its data's fingerprint, the `TP_*`
+/// switches set in its environment, its machine: CPU and kernels).
+fn inputs(job: &Job) -> [String; 3] {
+    let switches = super::switches::set_switches(|k| std::env::var(k).ok()).join(" ");
+    let machine = format!(
+        "{}, {} kernels, subnormals {}",
+        crate::util::host::cpu(),
+        crate::ops::simd::level().label(),
+        if crate::util::subnormals::flushed() {
+            "flushed"
+        } else {
+            "kept"
+        }
+    );
+    [job.data.fingerprint(), switches, machine]
+}
+
+/// Every rank's data and switches are rank 0's (refused by name where not: they change
+/// what the rank computes, and the records would claim rank 0's for all); its machine
+/// may differ (another CPU rounds the same computation differently): each rank's then,
+/// for the summary. Every rank reaches the same verdict.
+fn same_inputs_as_rank_0(mpi: &MpiWorld, job: &Job) -> Result<Vec<String>> {
+    let mine = serde_json::to_vec(&inputs(job))?;
+    let all: Vec<[String; 3]> = mpi
+        .all_gather_bytes(&mine)
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<std::result::Result<_, _>>()?;
+    let root = &all[0];
+    for (r, theirs) in all.iter().enumerate().skip(1) {
+        if theirs[0] != root[0] {
+            return Err(user(format!(
+                "rank {r} read other data than rank 0 (sha256 {} vs {}): give every rank the same prepared data (TP_DATA_DIR, the dataset's files) (nothing was written)",
+                &theirs[0][..12.min(theirs[0].len())],
+                &root[0][..12.min(root[0].len())]
+            )));
+        }
+        if theirs[1] != root[1] {
+            let show = |s: &str| {
+                if s.is_empty() {
+                    "none".to_string()
+                } else {
+                    s.to_string()
+                }
+            };
+            return Err(user(format!(
+                "rank {r} has other TP_* switches set than rank 0 ({} vs {}): they change what a rank computes; set the same ones for every rank (mpirun -x NAME) or none (nothing was written)",
+                show(&theirs[1]),
+                show(&root[1])
+            )));
+        }
+    }
+    let machines: Vec<String> = all.iter().map(|i| i[2].clone()).collect();
+    Ok(if machines.iter().all(|m| *m == machines[0]) {
+        Vec::new()
+    } else {
+        machines
+            .iter()
+            .enumerate()
+            .map(|(r, m)| format!("rank {r}: {m}"))
+            .collect()
+    })
+}
+
 /// This rank failed where the others may be waiting on it: says so and ends the whole
 /// job (MPI_Abort) with `code`.
 fn fail_job(mpi: &MpiWorld, rank: usize, e: &anyhow::Error, code: i32) -> ! {
@@ -179,7 +243,10 @@ pub fn run_mpi(
     // on different batches under records that claim rank 0's values).
     let same = same_as_rank_0(&mpi, &cfg);
     agree(&world, rank, same)?;
-    let job = agree(&world, rank, prepare_job(&cfg, target))?;
+    let mut job = agree(&world, rank, prepare_job(&cfg, target))?;
+    // The same data and switches on every rank, before the run directory exists.
+    let inputs = same_inputs_as_rank_0(&mpi, &job);
+    job.rank_machines = agree(&world, rank, inputs)?;
     let dir = agree(
         &world,
         rank,

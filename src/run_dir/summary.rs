@@ -69,6 +69,10 @@ pub struct RunSummary {
     /// run (summary tables flag it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharing_slowdown: Option<f64>,
+    /// Each rank's machine where MPI ranks ran on different CPUs or kernels (rank 0's is
+    /// `machine`): the same computation, rounded differently on each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rank_machines: Vec<String>,
     /// The log's notes, `step N: ...` (a resume that continued on other data): a run
     /// with notes is not one uninterrupted experiment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

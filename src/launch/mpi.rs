@@ -224,29 +224,38 @@ fn fail_job(mpi: &MpiWorld, rank: usize, e: &anyhow::Error, code: i32) -> ! {
     mpi.abort(code)
 }
 
+/// The job every rank agrees on: rank 0's config, fitted to the world, on the same data
+/// and switches everywhere; every rank reaches the same verdict before anything depends
+/// on it (an MPMD launch, or a wrapper that varies the arguments or the environment,
+/// would otherwise train the TP ranks on different batches under records that claim
+/// rank 0's values).
+fn agreed_job(
+    mpi: &MpiWorld,
+    world: &MpiComm,
+    resolve: &dyn Fn() -> Result<RunConfig>,
+    target: &Target,
+) -> Result<Job> {
+    let rank = mpi.rank();
+    let fitted = resolve().and_then(|cfg| fit_to_world(cfg, mpi.size()));
+    let cfg = agree(world, rank, fitted)?;
+    let same = same_as_rank_0(mpi, &cfg);
+    agree(world, rank, same)?;
+    let mut job = agree(world, rank, prepare_job(&cfg, target))?;
+    let inputs = same_inputs_as_rank_0(mpi, &job);
+    job.rank_machines = agree(world, rank, inputs)?;
+    Ok(job)
+}
+
 pub fn run_mpi(
     resolve: &dyn Fn() -> Result<RunConfig>,
     target: &Target,
     progress: bool,
 ) -> Result<MpiRun> {
     let mpi = MpiWorld::init()?;
-    let (rank, world_size) = (mpi.rank(), mpi.size());
+    let rank = mpi.rank();
     let world = mpi.world_comm();
 
-    let cfg = agree(
-        &world,
-        rank,
-        resolve().and_then(|cfg| fit_to_world(cfg, world_size)),
-    )?;
-    // Before anything depends on it: every rank must run rank 0's config (an MPMD
-    // launch, or a wrapper that varies the arguments, would otherwise train the TP ranks
-    // on different batches under records that claim rank 0's values).
-    let same = same_as_rank_0(&mpi, &cfg);
-    agree(&world, rank, same)?;
-    let mut job = agree(&world, rank, prepare_job(&cfg, target))?;
-    // The same data and switches on every rank, before the run directory exists.
-    let inputs = same_inputs_as_rank_0(&mpi, &job);
-    job.rank_machines = agree(&world, rank, inputs)?;
+    let job = agreed_job(&mpi, &world, resolve, target)?;
     let dir = agree(
         &world,
         rank,

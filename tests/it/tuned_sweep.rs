@@ -121,17 +121,19 @@ fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_ther
     assert_png(&d.join("pen/tuning.png"));
     let tuning = std::fs::read_to_string(d.join("pen/tuning.csv")).unwrap();
     assert_eq!(tuning.lines().count(), 7, "{tuning}");
-    // The report runs alone (no selection run given): their sweep's record says which
-    // values it chose, so they are drawn, not called selection runs.
-    let report: Vec<&str> = runs
+    report_runs_alone_are_drawn(&d, &runs);
+}
+
+/// A tuned sweep's report runs alone (no selection run given): their sweep's record says
+/// which values it chose, so they are drawn, not called selection runs.
+fn report_runs_alone_are_drawn(d: &Path, runs: &[String]) {
+    let mut args: Vec<&str> = runs
         .iter()
         .map(String::as_str)
         .filter(|r| r.ends_with("seed=1") || r.ends_with("seed=2"))
         .collect();
-    let mut args = report.clone();
     args.extend(["--out", "report-only"]);
-    let o = bin("tp-plot", &d, &args, &[]);
-    assert_ok(&o);
+    assert_ok(&bin("tp-plot", d, &args, &[]));
     assert_png(&d.join("report-only/loss_curves.png"));
 }
 

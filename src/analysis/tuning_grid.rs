@@ -229,8 +229,9 @@ mod tests {
         assert_eq!(p.edges, vec![("learning_rate".to_string(), Edge::Low)]);
         assert_eq!(p.beyond_edges(), vec![lr("0.002")]);
         let warm = |v: &str| TunedValues(vec![("warmup_iters".into(), v.into())]);
-        let c = Choice {
-            tried: ["50", "100"]
+        // A warm-up grid of `values`, its best at `best`, an edge at `edge`.
+        let warmup_choice = |values: [&str; 2], best: &str, edge: Edge| Choice {
+            tried: values
                 .iter()
                 .map(|v| Tried {
                     values: warm(v),
@@ -240,27 +241,14 @@ mod tests {
                     stalled: vec![],
                 })
                 .collect(),
-            best: Some(warm("100")),
-            edges: vec![("warmup_iters".into(), Edge::High)],
+            best: Some(warm(best)),
+            edges: vec![("warmup_iters".into(), edge)],
             ..t.clone()
         };
+        let c = warmup_choice(["50", "100"], "100", Edge::High);
         assert_eq!(c.beyond_edges(), vec![warm("200")]);
         // A best at 0 of [0, 1000]: nothing below zero is tried.
-        let zero = Choice {
-            tried: ["0", "1000"]
-                .iter()
-                .map(|v| Tried {
-                    values: warm(v),
-                    losses: vec![(101, 1.0)],
-                    diverged: vec![],
-                    pending: vec![],
-                    stalled: vec![],
-                })
-                .collect(),
-            best: Some(warm("0")),
-            edges: vec![("warmup_iters".into(), Edge::Low)],
-            ..t.clone()
-        };
+        let zero = warmup_choice(["0", "1000"], "0", Edge::Low);
         assert!(zero.beyond_edges().is_empty(), "{:?}", zero.beyond_edges());
     }
 }

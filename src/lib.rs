@@ -26,6 +26,7 @@ pub mod config;
 pub mod data;
 pub mod device;
 pub mod error;
+pub mod hf;
 pub mod launch;
 pub mod model;
 pub mod ops;

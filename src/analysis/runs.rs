@@ -416,7 +416,7 @@ mod tests {
         let base = crate::config::RunConfig::default();
         let key = |c: &crate::config::RunConfig| super::ReplicateKey::of(c).unwrap();
         let mut buckets = base.clone();
-        buckets.parallel.ddp_bucket_mb = crate::config::BucketCap::Mib(25.0);
+        buckets.parallel.ddp_bucket_mb = crate::train::bucket_cap::BucketCap::Mib(25.0);
         buckets.parallel.overlap_grad_reduce = false;
         assert_eq!(key(&buckets), key(&base));
         let mut lr = base.clone();

@@ -6,7 +6,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::{exit_on_error, user};
-use tp_harness::model::hf_export::{hf_export, write_export};
+use tp_harness::hf::export::{hf_export, write_export};
 use tp_harness::run_dir::{check_out, load_checkpoint, Need};
 
 #[derive(Parser, Debug)]

@@ -7,10 +7,10 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::analysis::plan::request::{FlopConvention, Head, Shape};
 use tp_harness::comm::CommDtype;
-use tp_harness::config::BucketCap;
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::run_dir::check_out;
 use tp_harness::tools::plan::{plan, Question};
+use tp_harness::train::bucket_cap::BucketCap;
 use tp_harness::util::fs::write_atomic;
 
 #[derive(Parser, Debug)]

@@ -2,7 +2,6 @@
 //! defaults of every other key), and `Default` for the config's parts: the `mini`
 //! preset's.
 
-use super::grad_buckets::BucketCap;
 use super::presets::{preset, Recipe};
 use super::run_config::{
     CheckpointConfig, EvalConfig, FinalEval, ModelPart, OptimConfig, ParallelConfig, RunConfig,
@@ -11,6 +10,7 @@ use crate::blocks::BlockLayout;
 use crate::comm::CommDtype;
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::ops::gemm::route::Matmul;
+use crate::train::bucket_cap::BucketCap;
 use anyhow::Result;
 
 impl Recipe {

@@ -6,7 +6,6 @@
 //! value is checked in [`validate`] before anything is allocated.
 
 pub mod defaults;
-pub mod grad_buckets;
 pub mod key_flags;
 pub mod overrides;
 pub mod presets;
@@ -14,7 +13,6 @@ pub mod run_config;
 pub mod validate;
 pub mod variant;
 
-pub use grad_buckets::BucketCap;
 pub use key_flags::take_key_flags;
 pub use overrides::{
     parse_assignment, read_config_file, resolve, resolve_resume, Origin, Override,

@@ -2,13 +2,13 @@
 //! flat. Defaults (per preset) are in `defaults`, checks in `validate`, resolution from
 //! overrides in `overrides`.
 
-use super::grad_buckets::BucketCap;
 use crate::blocks::BlockLayout;
 use crate::comm::{CommDtype, LinkModel};
 use crate::device::{ComputeDtype, DeviceKind, Kernels};
 use crate::error::user;
 use crate::model::ModelConfig;
 use crate::ops::gemm::route::Matmul;
+use crate::train::bucket_cap::BucketCap;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};

@@ -1,9 +1,10 @@
 //! Every value of a run's config, checked before anything is allocated: each failure is
 //! one line naming the key and the fix.
 
-use super::{BucketCap, RunConfig};
+use super::RunConfig;
 use crate::device::DeviceKind;
 use crate::error::user;
+use crate::train::bucket_cap::BucketCap;
 use crate::user_bail;
 use anyhow::Result;
 

@@ -8,6 +8,7 @@
 
 use super::prepare::Meta;
 use super::tokenizer::Tokenizer;
+use crate::train::batches::{Batches, EvalSplit};
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -167,5 +168,21 @@ impl Batcher<'_> {
             Tensor::from_vec(x, (self.batch_size, t), &self.device)?,
             Tensor::from_vec(y, (self.batch_size, t), &self.device)?,
         ))
+    }
+}
+
+/// The trainer's batches: a training step's micro-batches, and evaluation batches from
+/// their own stream ([`EVAL_STREAM`]), one key per index.
+impl Batches for Batcher<'_> {
+    fn train_batch(&self, step: u64, micro: u64) -> Result<(Tensor, Tensor)> {
+        self.batch(Split::Train, step, micro)
+    }
+
+    fn eval_batch(&self, split: EvalSplit, index: u64) -> Result<(Tensor, Tensor)> {
+        let split = match split {
+            EvalSplit::Train => Split::Train,
+            EvalSplit::Val => Split::Val,
+        };
+        self.batch(split, EVAL_STREAM + index, 0)
     }
 }

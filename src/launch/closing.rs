@@ -2,9 +2,9 @@
 //! eval.json, summary.json) and the summary it prints.
 
 use super::job::Job;
+use super::outcome::RankOutcome;
 use super::report::{comm_report, run_summary};
 use crate::run_dir::{self, CommReport, EvalReport, RunDir};
-use crate::train::record::RankOutcome;
 use anyhow::Result;
 
 /// Rank 0's closing work: comm.json, sample.txt, summary.json and the printed summary.

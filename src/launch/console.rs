@@ -2,10 +2,11 @@
 //! and evaluation lines on stdout.
 
 use super::metrics::{tensorboard_dir, Metrics};
+use super::outcome::Reporter;
 use crate::comm::{CommDtype, TallySnapshot};
 use crate::config::RunConfig;
 use crate::run_dir::{LogLine, LogWriter, RunDir};
-use crate::train::record::{ParamCounts, Reporter, StepRecord};
+use crate::train::record::{ParamCounts, StepRecord};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 

@@ -320,7 +320,7 @@ fn resume_checkpoint(dir: &Path, cfg: &RunConfig) -> Result<Option<Checkpoint>> 
 
 /// Why a resumed run cannot continue its checkpoint's communication tally, if it cannot.
 fn history_gap(ck: &Checkpoint, cfg: &RunConfig) -> Option<String> {
-    if crate::train::trainer::usable_history(ck, cfg).is_some() {
+    if super::run_trainer::usable_history(ck, cfg).is_some() {
         return None;
     }
     Some(match &ck.meta.history {

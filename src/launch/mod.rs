@@ -14,8 +14,10 @@ pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod orchestrate;
+pub mod outcome;
 pub mod outputs;
 pub mod report;
 pub mod run;
+pub mod run_trainer;
 pub mod switches;
 pub mod threads;

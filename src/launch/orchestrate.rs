@@ -1,17 +1,18 @@
 //! The one orchestrator every launcher hands its rank contexts to: it builds the rank's
-//! [`Trainer`] and runs the schedule of a job: evaluate when due, checkpoint when due,
+//! [`RunTrainer`] and runs the schedule of a job: evaluate when due, checkpoint when due,
 //! step, log; then the closing sample. The same code runs on every rank whatever the
 //! backend; only rank 0 has a reporter and a run directory.
 
 use super::job::Job;
+use super::outcome::{RankOutcome, Reporter};
+use super::run_trainer::{Diverged, RunTrainer};
 use crate::comm::Phase;
 use crate::config::FinalEval;
 use crate::data::Split;
 use crate::run_dir::LogLine;
 use crate::train::context::RankContext;
 use crate::train::full_eval::{split_loss, SplitLoss};
-use crate::train::record::{ParamCounts, RankOutcome, Reporter, StepRecord};
-use crate::train::trainer::{Diverged, Trainer};
+use crate::train::record::{ParamCounts, StepRecord};
 use crate::util::trace::Span;
 use anyhow::Result;
 use std::collections::HashMap;
@@ -26,7 +27,7 @@ pub fn run_rank(
     run_dir: Option<&Path>,
 ) -> Result<RankOutcome> {
     let cfg = &job.cfg;
-    let mut trainer = Trainer::new(
+    let mut trainer = RunTrainer::new(
         cfg,
         &job.data,
         ctx,
@@ -36,9 +37,9 @@ pub fn run_rank(
     )?;
     take_initial_weights(job, ctx, &mut trainer)?;
     let counts = ParamCounts {
-        logical: trainer.model().params().logical_numel(),
-        local: trainer.model().params().local_numel(),
-        grad_bucket_bytes: trainer.overlapped_bucket_bytes(),
+        logical: trainer.trainer().model().params().logical_numel(),
+        local: trainer.trainer().model().params().local_numel(),
+        grad_bucket_bytes: trainer.trainer().overlapped_bucket_bytes(),
     };
     if let Some(r) = reporter.as_deref_mut() {
         r.started(cfg, counts);
@@ -77,7 +78,7 @@ pub fn run_rank(
         sample,
         params: kept_params(job, ctx, &trainer)?,
         param_counts: counts,
-        best_val_loss: trainer.best_val_loss(),
+        best_val_loss: trainer.trainer().best_val_loss(),
         final_eval,
         hosts: Vec::new(),
         ranks_compute: None,
@@ -91,7 +92,7 @@ pub fn run_rank(
 
 /// A new run started from another run's weights (`init_from`) takes them now; rank 0
 /// says where from and what the new pattern does not use.
-fn take_initial_weights(job: &Job, ctx: &RankContext, trainer: &mut Trainer) -> Result<()> {
+fn take_initial_weights(job: &Job, ctx: &RankContext, trainer: &mut RunTrainer) -> Result<()> {
     let (None, Some(init)) = (&job.checkpoint, &job.init) else {
         return Ok(());
     };
@@ -138,12 +139,12 @@ fn take_initial_weights(job: &Job, ctx: &RankContext, trainer: &mut Trainer) -> 
 fn train_steps(
     job: &Job,
     ctx: &RankContext,
-    trainer: &mut Trainer,
+    trainer: &mut RunTrainer,
     reporter: &mut Option<&mut dyn Reporter>,
     run_dir: Option<&Path>,
 ) -> Result<(Vec<LogLine>, Vec<StepRecord>, Vec<Span>)> {
     let cfg = &job.cfg;
-    let (max_iters, start) = (cfg.optim.max_iters, trainer.steps_done());
+    let (max_iters, start) = (cfg.optim.max_iters, trainer.trainer().steps_done());
     let (eval_interval, log_interval) = (cfg.eval.eval_interval, cfg.eval.log_interval);
     let interval = cfg.checkpoints.checkpoint_interval;
     let tokens_per_step = cfg.tokens_per_step() as f64;
@@ -210,7 +211,7 @@ fn train_steps(
             r.step_done(&rec, tokens_per_s);
         }
         if step % log_interval == 0 || eval_now {
-            line.train_loss = Some(trainer.mean_over_dp(rec.local_loss)?);
+            line.train_loss = Some(trainer.trainer().mean_over_dp(rec.local_loss)?);
             line.lr = Some(rec.lr);
             line.ms = Some(rec.ms);
             line.tokens_per_s = Some(tokens_per_s);
@@ -226,13 +227,13 @@ fn train_steps(
 
 /// The final model over the whole validation split, with `final_eval: full` (every TP
 /// rank takes part; each DP replica computes the same value).
-fn final_eval(job: &Job, ctx: &RankContext, trainer: &Trainer) -> Result<Option<SplitLoss>> {
+fn final_eval(job: &Job, ctx: &RankContext, trainer: &RunTrainer) -> Result<Option<SplitLoss>> {
     if job.cfg.eval.final_eval != FinalEval::Full {
         return Ok(None);
     }
     let _phase = ctx.tally.enter(Phase::Eval);
     let l = split_loss(
-        trainer.model(),
+        trainer.trainer().model(),
         job.data.split(Split::Val),
         job.cfg.model.arch.block_size,
         job.cfg.optim.batch_size,
@@ -242,8 +243,12 @@ fn final_eval(job: &Job, ctx: &RankContext, trainer: &Trainer) -> Result<Option<
 
 /// This rank's parameters where the job asks for them: written to `TP_DUMP_PARAMS`, and
 /// returned when `keep_params` (tests compare ranks).
-fn kept_params(job: &Job, ctx: &RankContext, trainer: &Trainer) -> Result<Vec<(String, Vec<f32>)>> {
-    let reg = trainer.model().params();
+fn kept_params(
+    job: &Job,
+    ctx: &RankContext,
+    trainer: &RunTrainer,
+) -> Result<Vec<(String, Vec<f32>)>> {
+    let reg = trainer.trainer().model().params();
     if let Some(dir) = job.hooks.dump_params() {
         std::fs::create_dir_all(dir)?;
         let tensors: HashMap<String, candle_core::Tensor> = reg

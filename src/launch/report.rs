@@ -3,13 +3,13 @@
 //! (`summary.json`). Counts come from rank 0's tally (every rank issues the same
 //! collectives).
 
+use super::outcome::RankOutcome;
 use crate::analysis::{median, step_ms, StepTiming};
 use crate::blocks::BlockLayout;
 use crate::comm::{link_catalog, CommKind, Site};
 use crate::config::RunConfig;
 use crate::device::{DeviceKind, Kernels};
 use crate::run_dir::{CommReport, LayerComm, LogLine, PerStep, RankCompute, RunSummary, SiteComm};
-use crate::train::record::RankOutcome;
 use std::collections::BTreeMap;
 
 fn per(n: u64, d: usize) -> f64 {

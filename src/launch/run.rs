@@ -5,12 +5,12 @@ pub use super::backend::Backend;
 use super::closing::finish;
 use super::console::ConsoleReporter;
 use super::job::{announce, prepare_job, OnOtherData, Target};
+use super::outcome::RankOutcome;
 use super::outputs::open_outputs;
 use super::report::{rank_compute_ms, ranks_compute};
 use super::threads::{configure_threads, run_threads};
 use crate::config::{resolve_resume, Origin, RunConfig};
 use crate::run_dir::{read_config, CommReport};
-use crate::train::record::RankOutcome;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 

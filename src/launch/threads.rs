@@ -2,9 +2,9 @@
 
 use super::job::Job;
 use super::orchestrate::run_rank;
+use super::outcome::{RankOutcome, Reporter};
 use crate::comm::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
 use crate::train::context::RankContext;
-use crate::train::record::{RankOutcome, Reporter};
 use crate::util::turns;
 use anyhow::{anyhow, Result};
 use std::panic::AssertUnwindSafe;

@@ -1,10 +1,7 @@
-//! GPT-2 built from a pattern of t/s/p/l blocks, and the Hugging Face format.
+//! GPT-2 built from a pattern of t/s/p/l blocks (the Hugging Face format is `hf/`).
 
 pub mod config;
 pub mod gpt;
-pub mod hf;
-pub mod hf_export;
-pub mod hf_remote;
 
 pub use config::ModelConfig;
 pub use gpt::Gpt;

@@ -61,8 +61,9 @@ pub fn existing(point: &Point, dir: &Path) -> Result<Existing> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BucketCap, RunConfig};
+    use crate::config::RunConfig;
     use crate::run_dir::RunDir;
+    use crate::train::bucket_cap::BucketCap;
 
     fn point(cfg: RunConfig) -> Point {
         Point {

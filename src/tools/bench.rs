@@ -5,10 +5,11 @@ use crate::comm::CommKind;
 use crate::config::RunConfig;
 use crate::device::{ComputeDtype, DeviceKind};
 use crate::launch::job::{checked_dataset, use_matmul_route, Job, RankOptions};
+use crate::launch::outcome::RankOutcome;
 use crate::launch::threads::{configure_threads, run_threads};
 use crate::ops::profile::OpKind;
 use crate::run_dir::bench::{BenchResult, GpuFigures, OpShare};
-use crate::train::record::{RankOutcome, StepRecord};
+use crate::train::record::StepRecord;
 use anyhow::Result;
 
 /// The configuration a benchmark runs: `warmup + steps` steps, no evaluation, no sample.

@@ -11,8 +11,8 @@
 use crate::comm::CountedComm;
 use crate::config::RunConfig;
 use crate::data::{GPT2_VOCAB, TEXT};
+use crate::hf::format::from_hf;
 use crate::launch::job::checked_dataset;
-use crate::model::hf::from_hf;
 use crate::model::Gpt;
 use crate::run_dir::checkpoint::{self, CheckpointState, CheckpointTensors, ParamInfo};
 use crate::run_dir::RunDir;

@@ -12,8 +12,8 @@ use crate::blocks::BlockLayout;
 use crate::comm::link_catalog::find as find_link;
 use crate::comm::CommDtype;
 use crate::comm::NamedLink;
-use crate::config::BucketCap;
 use crate::error::user;
+use crate::train::bucket_cap::BucketCap;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 

@@ -5,6 +5,8 @@
 //!
 //! The leaf types (`record`, `context`, `hooks`, `compute_clock`) import nothing else of `train/`.
 
+pub mod batches;
+pub mod bucket_cap;
 pub mod compute_clock;
 pub mod context;
 pub mod full_eval;

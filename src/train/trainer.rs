@@ -1,11 +1,15 @@
 //! The Trainer: one rank's model, optimiser, gradients, schedule and batches, and the
-//! three things a training loop asks of them: [`Trainer::step`], [`Trainer::evaluate`]
-//! and [`Trainer::save_checkpoint`] (with [`Trainer::restore`] on the way in). It never
-//! branches on rank inside the model: every rank of a group issues the same collectives
-//! in the same order.
+//! things a training loop asks of them: [`Trainer::step`], [`Trainer::evaluate`], the
+//! logical state a checkpoint holds ([`Trainer::logical_state`], `state.rs`) and its way back in
+//! ([`Trainer::restore`]). It never branches on rank inside the model: every rank of a
+//! group issues the same collectives in the same order. What a run keeps around it (the
+//! checkpoint files, the tally's history, the run's wall time) is the lab's
+//! (`launch/run_trainer.rs`).
 
-mod save;
+pub mod state;
 
+use super::batches::{Batches, EvalSplit};
+use super::bucket_cap::BucketCap;
 use super::compute_clock::ComputeClock;
 use super::context::RankContext;
 use super::generate::{generate, SampleOptions};
@@ -15,219 +19,104 @@ use super::hooks::Hooks;
 use super::host_sums::reduce_host;
 use super::memory;
 use super::optimizer::{AdamW, AdamWConfig};
-use super::record::{EvalRecord, Phases, StepRecord, Tallied};
+use super::record::{EvalRecord, Phases, StepRecord};
 use super::schedule::CosineSchedule;
 use crate::blocks::Fwd;
 use crate::comm::{Phase, Reduce, Site};
-use crate::config::RunConfig;
-use crate::data::{Batcher, Dataset, Split, EVAL_STREAM};
+use crate::device::Kernels;
 use crate::model::Gpt;
 use crate::ops::profile;
-use crate::run_dir::DivergedReport;
-use crate::run_dir::{Checkpoint, CommShape, RunHistory};
-use crate::tp::{SeededInit, StoredParams};
-use anyhow::{bail, Result};
+use crate::tp::StoredParams;
+use anyhow::Result;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Instant;
 
-/// The history of `ck` if this run can continue it: tallied with the same communication
-/// shape (one of another shape counts other collectives per step).
-pub fn usable_history<'c>(ck: &'c Checkpoint, cfg: &RunConfig) -> Option<&'c RunHistory> {
-    ck.meta
-        .history
-        .as_ref()
-        .filter(|h| h.shape == CommShape::of(cfg))
-}
-
-/// Training stopped before applying a non-finite loss or gradient norm: the error a
-/// diverging run ends with, which its run directory records (`diverged.json`).
+/// What one rank's training needs besides its model, context and batches.
 #[derive(Debug, Clone)]
-pub struct Diverged {
-    pub report: DivergedReport,
-    /// Where the last good weights are, in words.
-    saved: String,
+pub struct TrainSpec {
+    pub adamw: AdamWConfig,
+    pub schedule: CosineSchedule,
+    /// Micro-steps (forward and backward passes) per optimiser step.
+    pub accumulation: usize,
+    pub dropout: f64,
+    /// Global gradient-norm clip (0: none).
+    pub grad_clip: f64,
+    /// Seeds the dropout masks (and the sampling in [`Trainer::sample`]).
+    pub seed: u64,
+    pub kernels: Kernels,
+    /// How big the gradient buckets are whose sums start while backprop runs.
+    pub grad_buckets: BucketCap,
+    /// Start the gradient sums bucket by bucket while backprop runs.
+    pub overlap_grad_reduce: bool,
+    /// Batches of each split an evaluation averages.
+    pub eval_iters: usize,
 }
 
-impl std::fmt::Display for Diverged {
+/// A loss or gradient norm that is not finite: the step stops before applying it.
+#[derive(Debug, Clone)]
+pub struct NonFinite {
+    /// The step it happened at.
+    pub step: usize,
+    /// `the training loss` or `the gradient norm`.
+    pub what: String,
+    pub value: String,
+}
+
+impl std::fmt::Display for NonFinite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let r = &self.report;
         write!(
             f,
-            "{} became {} at step {}, so training stopped before applying it; {}: lower learning_rate (or set grad_clip) and resume with --resume",
-            r.what, r.value, r.step, self.saved
+            "{} became {} at step {}, so training stopped before applying it",
+            self.what, self.value, self.step
         )
     }
 }
 
-impl std::error::Error for Diverged {}
+impl std::error::Error for NonFinite {}
 
 pub struct Trainer<'a> {
-    cfg: &'a RunConfig,
+    spec: TrainSpec,
     ctx: &'a RankContext,
     hooks: &'a dyn Hooks,
     model: Gpt,
     opt: AdamW,
     grads: GradBuffer,
-    /// A gradient bucket's size in bytes: `ddp_bucket_mb` for this rank's gradients
-    /// (fixed for the run: the gradients' sizes are the model's).
+    /// A gradient bucket's size in bytes for this rank's gradients (fixed for the run:
+    /// the gradients' sizes are the model's).
     grad_bucket_bytes: usize,
     /// The gradient sums the last backward pass started, bucket by bucket.
     overlapped: Option<OverlappedSync>,
-    sched: CosineSchedule,
-    batcher: Batcher<'a>,
+    batches: Box<dyn Batches + 'a>,
     /// Optimiser steps completed: the next step to run.
     step: usize,
     best_val: Option<f32>,
-    /// The newest checkpoint this run can fall back to: (step, directory on the writer).
-    last_checkpoint: Option<(usize, Option<PathBuf>)>,
-    /// Steps and passes the rank's tally covers (a resumed run's history included).
-    tallied: Tallied,
-    /// Where the rank's tally starts, for [`Trainer::take_up_history`].
-    tally_start: TallyStart,
-    /// The run's wall-clock seconds before this invocation (none where the checkpoint it
-    /// resumed from predates the count) and when this invocation began.
-    wall_before: Option<f64>,
-    started: Instant,
-    /// The data's fingerprint, computed when the first checkpoint is written.
-    data_sha256: std::cell::OnceCell<String>,
-}
-
-/// How a run's tally starts.
-enum TallyStart {
-    /// From nothing (a new run), or already taken up.
-    Fresh,
-    /// From a resumed checkpoint's history.
-    Continue(RunHistory),
-    /// Empty at a resumed checkpoint whose history this run cannot continue.
-    Restart,
 }
 
 impl<'a> Trainer<'a> {
-    /// This rank's trainer: fresh weights from the seed, or the state of `resume`.
+    /// This rank's trainer of `model` (built from a seed or stored weights), at step 0
+    /// with fresh optimiser state until [`Trainer::restore`].
     pub fn new(
-        cfg: &'a RunConfig,
-        data: &'a Dataset,
+        spec: TrainSpec,
+        model: Gpt,
         ctx: &'a RankContext,
         hooks: &'a dyn Hooks,
-        resume: Option<&Checkpoint>,
-        started: Instant,
+        batches: Box<dyn Batches + 'a>,
     ) -> Result<Self> {
-        let layout = cfg.layout();
-        let mcfg = cfg.model_config(data.vocab_size())?;
-        let model = match resume {
-            Some(ck) => {
-                let stored = StoredParams {
-                    tensors: ck.weights.clone(),
-                };
-                Gpt::build_on(&mcfg, layout, &stored, &ctx.tp, &ctx.device)?
-            }
-            None => {
-                let seeded = SeededInit {
-                    seed: cfg.optim.seed,
-                };
-                Gpt::build_on(&mcfg, layout, &seeded, &ctx.tp, &ctx.device)?
-            }
-        };
-        let o = &cfg.optim;
-        let adamw = AdamWConfig {
-            beta1: o.beta1,
-            beta2: o.beta2,
-            eps: o.adam_eps,
-            weight_decay: o.weight_decay,
-        };
-        let opt = AdamW::new(model.params(), adamw, cfg.parallel.kernels)?;
+        let opt = AdamW::new(model.params(), spec.adamw, spec.kernels)?;
         let grads = GradBuffer::new(model.params())?;
-        let mut trainer = Self {
-            cfg,
+        Ok(Self {
+            grad_bucket_bytes: spec.grad_buckets.bytes(grads.total_bytes()),
+            spec,
             ctx,
             hooks,
+            model,
             opt,
-            grad_bucket_bytes: cfg.parallel.ddp_bucket_mb.bytes(grads.total_bytes()),
             grads,
             overlapped: None,
-            sched: CosineSchedule {
-                learning_rate: o.learning_rate,
-                min_lr: o.min_lr,
-                warmup_iters: o.warmup_iters,
-                lr_decay_iters: cfg.lr_decay_iters(),
-                decay: o.decay_lr,
-            },
-            batcher: Batcher {
-                data,
-                block_size: mcfg.block_size,
-                batch_size: o.batch_size,
-                accumulation: o.gradient_accumulation_steps,
-                dp: ctx.mesh.dp,
-                dp_rank: ctx.mesh.dp_rank(),
-                seed: o.seed,
-                device: ctx.device.clone(),
-            },
-            model,
+            batches,
             step: 0,
             best_val: None,
-            last_checkpoint: None,
-            tallied: Tallied::default(),
-            tally_start: TallyStart::Fresh,
-            wall_before: Some(0.0),
-            started,
-            data_sha256: std::cell::OnceCell::new(),
-        };
-        if let Some(ck) = resume {
-            trainer.restore(ck)?;
-        }
-        Ok(trainer)
-    }
-
-    /// Takes a checkpoint's optimiser state and position: the AdamW moments, split over
-    /// the TP group by the same `ParamKind::local_part` as the weights, the step count,
-    /// the step and the best validation loss. (The weights themselves came in through the
-    /// parameter builder.)
-    pub fn restore(&mut self, ck: &Checkpoint) -> Result<()> {
-        let (r, n) = (self.ctx.tp.rank(), self.ctx.tp.size());
-        let reg = self.model.params();
-        let Some(moments) = &ck.moments else {
-            bail!(
-                "checkpoint {} was loaded without its optimiser state",
-                ck.dir.display()
-            );
-        };
-        let m = reg.local_parts(&moments.m, r, n)?;
-        let v = reg.local_parts(&moments.v, r, n)?;
-        self.opt.restore(ck.meta.adam_steps, m, v)?;
-        self.step = ck.meta.step;
-        self.best_val = ck.meta.best_val_loss;
-        self.wall_before = ck.meta.wall_seconds;
-        self.last_checkpoint = Some((ck.meta.step, Some(ck.dir.clone())));
-        (self.tally_start, self.tallied) = match usable_history(ck, self.cfg) {
-            Some(h) => (
-                TallyStart::Continue(h.clone()),
-                Tallied {
-                    steps: h.steps,
-                    passes: h.passes,
-                },
-            ),
-            None => (TallyStart::Restart, Tallied::default()),
-        };
-        Ok(())
-    }
-
-    /// A run resumed from a checkpoint takes up its tally: what the run had communicated up
-    /// to the checkpoint (its evaluation at that step included, which a resume repeats to
-    /// write the same log line, so what was tallied since the resume is replaced).
-    /// Without a usable history the tally starts empty at the checkpoint; a new run's
-    /// tally is left as it is. Called at the first step, before its training step.
-    pub fn take_up_history(&mut self) {
-        match std::mem::replace(&mut self.tally_start, TallyStart::Fresh) {
-            TallyStart::Fresh => {}
-            TallyStart::Continue(h) => self.ctx.tally.restore(h.tally),
-            TallyStart::Restart => self.ctx.tally.reset(),
-        }
-    }
-
-    /// Steps and passes the tally covers so far.
-    pub fn tallied(&self) -> Tallied {
-        self.tallied
+        })
     }
 
     pub fn model(&self) -> &Gpt {
@@ -246,8 +135,8 @@ impl<'a> Trainer<'a> {
     /// The buckets' size where backprop starts the gradient sums; `None` where they run in
     /// one bucket after it, or there is nothing to sum.
     pub fn overlapped_bucket_bytes(&self) -> Option<usize> {
-        let (p, tp, dp) = (&self.cfg.parallel, &self.ctx.tp, &self.ctx.dp);
-        (p.overlap_grad_reduce && OverlappedSync::needed(&self.grads, tp, dp))
+        let (tp, dp) = (&self.ctx.tp, &self.ctx.dp);
+        (self.spec.overlap_grad_reduce && OverlappedSync::needed(&self.grads, tp, dp))
             .then_some(self.grad_bucket_bytes)
     }
 
@@ -263,14 +152,14 @@ impl<'a> Trainer<'a> {
     pub fn evaluate(&mut self) -> Result<EvalRecord> {
         let tally = self.ctx.tally.clone();
         let _span = tally.trace().span("eval", || "evaluation".into());
-        let iters = self.cfg.eval.eval_iters;
+        let iters = self.spec.eval_iters;
         let phase = tally.enter(Phase::Eval);
         let mut out = [0f32; 2];
-        for (slot, split) in [Split::Train, Split::Val].into_iter().enumerate() {
+        for (slot, split) in [EvalSplit::Train, EvalSplit::Val].into_iter().enumerate() {
             let mut sum = 0f64;
             for i in 0..iters {
-                let key = EVAL_STREAM + (self.step * iters + i) as u64;
-                let (x, y) = self.batcher.batch(split, key, 0)?;
+                let index = (self.step * iters + i) as u64;
+                let (x, y) = self.batches.eval_batch(split, index)?;
                 sum += self.model.loss(&x, &y, &Fwd::eval())?.to_scalar::<f32>()? as f64;
             }
             out[slot] = (sum / iters as f64) as f32;
@@ -285,27 +174,15 @@ impl<'a> Trainer<'a> {
         Ok(rec)
     }
 
-    /// Stops the run before a non-finite value is applied, naming the last good
-    /// checkpoint ([`Diverged`]).
+    /// Stops the step before a non-finite value is applied ([`NonFinite`]).
     fn guard(&self, value: f32, what: &str) -> Result<()> {
         if value.is_finite() {
             return Ok(());
         }
-        let saved = match &self.last_checkpoint {
-            Some((s, Some(dir))) => format!(
-                "the last good checkpoint (step {s}) is {}, intact",
-                dir.display()
-            ),
-            Some((s, None)) => format!("the last good checkpoint is step {s}, intact"),
-            None => "no checkpoint was written yet".to_string(),
-        };
-        Err(Diverged {
-            report: DivergedReport {
-                step: self.step,
-                what: what.to_string(),
-                value: value.to_string(),
-            },
-            saved,
+        Err(NonFinite {
+            step: self.step,
+            what: what.to_string(),
+            value: value.to_string(),
         }
         .into())
     }
@@ -361,7 +238,7 @@ impl<'a> Trainer<'a> {
         let _step_span = tally.trace().span("step", || format!("step {step}"));
         let cpu_step = ComputeClock::start(&self.ctx.device);
         let blocked = self.ctx.tally.blocked();
-        let lr = self.sched.lr(step);
+        let lr = self.spec.schedule.lr(step);
         let mut phases = Phases::default();
         let local_loss = self.micro_steps(step, &mut phases)?;
         let t0 = Instant::now();
@@ -370,10 +247,8 @@ impl<'a> Trainer<'a> {
         self.update(lr, grad_scale)?;
         phases.grad_sync = (t1 - t0).as_secs_f64();
         phases.optimizer = t1.elapsed().as_secs_f64();
-        let passes = self.cfg.optim.gradient_accumulation_steps;
+        let passes = self.spec.accumulation;
         self.step += 1;
-        self.tallied.steps += 1;
-        self.tallied.passes += passes;
         Ok(StepRecord {
             step,
             local_loss,
@@ -394,17 +269,15 @@ impl<'a> Trainer<'a> {
     /// The step's forward and backward passes, one per micro-step, their gradients
     /// accumulated (each scaled by 1 / micro-steps); returns the mean training loss.
     fn micro_steps(&mut self, step: usize, phases: &mut Phases) -> Result<f32> {
-        let accum = self.cfg.optim.gradient_accumulation_steps;
+        let accum = self.spec.accumulation;
         let tally = self.ctx.tally.clone();
         let trace = tally.trace();
         self.grads.zero();
         let mut loss_sum = 0f32;
         for micro in 0..accum {
-            let (x, y) = self
-                .batcher
-                .batch(Split::Train, step as u64, micro as u64)?;
+            let (x, y) = self.batches.train_batch(step as u64, micro as u64)?;
             let fwd = Fwd {
-                dropout: self.cfg.optim.dropout,
+                dropout: self.spec.dropout,
                 key: Some(self.dropout_key(step * accum + micro)),
             };
             let t0 = Instant::now();
@@ -420,10 +293,9 @@ impl<'a> Trainer<'a> {
             let t1 = Instant::now();
             let backward = trace.span("pass", || format!("backward {micro}"));
             // The last pass finishes the gradients: their sums start as they do.
-            let p = &self.cfg.parallel;
             let (tp, dp) = (&self.ctx.tp, &self.ctx.dp);
             self.overlapped = (micro + 1 == accum
-                && p.overlap_grad_reduce
+                && self.spec.overlap_grad_reduce
                 && OverlappedSync::needed(&self.grads, tp, dp))
             .then(|| OverlappedSync::new(&self.grads, self.grad_bucket_bytes, tp, dp));
             let scale = 1.0 / accum as f32;
@@ -440,7 +312,7 @@ impl<'a> Trainer<'a> {
     /// stay identical), different across data-parallel ranks and passes.
     fn dropout_key(&self, pass: usize) -> u64 {
         let dp_rank = self.ctx.mesh.dp_rank() as u64;
-        crate::util::seeds::pass_key(self.cfg.optim.seed, pass as u64, dp_rank)
+        crate::util::seeds::pass_key(self.spec.seed, pass as u64, dp_rank)
     }
 
     /// The gradients summed over TP (partial ones) and averaged over DP, and their global
@@ -459,7 +331,7 @@ impl<'a> Trainer<'a> {
         let norm = self.grads.global_norm(&self.ctx.tp)?;
         drop(sync);
         self.guard(norm, "the gradient norm")?;
-        let clip = self.cfg.optim.grad_clip;
+        let clip = self.spec.grad_clip;
         // Clipping scales the gradients as AdamW reads them (no pass of its own).
         let scale = if clip > 0.0 && norm as f64 > clip {
             (clip / (norm as f64 + 1e-6)) as f32
@@ -479,16 +351,10 @@ impl<'a> Trainer<'a> {
         self.wait_for_device()
     }
 
-    /// Text from the model (every rank takes part; identical on all of them).
-    pub fn sample(&self, tokens: usize) -> Result<Vec<u32>> {
+    /// Text from the model after `start` (every rank takes part; identical on all of
+    /// them).
+    pub fn sample(&self, start: &[u32], opts: &SampleOptions) -> Result<Vec<u32>> {
         let _phase = self.ctx.tally.enter(Phase::Eval);
-        let tok = self.batcher.data.tokenizer();
-        let opts = SampleOptions {
-            tokens,
-            temperature: self.cfg.eval.sample_temperature,
-            top_k: Some(self.cfg.eval.sample_top_k).filter(|&k| k > 0),
-            seed: self.cfg.optim.seed,
-        };
-        generate(&self.model, &tok.start_tokens(), &opts)
+        generate(&self.model, start, opts)
     }
 }

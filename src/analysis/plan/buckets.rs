@@ -7,7 +7,7 @@
 //! order ([`super::request::Request::buckets`]). Candle's exact order can put a gradient
 //! one bucket over, hence "about".
 
-use crate::config::BucketCap;
+use crate::train::bucket_cap::BucketCap;
 
 /// One gradient in backprop's order: its bytes on a rank, and whether each TP rank holds
 /// only its part of it (summed over the TP group with its bucket).

@@ -6,8 +6,9 @@
 use super::buckets::{seal, Buckets, Grad};
 use crate::blocks::BlockLayout;
 use crate::comm::{CommDtype, CommKind};
-use crate::config::{BucketCap, PRESETS};
+use crate::config::PRESETS;
 use crate::error::user;
+use crate::train::bucket_cap::BucketCap;
 use anyhow::Result;
 
 /// A model's shape (only what the step's work depends on).

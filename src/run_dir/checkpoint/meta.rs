@@ -2,8 +2,9 @@
 //! the one line for a checkpoint that cannot be used.
 
 use crate::comm::TallySnapshot;
-use crate::config::{BucketCap, RunConfig};
+use crate::config::RunConfig;
 use crate::tp::ParamKind;
+use crate::train::bucket_cap::BucketCap;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

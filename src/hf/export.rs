@@ -1,13 +1,13 @@
 //! `tp-export --format hf`'s folder: a t-only LayerNorm model as GPT-2 itself
 //! (`GPT2LMHeadModel`), any other layout under the same names with its modelling code
-//! (`hf_remote`), and the dataset's tokenizer beside either, so that text decodes.
+//! (`hf::remote`), and the dataset's tokenizer beside either, so that text decodes.
 
-use super::config::ModelConfig;
-use super::hf::{has_gpt2_shape, is_gpt2, to_hf};
-use super::hf_remote::{to_remote, MODELING_CODE, MODELING_FILE};
+use super::format::{has_gpt2_shape, is_gpt2, to_hf};
+use super::remote::{to_remote, MODELING_CODE, MODELING_FILE};
 use crate::blocks::BlockLayout;
 use crate::data::hf_tokenizer::tokenizer_files;
 use crate::data::Tokenizer;
+use crate::model::ModelConfig;
 use anyhow::{Context, Result};
 use candle_core::Tensor;
 use std::collections::HashMap;

@@ -6,17 +6,17 @@
 //! is tied to `wte` and, as `save_pretrained` does, not stored. GPT-2 always has biases:
 //! a model trained without them gets zero biases, which compute the same function. Only
 //! `t`-only models with LayerNorm are GPT-2; every other model is exported under the same
-//! names with its own modelling code (`hf_remote`).
+//! names with its own modelling code (`hf::remote`).
 //!
 //! Import reads `config.json` and `model.safetensors` (or the shards a
 //! `model.safetensors.index.json` lists) as `save_pretrained` writes them, and also the
 //! hub's original GPT-2 files, whose names lack the `transformer.` prefix and which carry
 //! the attention-mask buffers `attn.bias`/`attn.masked_bias` (not parameters: skipped).
 
-use super::config::ModelConfig;
 use crate::blocks::params::layer_prefix;
 use crate::blocks::{BlockKind, BlockLayout};
 use crate::data::tokenizer::GPT2_EOT;
+use crate::model::ModelConfig;
 use crate::ops::{Activation, NormKind};
 use crate::user_bail;
 use anyhow::{Context, Result};
@@ -56,7 +56,7 @@ pub fn name_map(n_layer: usize) -> Vec<(String, String)> {
 }
 
 /// Whether a model is GPT-2 itself: t-only with LayerNorm and biases (any other is
-/// exported with its own modelling code, `hf_remote`).
+/// exported with its own modelling code, `hf::remote`).
 pub fn is_gpt2(cfg: &ModelConfig, layout: &BlockLayout) -> bool {
     has_gpt2_shape(cfg, layout) && cfg.bias
 }
@@ -113,7 +113,7 @@ pub fn to_hf(
 ) -> Result<(HashMap<String, Tensor>, serde_json::Value)> {
     if !has_gpt2_shape(cfg, layout) {
         user_bail!(
-            "pattern {} with {:?} is not GPT-2: export it with its modelling code (hf_remote)",
+            "pattern {} with {:?} is not GPT-2: export it with its modelling code (hf::remote)",
             layout.pattern,
             cfg.norm
         );

@@ -1,12 +1,12 @@
 //! Any layout for transformers: the weights under GPT-2's names, a `config.json` naming
 //! the layer kinds and the tp, and a self-contained PyTorch modelling file
-//! (`hf_remote/modeling_tp_harness.py`) that computes docs/blocks.md's forward pass in one
+//! (`remote/modeling_tp_harness.py`) that computes docs/blocks.md's forward pass in one
 //! process, loaded with `trust_remote_code=True`. `s` and `p` compute another function at
 //! another tp, so the tp the model was trained at is part of its config.
 
-use super::config::ModelConfig;
-use super::hf::hf_tensors;
+use super::format::hf_tensors;
 use crate::blocks::BlockLayout;
+use crate::model::ModelConfig;
 use crate::ops::NormKind;
 use anyhow::Result;
 use candle_core::Tensor;
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 /// The modelling file's name in an export, and its text.
 pub const MODELING_FILE: &str = "modeling_tp_harness.py";
-pub const MODELING_CODE: &str = include_str!("hf_remote/modeling_tp_harness.py");
+pub const MODELING_CODE: &str = include_str!("remote/modeling_tp_harness.py");
 
 /// Our tensors a model of `layout` has under GPT-2's names: a model trained without
 /// biases has none, `p` blocks have no output biases and RMSNorm has no bias.
@@ -159,7 +159,7 @@ mod tests {
         // A bias-free t-only model is not GPT-2 (which always has biases): it takes the
         // same modelling file.
         let dense = BlockLayout::parse("tt").unwrap();
-        assert!(!crate::model::hf::is_gpt2(&cfg, &dense));
+        assert!(!crate::hf::format::is_gpt2(&cfg, &dense));
     }
 
     #[test]

@@ -77,7 +77,7 @@ if ! target/py/bin/python -c "import tensorboard" >/dev/null 2>&1; then
 fi
 
 if cargo fmt --version >/dev/null 2>&1; then
-  cargo fmt --check
+  cargo fmt --all --check
 else
   echo "test: rustfmt not installed, skipping the format check"
 fi
@@ -92,13 +92,13 @@ cargo test --release 2>&1 | tee "$log"
 # tests and the equivalence proofs again, on the AVX2 and plain x86-64 code paths.
 for level in avx2 scalar; do
   echo "test: kernels and equivalence tests at TP_SIMD=$level"
-  TP_SIMD=$level cargo test --release --lib -- ops:: 2>&1 | tee -a "$log"
+  TP_SIMD=$level cargo test --release -p tp-harness --lib -- ops:: 2>&1 | tee -a "$log"
   TP_SIMD=$level cargo test --release --test it -- t_equals_gpt2:: s_and_p_equal_blocks_md:: golden_vectors:: 2>&1 | tee -a "$log"
 done
 # The products by the system BLAS (TP_MATMUL=blas overrides every run's matmul key):
 # the kernel tests and the equivalence proofs again on that route.
 echo "test: kernels and equivalence tests at TP_MATMUL=blas"
-TP_MATMUL=blas cargo test --release --lib -- ops:: 2>&1 | tee -a "$log"
+TP_MATMUL=blas cargo test --release -p tp-harness --lib -- ops:: 2>&1 | tee -a "$log"
 TP_MATMUL=blas cargo test --release --test it -- t_equals_gpt2:: s_and_p_equal_blocks_md:: golden_vectors:: 2>&1 | tee -a "$log"
 # The CUDA code, compiled and linted without a GPU (clippy -D warnings over the cuda and
 # mpi features; our kernels through the real nvcc): no change may break it silently while

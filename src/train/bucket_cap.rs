@@ -97,19 +97,4 @@ mod tests {
         assert_eq!(BucketCap::Mib(0.25).bytes(mini), 262_144);
         assert_eq!(BucketCap::Auto.bytes(3), 1, "never an empty bucket");
     }
-
-    /// Configs hold `auto` or a number, and nothing else.
-    #[test]
-    fn a_config_holds_auto_or_a_number_of_mib() {
-        let read = |y: &str| serde_yaml_ng::from_str::<BucketCap>(y);
-        assert_eq!(read("auto").unwrap(), BucketCap::Auto);
-        assert_eq!(read("0.5").unwrap(), BucketCap::Mib(0.5));
-        assert_eq!(read("25").unwrap(), BucketCap::Mib(25.0));
-        let e = read("big").unwrap_err().to_string();
-        assert!(e.contains("`auto` or a number of MiB, got `big`"), "{e}");
-        for cap in [BucketCap::Auto, BucketCap::Mib(1.5)] {
-            let yaml = serde_yaml_ng::to_string(&cap).unwrap();
-            assert_eq!(read(&yaml).unwrap(), cap, "{yaml}");
-        }
-    }
 }

@@ -5,7 +5,7 @@
 use std::path::{Component, Path, PathBuf};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(crate::common::REPO)
 }
 
 /// README.md, every page of docs/ and the folders' READMEs.

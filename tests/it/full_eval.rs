@@ -5,7 +5,7 @@
 
 use crate::common::{assert_ok, bin, scratch};
 use std::path::Path;
-use tp_harness::data::Split;
+use tp_lab::data::Split;
 
 /// A short run of `pattern` at tp 2 with a small model, into `dir/run`.
 fn train(dir: &Path, pattern: &str) {
@@ -52,7 +52,7 @@ fn tp_eval(dir: &Path, extra: &[&str]) -> serde_json::Value {
         .iter()
         .position(|a| *a == "--tp")
         .map(|i| extra[i + 1].parse().unwrap());
-    let report = tp_harness::run_dir::read_eval(&dir.join("run"), split, tp)
+    let report = tp_lab::run_dir::read_eval(&dir.join("run"), split, tp)
         .unwrap()
         .expect("tp-eval wrote its report");
     assert_eq!(report.split, split);

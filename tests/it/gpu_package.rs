@@ -8,7 +8,7 @@ use std::path::Path;
 
 #[test]
 fn each_gpu_check_mode_plans_within_its_budget_and_returns_two_files() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = Path::new(crate::common::REPO);
     for mode in ["first", "follow", "diag", "profile"] {
         let d = scratch(&format!("gpu-check-{mode}"));
         let out = d.join("out");
@@ -51,7 +51,7 @@ fn each_gpu_check_mode_plans_within_its_budget_and_returns_two_files() {
 
 #[test]
 fn the_tracked_tree_leaves_room_for_the_gpu_package() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = Path::new(crate::common::REPO);
     let o = std::process::Command::new("git")
         .args(["ls-files", "-z"])
         .current_dir(repo)
@@ -79,7 +79,7 @@ fn the_tracked_tree_leaves_room_for_the_gpu_package() {
 /// per kernel and launch shape, largest first.
 #[test]
 fn the_ncu_summary_sums_kernel_time_by_kernel_and_launch_shape() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = Path::new(crate::common::REPO);
     let d = scratch("ncu-summary");
     let raw = concat!(
         "tp-train: a line of the program's own\n",

@@ -6,7 +6,7 @@
 
 use crate::common::*;
 use std::path::Path;
-use tp_harness::data::tokenizer::Tokenizer;
+use tp_lab::data::tokenizer::Tokenizer;
 
 fn train(d: &Path, pattern: &str, tp: &str, iters: &str, out: &str) {
     train_with(d, pattern, tp, iters, out, &[]);
@@ -129,7 +129,7 @@ fn a_bias_free_t_only_model_exports_without_biases_or_as_gpt2_with_zeros_when_as
 fn transformers_gives_tp_eval_loss_and_tp_sample_text_for_3xsppp_llll_and_bias_free_models() {
     let python = std::env::var("TP_HF_PYTHON")
         .expect("set TP_HF_PYTHON to a python with torch and transformers");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/hf-export-check.py");
+    let script = Path::new(crate::common::REPO).join("tests/oracle/hf-export-check.py");
     let d = scratch("hf-export-transformers");
     let val = test_data_dir().join("shakespeare_char/val.bin");
     // The mini preset has no biases; two models are trained with them.
@@ -216,7 +216,7 @@ fn transformers_reads_the_exported_gpt2_tokenizer_as_the_harness_encodes() {
         .expect("set TP_HF_PYTHON to a python with torch and transformers");
     let d = scratch("hf-export-gpt2-tokenizer");
     for (name, text) in
-        tp_harness::data::hf_tokenizer::tokenizer_files(&Tokenizer::Gpt2Bpe, 1024).unwrap()
+        tp_lab::data::hf_tokenizer::tokenizer_files(&Tokenizer::Gpt2Bpe, 1024).unwrap()
     {
         std::fs::write(d.join(name), text).unwrap();
     }

@@ -8,10 +8,10 @@ use crate::common::*;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
-use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
-use tp_harness::run_dir::{latest, read_config, Checkpoint};
 use tp_harness::tp::StoredParams;
+use tp_lab::launch::threads::on_tp_threads;
+use tp_lab::run_dir::{latest, read_config, Checkpoint};
 
 /// The last position's logits of `run`'s latest checkpoint at `tp`.
 fn logits_of(run: &Path, tp: usize, vocab_parallel: bool, idx: &Tensor) -> Tensor {
@@ -231,7 +231,7 @@ fn hf_reference(dir: &Path) -> (Tensor, Tensor) {
 fn transformers_computes_the_logits_of_imported_and_exported_models() {
     let python = std::env::var("TP_HF_PYTHON")
         .expect("set TP_HF_PYTHON to a python with torch and transformers");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/hf-crosscheck.py");
+    let script = Path::new(crate::common::REPO).join("tests/oracle/hf-crosscheck.py");
     let d = scratch("import-transformers");
     let py = |mode: &str, dir: &str| {
         let o = std::process::Command::new(&python)

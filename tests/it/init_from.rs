@@ -25,7 +25,7 @@ fn train(dir: &Path, out: &str, extra: &[&str]) -> std::process::Output {
 }
 
 fn eval_loss(run: &Path) -> f64 {
-    tp_harness::run_dir::read_eval(run, tp_harness::data::Split::Val, None)
+    tp_lab::run_dir::read_eval(run, tp_lab::data::Split::Val, None)
         .unwrap()
         .expect("the run wrote eval.json")
         .loss

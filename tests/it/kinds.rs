@@ -9,7 +9,7 @@ use tp_harness::blocks::kind::Syncs;
 use tp_harness::blocks::{BlockKind, BlockLayout};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(crate::common::REPO)
 }
 
 fn read(rel: &str) -> String {
@@ -88,12 +88,13 @@ fn architecture_md_names_every_file_that_decides_a_kind_as_the_test_only_kind_sh
     let mut listed: Vec<String> = list
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|w| w.starts_with("src/"))
+        .filter(|w| w.starts_with("src/") || w.starts_with("lab/src/"))
         .map(String::from)
         .collect();
     // Where the test-only kind `x` has an arm (its own file apart).
     let mut files = Vec::new();
     rust_files(&root().join("src"), &mut files);
+    rust_files(&root().join("lab/src"), &mut files);
     let mut armed: Vec<String> = files
         .iter()
         .filter(|f| !f.ends_with("private_channel.rs"))
@@ -115,10 +116,12 @@ fn architecture_md_names_every_file_that_decides_a_kind_as_the_test_only_kind_sh
 fn architecture_md_reading_path_names_files_and_functions_that_exist() {
     let md = read("docs/architecture.md");
     let path = section(&md, "reading path");
-    // Every `src/...rs` followed by its functions in parentheses: `(`a`, `b`)`.
+    // Every `src/...rs` or `lab/src/...rs` followed by its functions in parentheses:
+    // `(`a`, `b`)`.
     let mut named = 0;
     for (i, piece) in path.split('`').enumerate() {
-        if i % 2 == 0 || !piece.starts_with("src/") || !piece.ends_with(".rs") {
+        let in_a_crate = piece.starts_with("src/") || piece.starts_with("lab/src/");
+        if i % 2 == 0 || !in_a_crate || !piece.ends_with(".rs") {
             continue;
         }
         let text = std::fs::read_to_string(root().join(piece))

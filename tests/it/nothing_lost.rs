@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tp_harness::run_dir::{read_summary, Checkpoint};
+use tp_lab::run_dir::{read_summary, Checkpoint};
 
 /// The probe's small run: `T` of the issue.
 const T: [&str; 13] = [

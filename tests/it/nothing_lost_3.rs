@@ -344,7 +344,7 @@ fn environment_switches_are_named_first_and_recorded() {
             .unwrap();
     // With any switch the whole suite runs under (TP_MATMUL=blas in the test script's
     // rerun), which the run inherits and records as well.
-    let want = tp_harness::launch::switches::set_switches(|k| match k {
+    let want = tp_lab::launch::switches::set_switches(|k| match k {
         "TP_STEP_PAUSE_MS" => Some("1".into()),
         k => std::env::var(k).ok(),
     });
@@ -364,7 +364,7 @@ fn environment_switches_are_named_first_and_recorded() {
     assert_ok(&o);
     let s = std::fs::read_to_string(d.join("plain/summary.json")).unwrap();
     // A plain run records none, but for those the whole suite runs under.
-    let ambient = tp_harness::launch::switches::set_switches(|k| std::env::var(k).ok());
+    let ambient = tp_lab::launch::switches::set_switches(|k| std::env::var(k).ok());
     if ambient.is_empty() {
         assert!(!s.contains("environment"), "{s}");
     } else {

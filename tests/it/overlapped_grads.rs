@@ -150,9 +150,7 @@ fn the_table_has_a_hidden_column_when_only_the_gradient_buckets_hid_time() {
     let d = scratch("overlap-hidden-column");
     let o = tp_train(&d, &overlap_args("tttt", "overlap_grad_reduce=true", "run"));
     assert_ok(&o);
-    let mut report = tp_harness::run_dir::read_comm(&d.join("run"))
-        .unwrap()
-        .unwrap();
+    let mut report = tp_lab::run_dir::read_comm(&d.join("run")).unwrap().unwrap();
     assert!(report.layers.iter().all(|l| l.hidden_seconds == 0.0));
     for v in report.per_step.values_mut() {
         v.hidden_seconds = 0.0;

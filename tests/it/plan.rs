@@ -4,10 +4,10 @@
 //! what it cannot answer is one line naming the valid choices.
 
 use crate::common::*;
-use tp_harness::analysis::plan::request::{Head, Request, Shape};
 use tp_harness::blocks::BlockLayout;
 use tp_harness::comm::{CommDtype, CommKind};
-use tp_harness::config::BucketCap;
+use tp_harness::train::bucket_cap::BucketCap;
+use tp_lab::analysis::plan::request::{Head, Request, Shape};
 
 /// The planner's request for the tally test's run of `pattern`: mini at 32 wide, tp 2 x
 /// dp 2, batch 12, its comm_dtype and head.
@@ -75,9 +75,7 @@ fn the_planners_collectives_per_step_are_a_runs_tally() {
             ],
         );
         assert_ok(&o);
-        let comm = tp_harness::run_dir::read_comm(&d.join(&out))
-            .unwrap()
-            .unwrap();
+        let comm = tp_lab::run_dir::read_comm(&d.join(&out)).unwrap().unwrap();
         let r = mini_request(pattern, dtype, vocab_parallel);
         // The run's buckets (ddp_bucket_mb: auto, the default) are the planner's: the
         // same rule on the same gradient bytes.

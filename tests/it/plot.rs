@@ -196,7 +196,7 @@ fn tp_plot_sets_a_run_on_an_emulated_link_beside_the_model_and_its_summary_split
         out.contains("measured on its emulated link") && out.contains("modelled"),
         "{out}"
     );
-    let s = tp_harness::run_dir::read_summary(&e.join(run))
+    let s = tp_lab::run_dir::read_summary(&e.join(run))
         .unwrap()
         .unwrap();
     let (step, comm, compute) = (

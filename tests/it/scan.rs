@@ -39,10 +39,10 @@ fn a_scan_of_a_t_only_checkpoint_ranks_blocks_and_recommends_a_pattern_per_budge
     let o = bin("tp-scan", &d, &["run", "--to", "p"], &[]);
     assert_ok(&o);
     let run = d.join("run");
-    let scan = tp_harness::run_dir::read_scan(&run)
+    let scan = tp_lab::run_dir::read_scan(&run)
         .unwrap()
         .expect("scan.json");
-    let own = tp_harness::run_dir::read_eval(&run, tp_harness::data::Split::Val, None)
+    let own = tp_lab::run_dir::read_eval(&run, tp_lab::data::Split::Val, None)
         .unwrap()
         .unwrap();
     assert_eq!(scan.base_loss, own.loss);
@@ -104,7 +104,7 @@ fn a_ladder_scan_budgets_the_all_reduces_a_rank_waits_for() {
     let run = d.join("run");
     let o = bin("tp-scan", &d, &["run", "--to", "l"], &[]);
     assert_ok(&o);
-    let scan = tp_harness::run_dir::read_scan(&run).unwrap().unwrap();
+    let scan = tp_lab::run_dir::read_scan(&run).unwrap().unwrap();
     assert_eq!(scan.base_exposed_allreduces, 8);
     assert_eq!(
         scan.cumulative

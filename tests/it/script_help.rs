@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn scripts() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    let root = Path::new(crate::common::REPO).join("scripts");
     let mut out = Vec::new();
     for dir in [
         root.clone(),

@@ -11,9 +11,9 @@ use std::path::Path;
 /// layouts must find its family there.
 #[test]
 fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
-    use tp_harness::analysis::tuning::{TuneDecl, TunedValues};
-    use tp_harness::analysis::tuning_record::{ChoiceRecord, TuningRecord};
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/sweeps");
+    use tp_lab::analysis::tuning::{TuneDecl, TunedValues};
+    use tp_lab::analysis::tuning_record::{ChoiceRecord, TuningRecord};
+    let dir = Path::new(crate::common::REPO).join("configs/sweeps");
     let scratch = crate::common::scratch("shipped-sweeps");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -29,9 +29,8 @@ fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
         let load = match from {
             None => path.clone(),
             Some(other) => {
-                let other_sweep =
-                    tp_harness::sweep::Sweep::load(&dir.join(format!("{other}.yaml")))
-                        .unwrap_or_else(|e| panic!("{other}: {e:#}"));
+                let other_sweep = tp_lab::sweep::Sweep::load(&dir.join(format!("{other}.yaml")))
+                    .unwrap_or_else(|e| panic!("{other}: {e:#}"));
                 let tune = other_sweep
                     .tune
                     .as_ref()
@@ -73,7 +72,7 @@ fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
                 std::fs::create_dir_all(&stand_in).unwrap();
                 std::fs::write(
                     stand_in.join("tuning.json"),
-                    tp_harness::run_dir::versioned::to_json(&record).unwrap(),
+                    tp_lab::run_dir::versioned::to_json(&record).unwrap(),
                 )
                 .unwrap();
                 let copy = scratch.join(path.file_name().unwrap());
@@ -85,7 +84,7 @@ fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
                 copy
             }
         };
-        let s = tp_harness::sweep::Sweep::load(&load)
+        let s = tp_lab::sweep::Sweep::load(&load)
             .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
         assert!(!s.points.is_empty(), "{}", path.display());
         for p in &s.points {

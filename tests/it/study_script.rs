@@ -9,7 +9,7 @@ use std::path::Path;
 /// study.sh's copy in a folder of its own, with `runs/` and a sweep file of its own, run
 /// with the built binaries.
 fn study_copy(d: &Path, sweep_yaml: &str) -> std::process::Command {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = Path::new(crate::common::REPO);
     std::fs::create_dir_all(d.join("scripts")).unwrap();
     std::fs::create_dir_all(d.join("configs/sweeps")).unwrap();
     std::fs::copy(root.join("scripts/study.sh"), d.join("scripts/study.sh")).unwrap();
@@ -107,7 +107,7 @@ fn sigterm_to_study_sh_stops_its_sweep_and_run_too() {
         "{text}"
     );
     // Nothing of the study is left: the run's lock is free and no process runs in it.
-    assert!(!tp_harness::run_dir::DirLock::held_elsewhere(&run));
+    assert!(!tp_lab::run_dir::DirLock::held_elsewhere(&run));
     // Processes working in the study's folder (their cwd) that are a sweep or a trainer.
     let here = std::fs::canonicalize(&*d).unwrap();
     let left: Vec<String> = std::fs::read_dir("/proc")

@@ -261,7 +261,7 @@ fn sigint_to_tp_sweep_alone_reaches_its_run_which_ends_before_the_sweep_and_a_re
     let sweep = slow_sweep(&d, 200);
     let run = d.join("out/pattern=tttt");
     wait_for("a checkpoint of the sweep's run", || {
-        tp_harness::run_dir::latest(&run).ok().flatten().is_some()
+        tp_lab::run_dir::latest(&run).ok().flatten().is_some()
     });
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(sweep.id() as i32, libc::SIGINT) }, 0);
@@ -281,7 +281,7 @@ fn sigint_to_tp_sweep_alone_reaches_its_run_which_ends_before_the_sweep_and_a_re
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("stopped by SIGINT"), "{err}");
     // Its run ended before it did: nobody holds the run's lock any more.
-    assert!(!tp_harness::run_dir::DirLock::held_elsewhere(&run));
+    assert!(!tp_lab::run_dir::DirLock::held_elsewhere(&run));
     assert!(!run.join("summary.json").exists());
     let again = bin("tp-sweep", &d, &["sweep.yaml", "--out", "out"], &[]);
     assert_ok(&again);

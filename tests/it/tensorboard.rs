@@ -11,7 +11,7 @@ use std::process::Command;
 
 /// A Python that imports `tensorboard`, if there is one.
 fn python() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = Path::new(crate::common::REPO);
     let candidates = [
         std::env::var_os("TP_TB_PYTHON").map(PathBuf::from),
         Some(root.join("target/py/bin/python")),
@@ -29,7 +29,7 @@ type Scalars = HashMap<String, Vec<(i64, f32)>>;
 
 /// What TensorBoard reads from the event files under `dir`.
 fn read(py: &Path, dir: &Path) -> Scalars {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/tb-read.py");
+    let script = Path::new(crate::common::REPO).join("tests/oracle/tb-read.py");
     let o = Command::new(py).arg(script).arg(dir).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let raw: HashMap<String, Vec<(i64, f64)>> = serde_json::from_slice(&o.stdout).unwrap();

@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use std::collections::HashMap;
-use tp_harness::run_dir::trace_file::TraceFile;
+use tp_lab::run_dir::trace_file::TraceFile;
 
 /// llll on an emulated 1 Gbit/s link at tp 2, every step traced: a ladder's started
 /// all-reduces are hidden in part, forward and backward.
@@ -92,7 +92,7 @@ fn a_trace_holds_every_collective_comm_json_counts_with_its_hidden_and_exposed_t
     // The drawing's green is the tally's hidden: over the first traced step, the hidden
     // spans it paints on rank 0's rows add up to what rank 0's collectives of that step
     // say they hid (it painted windows the rank spent waiting on another lane before).
-    let drawn = tp_harness::plot::timeline::drawn_spans(&run, &trace).unwrap();
+    let drawn = tp_lab::plot::timeline::drawn_spans(&run, &trace).unwrap();
     let painted: f64 = drawn
         .iter()
         .filter(|s| s.3 == "hidden" && s.0.starts_with("rank 0 "))
@@ -237,10 +237,9 @@ fn a_hidden_window_is_drawn_only_where_the_rank_computes_not_where_it_waits_on_a
         span("layer 1", "layer", Track::Compute, 80.0, 100.0),
         span("wait tp-forward A", "wait", Track::Compute, 100.0, 110.0),
     ];
-    let cfg = tp_harness::config::RunConfig::default();
+    let cfg = tp_lab::config::RunConfig::default();
     let trace = TraceFile::of(&cfg, &[(0, "host".into(), spans)], 0).unwrap();
-    let drawn =
-        tp_harness::plot::timeline::drawn_spans(std::path::Path::new("run"), &trace).unwrap();
+    let drawn = tp_lab::plot::timeline::drawn_spans(std::path::Path::new("run"), &trace).unwrap();
     let hidden: Vec<(f64, f64)> = drawn
         .iter()
         .filter(|s| s.3 == "hidden")

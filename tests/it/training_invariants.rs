@@ -4,13 +4,13 @@
 use crate::common::*;
 use std::sync::Arc;
 use tp_harness::blocks::{BlockLayout, Fwd};
-use tp_harness::config::{resolve, Origin};
-use tp_harness::data::{CharVocab, Dataset, Meta, Tokenizer};
-use tp_harness::launch::job::{Job, RankOptions};
-use tp_harness::launch::threads::run_threads;
 use tp_harness::model::Gpt;
 use tp_harness::tp::{ParamKind, SeededInit};
 use tp_harness::train::grads::GradBuffer;
+use tp_lab::config::{resolve, Origin};
+use tp_lab::data::{CharVocab, Dataset, Meta, Tokenizer};
+use tp_lab::launch::job::{Job, RankOptions};
+use tp_lab::launch::threads::run_threads;
 
 fn synthetic_dataset() -> Dataset {
     let text: String = (0..4000)
@@ -32,7 +32,7 @@ fn synthetic_dataset() -> Dataset {
     }
 }
 
-fn small_run(sets: &[(&str, &str)]) -> tp_harness::config::RunConfig {
+fn small_run(sets: &[(&str, &str)]) -> tp_lab::config::RunConfig {
     let mut o = vec![];
     for (k, v) in [
         ("n_embd", "32"),
@@ -46,7 +46,7 @@ fn small_run(sets: &[(&str, &str)]) -> tp_harness::config::RunConfig {
     .iter()
     .chain(sets.iter())
     {
-        let (k, v) = tp_harness::config::parse_assignment(&format!("{k}={v}")).unwrap();
+        let (k, v) = tp_lab::config::parse_assignment(&format!("{k}={v}")).unwrap();
         o.push((k, v, Origin::Flag("test".into())));
     }
     resolve(&o).unwrap()
@@ -129,7 +129,7 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
     assert!(last.val_loss.unwrap().is_finite());
 }
 
-fn losses(cfg: &tp_harness::config::RunConfig) -> Vec<f32> {
+fn losses(cfg: &tp_lab::config::RunConfig) -> Vec<f32> {
     let out = run_threads(
         &Job::new(
             cfg.clone(),
@@ -284,7 +284,7 @@ fn every_parameter_receives_a_nonzero_gradient_on_every_rank() {
 #[test]
 fn data_parallel_ranks_and_micro_steps_see_disjoint_slices_of_one_global_batch() {
     let data = synthetic_dataset();
-    let mk = |dp, dp_rank, batch_size, accumulation| tp_harness::data::Batcher {
+    let mk = |dp, dp_rank, batch_size, accumulation| tp_lab::data::Batcher {
         data: &data,
         block_size: 16,
         batch_size,
@@ -294,8 +294,8 @@ fn data_parallel_ranks_and_micro_steps_see_disjoint_slices_of_one_global_batch()
         seed: 5,
         device: candle_core::Device::Cpu,
     };
-    let split = tp_harness::data::Split::Train;
-    let rows = |b: &tp_harness::data::Batcher, micro| {
+    let split = tp_lab::data::Split::Train;
+    let rows = |b: &tp_lab::data::Batcher, micro| {
         b.batch(split, 3, micro)
             .unwrap()
             .0

@@ -11,11 +11,11 @@ use crate::common::checks::{
 use crate::common::*;
 use tp_harness::blocks::{BlockLayout, Fwd};
 use tp_harness::comm::{CommKind, Site};
-use tp_harness::config::preset;
 use tp_harness::device::Kernels;
 use tp_harness::model::Gpt;
-use tp_harness::run_dir::{read_comm, read_eval, Checkpoint};
 use tp_harness::tp::{Init, ParamSource, SeededInit};
+use tp_lab::config::preset;
+use tp_lab::run_dir::{read_comm, read_eval, Checkpoint};
 
 fn ons() -> [On; 2] {
     [
@@ -218,20 +218,16 @@ fn a_vocab_parallel_run_checkpoints_logically_and_reports_its_sites() {
     };
     train(&["--set", "max_iters=12", "--set", "vocab_parallel=true"]);
     let run = d.join("run");
-    let own = read_eval(&run, tp_harness::data::Split::Val, None)
+    let own = read_eval(&run, tp_lab::data::Split::Val, None)
         .unwrap()
         .expect("final_eval: full")
         .loss;
     for tp in ["1", "4"] {
         assert_ok(&bin("tp-eval", &d, &["run", "--tp", tp], &[]));
-        let l = read_eval(
-            &run,
-            tp_harness::data::Split::Val,
-            Some(tp.parse().unwrap()),
-        )
-        .unwrap()
-        .expect("tp-eval wrote eval-tpN.json")
-        .loss;
+        let l = read_eval(&run, tp_lab::data::Split::Val, Some(tp.parse().unwrap()))
+            .unwrap()
+            .expect("tp-eval wrote eval-tpN.json")
+            .loss;
         assert!(
             ((l - own) / own).abs() < 1e-5,
             "tp {tp}: {l} vs the run's {own}"
@@ -258,7 +254,7 @@ fn a_vocab_parallel_run_checkpoints_logically_and_reports_its_sites() {
         "vocab_parallel=false",
     ];
     assert_ok(&bin("tp-train", &d, &resume, &[]));
-    let ck = Checkpoint::load(&tp_harness::run_dir::latest(&run).unwrap().unwrap()).unwrap();
+    let ck = Checkpoint::load(&tp_lab::run_dir::latest(&run).unwrap().unwrap()).unwrap();
     assert_eq!(ck.meta.step, 15);
     assert!(read_comm(&run).unwrap().unwrap().outside_layers.is_empty());
 }

@@ -5,7 +5,7 @@ use super::{log, train};
 use crate::common::*;
 use candle_core::{Device, Tensor};
 use std::path::Path;
-use tp_harness::run_dir::{latest, Checkpoint};
+use tp_lab::run_dir::{latest, Checkpoint};
 
 #[test]
 fn a_planted_nan_stops_the_run_naming_the_step_and_the_previous_checkpoint_loads() {

@@ -6,11 +6,11 @@ use crate::common::*;
 use candle_core::{Device, Tensor, Var};
 use std::collections::HashMap;
 use tp_harness::blocks::{BlockLayout, Fwd};
-use tp_harness::data::{prepare_text, Dataset, TextTokenizer, Tokenizer};
-use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
-use tp_harness::run_dir::{latest, read_config as read_run_config, Checkpoint};
 use tp_harness::tp::StoredParams;
+use tp_lab::data::{prepare_text, Dataset, TextTokenizer, Tokenizer};
+use tp_lab::launch::threads::on_tp_threads;
+use tp_lab::run_dir::{latest, read_config as read_run_config, Checkpoint};
 
 #[test]
 fn the_bpe_text_dataset_round_trips_a_text_file_and_trains() {

@@ -4,11 +4,11 @@
 use crate::common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tp_harness::run_dir::latest;
+use tp_lab::run_dir::latest;
 
 #[test]
 fn a_reader_racing_a_live_run_that_keeps_one_checkpoint_always_loads_a_healthy_one() {
-    use tp_harness::run_dir::{load_checkpoint, Need};
+    use tp_lab::run_dir::{load_checkpoint, Need};
     let d = scratch("race");
     let mut writer = command("tp-train", &d)
         .args([

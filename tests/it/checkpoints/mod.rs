@@ -11,10 +11,10 @@ use candle_core::Tensor;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tp_harness::blocks::Fwd;
-use tp_harness::launch::threads::on_tp_threads;
 use tp_harness::model::Gpt;
-use tp_harness::run_dir::{latest, read_config as read_run_config, Checkpoint};
 use tp_harness::tp::StoredParams;
+use tp_lab::launch::threads::on_tp_threads;
+use tp_lab::run_dir::{latest, read_config as read_run_config, Checkpoint};
 
 const SMALL: [&str; 12] = [
     "--quiet",

@@ -141,7 +141,7 @@ pub fn golden_ladder_dir() -> PathBuf {
 fn shared_dir(var: &str, name: &str) -> PathBuf {
     match std::env::var(var) {
         Ok(d) => PathBuf::from(d),
-        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        Err(_) => PathBuf::from(crate::common::REPO)
             .join("../shared")
             .join(name),
     }

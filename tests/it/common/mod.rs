@@ -7,6 +7,10 @@ pub mod dense;
 pub mod literal;
 pub mod machine;
 
+/// The repository's top: these tests are the lab crate's (`lab/`), but the files they
+/// read (docs, configs, scripts, both crates' sources) are the repository's.
+pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
 use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
@@ -339,7 +343,7 @@ pub fn command(name: &str, dir: &std::path::Path) -> std::process::Command {
 
 /// The datasets the setup script copies from (`../shared/datasets`).
 pub fn shared_datasets() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets")
+    std::path::PathBuf::from(REPO).join("../shared/datasets")
 }
 
 /// Where the tests' binaries prepare datasets: one folder for every test, so each

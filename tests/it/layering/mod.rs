@@ -1,6 +1,7 @@
-//! The layering of `src/`: no file imports a file that imports it back, directly or
-//! through others, and each folder imports only the folders below it that
-//! `docs/architecture.md` lists.
+//! The layering inside each crate (the engine's `src/`, the lab's `lab/src/`; the seam
+//! between them is the compiler's): no file imports a file that imports it back,
+//! directly or through others, and each folder imports only the folders below it that
+//! `docs/architecture.md` lists for its crate.
 //!
 //! Reads every library file, expands its `use` trees and inline `crate::`/`super::`/
 //! `self::` paths, and resolves each to the file that defines the item: through child
@@ -16,9 +17,18 @@ use parse::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+/// The crates: the name of their sections in docs/architecture.md, their sources.
+const CRATES: [(&str, &str); 2] = [("engine", "src"), ("lab", "lab/src")];
+
 #[test]
-fn no_file_in_src_imports_a_file_that_imports_it_back() {
-    let (src, krate, edges) = import_graph();
+fn no_file_in_either_crate_imports_a_file_that_imports_it_back() {
+    for (_, src) in CRATES {
+        no_cycle_in(src);
+    }
+}
+
+fn no_cycle_in(src: &str) {
+    let (src, krate, edges) = import_graph(src);
     // Depth-first search for a back edge.
     fn visit(
         m: &Module,
@@ -70,7 +80,7 @@ fn no_file_in_src_imports_a_file_that_imports_it_back() {
 
 /// The lines of `docs/architecture.md` between `<!-- NAME` and `<!-- end NAME -->`.
 fn architecture_section(name: &str) -> Vec<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md");
+    let path = Path::new(crate::common::REPO).join("docs/architecture.md");
     let doc = std::fs::read_to_string(path).unwrap();
     let start = doc
         .find(&format!("<!-- {name}"))
@@ -86,11 +96,12 @@ fn architecture_section(name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The layers, top first: `src/NAME/` or `src/NAME.rs` at the start of a line.
-fn documented_layers() -> Vec<String> {
-    architecture_section("layers")
+/// A crate's layers, top first: `SRC/NAME/` or `SRC/NAME.rs` at the start of a line.
+fn documented_layers(krate: &str, src: &str) -> Vec<String> {
+    let prefix = format!("{src}/");
+    architecture_section(&format!("{krate} layers"))
         .iter()
-        .filter_map(|l| l.trim_start().strip_prefix("src/"))
+        .filter_map(|l| l.trim_start().strip_prefix(prefix.as_str()))
         .map(|rest| {
             let name = rest
                 .split(|c: char| c == '/' || c.is_whitespace())
@@ -101,9 +112,9 @@ fn documented_layers() -> Vec<String> {
         .collect()
 }
 
-/// The import table: folder -> the folders it imports.
-fn documented_imports() -> BTreeMap<String, BTreeSet<String>> {
-    architecture_section("imports")
+/// A crate's import table: folder -> the folders of the crate it imports.
+fn documented_imports(krate: &str) -> BTreeMap<String, BTreeSet<String>> {
+    architecture_section(&format!("{krate} imports"))
         .iter()
         .filter_map(|l| {
             let cells: Vec<&str> = l.split('|').map(str::trim).collect();
@@ -124,11 +135,17 @@ fn documented_imports() -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn each_folder_imports_only_the_folders_below_it_that_docs_architecture_lists() {
-    let (_, krate, edges) = import_graph();
-    let layers = documented_layers();
+    for (name, src) in CRATES {
+        layered_as_documented(name, src);
+    }
+}
+
+fn layered_as_documented(name: &str, src: &str) {
+    let (_, krate, edges) = import_graph(src);
+    let layers = documented_layers(name, src);
     assert!(
-        layers.len() > 10,
-        "docs/architecture.md lists {} layers",
+        layers.len() > 7,
+        "docs/architecture.md lists {} layers for the {name}",
         layers.len()
     );
     let position = |top: &str| layers.iter().position(|l| l == top);
@@ -136,7 +153,7 @@ fn each_folder_imports_only_the_folders_below_it_that_docs_architecture_lists() 
         if let Some(top) = m.first() {
             assert!(
                 position(top).is_some(),
-                "src/{top} is not in docs/architecture.md's layer list: add it where it belongs"
+                "{src}/{top} is not in docs/architecture.md's {name} layers: add it where it belongs"
             );
         }
     }
@@ -151,11 +168,11 @@ fn each_folder_imports_only_the_folders_below_it_that_docs_architecture_lists() 
         for b in bs {
             assert!(
                 position(a) < position(b),
-                "src/{a} imports src/{b}, which docs/architecture.md lists above it"
+                "{src}/{a} imports {src}/{b}, which docs/architecture.md lists above it"
             );
         }
     }
-    let table = documented_imports();
+    let table = documented_imports(name);
     let differing: Vec<String> = layers
         .iter()
         .filter(|l| *l != "bin")
@@ -170,8 +187,8 @@ fn each_folder_imports_only_the_folders_below_it_that_docs_architecture_lists() 
         .collect();
     assert!(
         differing.is_empty(),
-        "docs/architecture.md's import table is not what the code imports (a new dependency \
-         is a decision to write down); these rows are true:\n{}",
+        "docs/architecture.md's {name} import table is not what the code imports (a new \
+         dependency is a decision to write down); these rows are true:\n{}",
         differing.join("\n")
     );
 }

@@ -1,4 +1,4 @@
-//! Reading `src/` into an import graph: every library file's `use` trees and inline
+//! Reading a crate's sources (`src/`, `lab/src/`) into an import graph: every library file's `use` trees and inline
 //! `crate::`/`super::`/`self::` paths, resolved to the files that define the items
 //! (through child modules and `pub use` re-exports).
 
@@ -286,9 +286,11 @@ impl Crate {
 
 pub(super) type Graph = BTreeMap<Module, BTreeSet<Module>>;
 
-/// The library's files and which file imports which.
-pub(super) fn import_graph() -> (PathBuf, Crate, Graph) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// A crate's library files (under `src`, relative to the repository) and which file
+/// imports which. Paths into the other crate (`tp_harness::`) are not followed: the
+/// compiler keeps the engine from reaching the lab, and the lab may use any of it.
+pub(super) fn import_graph(src: &str) -> (PathBuf, Crate, Graph) {
+    let src = Path::new(crate::common::REPO).join(src);
     let mut all = Vec::new();
     files(&src, &mut all);
     let mut krate = Crate {

@@ -84,7 +84,7 @@ fn config_errors_and_an_unwritable_out_under_mpirun_are_printed_once_and_exit_2(
 #[test]
 fn the_readmes_mpirun_line_runs_as_typed() {
     let d = scratch("readme-mpirun");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = Path::new(crate::common::REPO);
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let line = readme
         .lines()
@@ -133,7 +133,7 @@ fn a_trace_under_mpirun_holds_every_ranks_timeline() {
         &[],
     );
     ok(&o);
-    let trace = tp_harness::run_dir::trace_file::TraceFile::read(&d.join("run")).unwrap();
+    let trace = tp_lab::run_dir::trace_file::TraceFile::read(&d.join("run")).unwrap();
     for rank in 0..2 {
         let mine = |cat: &str| {
             trace

@@ -21,7 +21,7 @@ fn two_netns_hosts_tp2_dp2_over_a_shaped_link_equal_the_threads_backend_bitwise(
         "network namespaces need root: run the test command (scripts/test.sh) as root"
     );
     let d = scratch("netns");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/netns.sh");
+    let script = Path::new(crate::common::REPO).join("scripts/cluster/netns.sh");
     let o = with_env(Command::new(&script), &d)
         .args(["run", "2", "--slots", "2", "--rate", "1gbit", "--"])
         .arg(env!("CARGO_BIN_EXE_tp-train"))

@@ -36,7 +36,7 @@ fn sbatch_on_a_one_node_slurm_trains_bit_for_bit_as_the_threads_backend() {
         return;
     }
     let d = scratch("slurm");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = Path::new(crate::common::REPO);
     let cluster = Cluster {
         script: root.join("scripts/cluster/slurm.sh"),
         dir: d.join("cluster"),

@@ -1,0 +1,338 @@
+//! The MPI launcher: this process is one rank of a job started by `mpirun`.
+//!
+//! Checks that depend only on input (config, world size, data) run on every rank alike;
+//! rank 0 alone prints their error, and every rank exits with the same code. A failure
+//! during training is printed by the failing rank and ends the job with MPI_Abort, so
+//! no rank is left waiting in a collective.
+
+use super::closing::finish;
+use super::console::ConsoleReporter;
+use super::job::{announce, prepare_job, Job, Target};
+use super::launcher_env::{local_rank, local_ranks};
+use super::orchestrate::run_rank;
+use super::outcome::{RankOutcome, Reporter};
+use super::outputs::open_outputs;
+use super::report::{comm_report, rank_compute_ms, ranks_compute};
+use super::threads::configure_threads;
+use crate::config::RunConfig;
+use crate::run_dir::CommReport;
+use anyhow::{anyhow, Result};
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tp_harness::comm::mpi::{MpiComm, MpiGroups, MpiWorld};
+use tp_harness::comm::Comm;
+use tp_harness::device::{gpu_count, DeviceKind};
+use tp_harness::error::{exit_code, user, AlreadyReported};
+use tp_harness::train::context::RankContext;
+
+type Collectives = (candle_core::Device, Arc<dyn Comm>, Arc<dyn Comm>, MpiComm);
+
+/// This rank's device and groups. On GPUs, ranks on one machine take its GPUs in turn;
+/// with a GPU each, the groups reduce through NCCL in device memory. NCCL refuses two
+/// ranks on one GPU, so with more ranks than GPUs the MPI groups stage through host
+/// memory instead.
+fn rank_collectives(kind: DeviceKind, groups: MpiGroups) -> Result<Collectives> {
+    let MpiGroups { tp, dp, world, .. } = groups;
+    if kind == DeviceKind::Cpu {
+        return Ok((kind.open(0)?, Arc::new(tp), Arc::new(dp), world));
+    }
+    let gpus = gpu_count()?;
+    if gpus == 0 {
+        return Err(user(
+            "device: cuda but this machine has no GPU: use device: cpu".to_string(),
+        ));
+    }
+    let local = local_rank().unwrap_or(0);
+    let device = kind.open(local % gpus)?;
+    if local_ranks().unwrap_or(1) > gpus {
+        return Ok((device, Arc::new(tp), Arc::new(dp), world));
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let (tp, dp) = (tp.nccl(&device)?, dp.nccl(&device)?);
+        Ok((device, Arc::new(tp), Arc::new(dp), world))
+    }
+    #[cfg(not(feature = "cuda"))]
+    unreachable!("device.open refuses cuda in a CPU build")
+}
+
+/// What this process (one rank) ran: rank 0 has the run directory.
+pub struct MpiRun {
+    pub dir: PathBuf,
+    pub report: CommReport,
+    pub outcome: RankOutcome,
+}
+
+/// All ranks learn whether every rank succeeded. On failure the error is printed once:
+/// by rank 0 if it failed (every rank usually fails alike), else by each failing rank;
+/// then all ranks meet once more, so nobody exits (and makes mpirun kill the others)
+/// before the message is out, and all exit with the same code.
+fn agree<T>(world: &MpiComm, rank: usize, local: Result<T>) -> Result<T> {
+    let user_error = local.as_ref().err().is_some_and(|e| exit_code(e) == 2);
+    let mut flags = [
+        f32::from(u8::from(local.is_err())),
+        f32::from(u8::from(rank == 0 && local.is_err())),
+        f32::from(u8::from(user_error)),
+    ];
+    world.all_reduce_sum(&mut flags)?;
+    let (any_failed, root_failed) = (flags[0] > 0.0, flags[1] > 0.0);
+    if !any_failed {
+        return local;
+    }
+    if let Err(e) = &local {
+        let message = tp_harness::error::one_line(e);
+        if rank == 0 {
+            tp_harness::util::say::error_line(&format!("tp-train: error: {message}"));
+        } else if !root_failed {
+            tp_harness::util::say::error_line(&format!("tp-train: rank {rank}: error: {message}"));
+        }
+    }
+    world.all_reduce_sum(&mut [0.0])?;
+    let code = if flags[2] > 0.0 { 2 } else { 1 };
+    Err(anyhow::Error::new(AlreadyReported(code)))
+}
+
+/// `cfg` for the ranks mpirun started: they must divide into TP groups, and the DP
+/// size is what is left over.
+fn fit_to_world(mut cfg: RunConfig, world_size: usize) -> Result<RunConfig> {
+    let tp = cfg.parallel.tp;
+    if tp == 0 || !world_size.is_multiple_of(tp) {
+        // One rank where tp asks for more is often no mpirun at all: a launcher's
+        // variable left in the shell.
+        let stray = match (world_size, super::launcher_env::launcher_var()) {
+            (1, Some(var)) => format!(
+                " — if no mpirun started this, {var} in the environment says one did: unset it, or give --backend threads"
+            ),
+            _ => String::new(),
+        };
+        return Err(user(format!(
+            "mpirun started {world_size} rank(s), which do not divide into tensor-parallel groups of tp {}: launch a multiple of {} ranks (mpirun -n {}) or change --tp{stray}",
+            tp,
+            tp,
+            2 * tp.max(1)
+        )));
+    }
+    let dp = world_size / tp;
+    if cfg.parallel.dp != 1 && cfg.parallel.dp != dp {
+        return Err(user(format!(
+            "dp {} does not match the {world_size} launched ranks at tp {tp} (dp = {dp}): drop --dp or launch {} ranks",
+            cfg.parallel.dp,
+            cfg.parallel.dp * tp
+        )));
+    }
+    cfg.parallel.dp = dp;
+    Ok(cfg)
+}
+
+/// Every rank's resolved config, gathered: an error naming the first rank whose config
+/// is not rank 0's and the keys that differ (every rank reaches the same verdict).
+fn same_as_rank_0(mpi: &MpiWorld, cfg: &RunConfig) -> Result<()> {
+    let mine = cfg.to_yaml()?;
+    let all = mpi.all_gather_bytes(mine.as_bytes());
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    let root = RunConfig::from_yaml(&text(&all[0]), "rank 0's config")?;
+    for (r, bytes) in all.iter().enumerate().skip(1) {
+        if bytes == &all[0] {
+            continue;
+        }
+        let theirs = RunConfig::from_yaml(&text(bytes), &format!("rank {r}'s config"))?;
+        let keys: Vec<String> = theirs
+            .differences(&root)
+            .iter()
+            .map(|(k, a, b)| format!("{k} {a} (rank {r}) vs {b} (rank 0)"))
+            .collect();
+        return Err(user(format!(
+            "the ranks were started with different arguments: {}; give every rank the same ones (nothing was written)",
+            keys.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// What a rank computes with beyond its config: (its data's fingerprint, the `TP_*`
+/// switches set in its environment, its machine: CPU and kernels).
+fn inputs(job: &Job) -> [String; 3] {
+    let switches = super::switches::set_switches(|k| std::env::var(k).ok()).join(" ");
+    let machine = format!(
+        "{}, {} kernels, subnormals {}",
+        tp_harness::util::host::cpu(),
+        tp_harness::ops::simd::level().label(),
+        if tp_harness::util::subnormals::flushed() {
+            "flushed"
+        } else {
+            "kept"
+        }
+    );
+    [job.data.fingerprint(), switches, machine]
+}
+
+/// Every rank's data and switches are rank 0's (refused by name where not: they change
+/// what the rank computes, and the records would claim rank 0's for all); its machine
+/// may differ (another CPU rounds the same computation differently): each rank's then,
+/// for the summary. Every rank reaches the same verdict.
+fn same_inputs_as_rank_0(mpi: &MpiWorld, job: &Job) -> Result<Vec<String>> {
+    let mine = serde_json::to_vec(&inputs(job))?;
+    let all: Vec<[String; 3]> = mpi
+        .all_gather_bytes(&mine)
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<std::result::Result<_, _>>()?;
+    let root = &all[0];
+    for (r, theirs) in all.iter().enumerate().skip(1) {
+        if theirs[0] != root[0] {
+            return Err(user(format!(
+                "rank {r} read other data than rank 0 (sha256 {} vs {}): give every rank the same prepared data (TP_DATA_DIR, the dataset's files) (nothing was written)",
+                &theirs[0][..12.min(theirs[0].len())],
+                &root[0][..12.min(root[0].len())]
+            )));
+        }
+        if theirs[1] != root[1] {
+            let show = |s: &str| {
+                if s.is_empty() {
+                    "none".to_string()
+                } else {
+                    s.to_string()
+                }
+            };
+            return Err(user(format!(
+                "rank {r} has other TP_* switches set than rank 0 ({} vs {}): they change what a rank computes; set the same ones for every rank (mpirun -x NAME) or none (nothing was written)",
+                show(&theirs[1]),
+                show(&root[1])
+            )));
+        }
+    }
+    let machines: Vec<String> = all.iter().map(|i| i[2].clone()).collect();
+    Ok(if machines.iter().all(|m| *m == machines[0]) {
+        Vec::new()
+    } else {
+        machines
+            .iter()
+            .enumerate()
+            .map(|(r, m)| format!("rank {r}: {m}"))
+            .collect()
+    })
+}
+
+/// This rank failed where the others may be waiting on it: says so and ends the whole
+/// job (MPI_Abort) with `code`.
+fn fail_job(mpi: &MpiWorld, rank: usize, e: &anyhow::Error, code: i32) -> ! {
+    tp_harness::util::say::error_line(&format!(
+        "tp-train: rank {rank}: error: {}",
+        tp_harness::error::one_line(e)
+    ));
+    mpi.abort(code)
+}
+
+/// The job every rank agrees on: rank 0's config, fitted to the world, on the same data
+/// and switches everywhere; every rank reaches the same verdict before anything depends
+/// on it (an MPMD launch, or a wrapper that varies the arguments or the environment,
+/// would otherwise train the TP ranks on different batches under records that claim
+/// rank 0's values).
+fn agreed_job(
+    mpi: &MpiWorld,
+    world: &MpiComm,
+    resolve: &dyn Fn() -> Result<RunConfig>,
+    target: &Target,
+) -> Result<Job> {
+    let rank = mpi.rank();
+    let fitted = resolve().and_then(|cfg| fit_to_world(cfg, mpi.size()));
+    let cfg = agree(world, rank, fitted)?;
+    let same = same_as_rank_0(mpi, &cfg);
+    agree(world, rank, same)?;
+    let mut job = agree(world, rank, prepare_job(&cfg, target))?;
+    let inputs = same_inputs_as_rank_0(mpi, &job);
+    job.rank_machines = agree(world, rank, inputs)?;
+    Ok(job)
+}
+
+pub fn run_mpi(
+    resolve: &dyn Fn() -> Result<RunConfig>,
+    target: &Target,
+    progress: bool,
+) -> Result<MpiRun> {
+    let mpi = MpiWorld::init()?;
+    let rank = mpi.rank();
+    let world = mpi.world_comm();
+
+    let job = agreed_job(&mpi, &world, resolve, target)?;
+    let dir = agree(
+        &world,
+        rank,
+        if rank == 0 {
+            open_outputs(&job, target).map(Some)
+        } else {
+            Ok(None)
+        },
+    )?;
+    let cfg = &job.cfg;
+
+    let groups = mpi.groups(cfg.parallel.tp)?;
+    let groups_mesh = groups.mesh;
+    let threads = configure_threads(local_ranks().unwrap_or(1));
+    if let Some(d) = &dir {
+        announce(&job, super::backend::Backend::Mpi, threads, &d.path);
+    }
+    let (device, tp_comm, dp_comm, world_comm) = match rank_collectives(cfg.parallel.device, groups)
+    {
+        Ok(c) => c,
+        // Forming groups is collective: a rank that cannot must end the job, not leave
+        // the others waiting in it.
+        Err(e) => fail_job(&mpi, rank, &e, 1),
+    };
+    tp_harness::device::set_tf32(cfg.parallel.tf32);
+    let ctx = RankContext::new(
+        groups_mesh,
+        tp_comm,
+        dp_comm,
+        cfg.link(),
+        cfg.parallel.comm_dtype,
+        device,
+    );
+    let mut reporter = match &dir {
+        Some(d) => Some(ConsoleReporter::new(d, cfg, progress, job.resumed_at())?),
+        None => None,
+    };
+    let run_dir = dir.as_ref().map(|d| d.path.as_path());
+    let trained = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        run_rank(
+            &job,
+            &ctx,
+            reporter.as_mut().map(|r| r as &mut dyn Reporter),
+            run_dir,
+        )
+    }))
+    .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
+    let mut outcome = trained.unwrap_or_else(|e| fail_job(&mpi, rank, &e, exit_code(&e)));
+    // Collective: every rank reaches it (a failed rank aborted the job above).
+    outcome.hosts = mpi.hosts();
+    let mine = rank_compute_ms(&outcome);
+    let cpu = mpi.all_gather_f64(mine.map(|m| m.0));
+    let wall = mpi.all_gather_f64(mine.map(|m| m.1));
+    let per_rank: Vec<_> = cpu.into_iter().zip(wall).map(|(c, w)| c.zip(w)).collect();
+    outcome.ranks_compute = ranks_compute(&per_rank, outcome.steps.len());
+    if cfg.eval.trace {
+        // Collective: every rank's timeline to rank 0, which writes the one file.
+        let mine = serde_json::to_vec(&outcome.trace)?;
+        let all = mpi.all_gather_bytes(&mine);
+        if let Some(d) = &dir {
+            let ranks = all
+                .iter()
+                .enumerate()
+                .map(|(r, bytes)| Ok((r, outcome.hosts[r].clone(), serde_json::from_slice(bytes)?)))
+                .collect::<Result<Vec<_>>>()?;
+            super::outputs::write_trace(&job, &d.path, &ranks)?;
+        }
+    }
+    let report = match &dir {
+        Some(d) => finish(&job, d, &outcome)?,
+        None => comm_report(cfg, cfg.layout(), &outcome),
+    };
+    let path = dir.map(|d| d.path.clone()).unwrap_or_default();
+    drop(world_comm);
+    Ok(MpiRun {
+        dir: path,
+        report,
+        outcome,
+    })
+}

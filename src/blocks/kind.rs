@@ -1,146 +1,78 @@
-//! The block kinds and every fact that differs between them, each an exhaustive `match`:
-//! a new kind fails to compile here (and in the block stack's dispatch) until each fact
-//! is decided. docs/architecture.md, "Adding a block kind", lists the rest.
+//! A block kind as the rest of the code holds it: a handle on its [`KindSpec`] (written in
+//! its own file, listed in `blocks/kinds/mod.rs`), compared, hashed and serialised as its
+//! pattern letter. Every fact is read from the spec; nothing here names a kind's facts.
 
-use super::params::BlockTags;
-use super::{l, p, s, t};
+use super::kinds::{ladder, parallel, spd, tp_block, REGISTRY};
+use super::spec::KindSpec;
+pub use super::spec::Syncs;
+use super::BlockTags;
 use std::fmt;
 
-/// Serialised (and parsed) as its pattern letter.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, strum::EnumIter,
-)]
-pub enum BlockKind {
-    /// TPBlock: two forward all-reduces.
-    #[serde(rename = "t")]
-    T,
-    /// SPDBlock: one forward all-reduce.
-    #[serde(rename = "s")]
-    S,
-    /// ParallelBlock: one forward all-reduce per maximal run.
-    #[serde(rename = "p")]
-    P,
-    /// LadderBlock: two forward all-reduces, each waited for one module later.
-    #[serde(rename = "l")]
-    L,
-    /// Test-only: a t block whose MLP sum is left out, so each rank's stream keeps its
-    /// own partial — the private-channel kind the replicated-activation check must catch
-    /// (blocks/private_channel.rs).
-    #[cfg(test)]
-    #[serde(rename = "x")]
-    X,
-}
-
-impl fmt::Display for BlockKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.letter())
-    }
-}
-
-/// How many forward all-reduces a kind synchronises with (blocks.md's count): so many
-/// per block, or one per maximal run of consecutive blocks of the kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Syncs {
-    PerBlock(usize),
-    PerRun(usize),
-}
+#[derive(Clone, Copy)]
+pub struct BlockKind(&'static KindSpec);
 
 impl BlockKind {
+    /// The shipped kinds by name, for the code that treats one of them apart (the SPD
+    /// scan's moves, GPT-2's export, the patterns of tests). A new kind needs none.
+    pub const T: BlockKind = BlockKind(&tp_block::SPEC);
+    pub const S: BlockKind = BlockKind(&spd::SPEC);
+    pub const P: BlockKind = BlockKind(&parallel::SPEC);
+    pub const L: BlockKind = BlockKind(&ladder::SPEC);
+
+    /// Every registered kind (with the test-only ones in the engine's own tests).
+    pub fn all() -> impl Iterator<Item = BlockKind> {
+        REGISTRY.iter().map(|s| BlockKind(s))
+    }
+
+    /// Every fact of the kind.
+    pub fn spec(self) -> &'static KindSpec {
+        self.0
+    }
+
     /// Its letter in a pattern.
     pub fn letter(self) -> char {
-        match self {
-            BlockKind::T => 't',
-            BlockKind::S => 's',
-            BlockKind::P => 'p',
-            BlockKind::L => 'l',
-            #[cfg(test)]
-            BlockKind::X => 'x',
-        }
+        self.0.letter
     }
 
     /// Its name in blocks.md and a line of what it does (help and reports).
     pub fn describe(self) -> (&'static str, &'static str) {
-        match self {
-            BlockKind::T => ("TPBlock", "Megatron-LM's block: 2 all-reduces"),
-            BlockKind::S => ("SPDBlock", "sync-point drop: 1 all-reduce"),
-            BlockKind::P => ("ParallelBlock", "1 all-reduce per run of p blocks"),
-            BlockKind::L => (
-                "LadderBlock",
-                "2 all-reduces, each hidden behind the next module",
-            ),
-            #[cfg(test)]
-            BlockKind::X => ("PrivateChannel", "t without the MLP sum (test-only)"),
-        }
+        (self.0.name, self.0.line)
     }
 
     /// Forward all-reduces (and as many backward): blocks.md's count.
     pub fn syncs(self) -> Syncs {
-        match self {
-            BlockKind::T | BlockKind::L => Syncs::PerBlock(2),
-            BlockKind::S => Syncs::PerBlock(1),
-            BlockKind::P => Syncs::PerRun(1),
-            #[cfg(test)]
-            BlockKind::X => Syncs::PerBlock(1),
-        }
+        self.0.syncs
     }
 
-    /// Of those, the ones a rank waits for with nothing to compute meanwhile: a ladder
-    /// waits only at the end of its run (its last MLP sum); the others wait for each.
+    /// Of those, the ones a rank waits for with nothing to compute meanwhile.
     pub fn exposed_syncs(self) -> Syncs {
-        match self {
-            BlockKind::L => Syncs::PerRun(1),
-            BlockKind::T | BlockKind::S | BlockKind::P => self.syncs(),
-            #[cfg(test)]
-            BlockKind::X => self.syncs(),
-        }
+        self.0.exposed_syncs
     }
 
-    /// Whether the kind computes another function of the same weights at another tp (its
-    /// ranks' paths are not summed exactly): s and p; t and l are the same at every tp.
+    /// Whether the kind computes another function of the same weights at another tp.
     pub fn depends_on_tp(self) -> bool {
-        match self {
-            BlockKind::S | BlockKind::P => true,
-            BlockKind::T | BlockKind::L => false,
-            #[cfg(test)]
-            BlockKind::X => true,
-        }
+        self.0.depends_on_tp
     }
 
-    /// How its replicated parameters live across the TP group (which gradients are
-    /// partial), and which output biases it has.
+    /// How its replicated parameters live across the TP group, and which output biases
+    /// it has.
     pub fn tags(self) -> BlockTags {
-        match self {
-            BlockKind::T => t::TAGS,
-            BlockKind::S => s::TAGS,
-            BlockKind::P => p::TAGS,
-            BlockKind::L => l::TAGS,
-            #[cfg(test)]
-            BlockKind::X => t::TAGS,
-        }
+        self.0.tags
     }
 
-    /// Whether a maximal run of the kind is one stage of the stack (its blocks pass
-    /// something other than the replicated stream between them: p's private streams,
-    /// l's sums in flight), or each block is its own stage.
+    /// Whether a maximal run of the kind is one stage of the stack.
     pub fn staged_by_run(self) -> bool {
-        match self {
-            BlockKind::P | BlockKind::L => true,
-            BlockKind::T | BlockKind::S => false,
-            #[cfg(test)]
-            BlockKind::X => false,
-        }
+        self.0.staged_by_run
     }
 
     /// The kind a pattern letter names.
     pub fn from_letter(c: char) -> Option<BlockKind> {
-        use strum::IntoEnumIterator;
-        BlockKind::iter().find(|k| k.letter() == c)
+        BlockKind::all().find(|k| k.letter() == c)
     }
 
     /// A pattern flag's long help: the syntax, then each kind's letter, name and line.
     pub fn pattern_help() -> String {
-        use strum::IntoEnumIterator;
-        let kinds: Vec<String> = BlockKind::iter()
+        let kinds: Vec<String> = BlockKind::all()
             .map(|k| {
                 let (name, line) = k.describe();
                 format!("  {k}  {name}: {line}")
@@ -154,11 +86,60 @@ impl BlockKind {
 
     /// Every kind's letter, as help and errors list them: "t, s, p and l".
     pub fn letters() -> String {
-        use strum::IntoEnumIterator;
-        let all: Vec<String> = BlockKind::iter().map(|k| k.letter().to_string()).collect();
+        let all: Vec<String> = BlockKind::all().map(|k| k.letter().to_string()).collect();
         match all.split_last() {
             Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
             _ => all.concat(),
         }
+    }
+}
+
+impl PartialEq for BlockKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.letter() == other.letter()
+    }
+}
+
+impl Eq for BlockKind {}
+
+impl std::hash::Hash for BlockKind {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.letter().hash(h)
+    }
+}
+
+impl fmt::Display for BlockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.letter())
+    }
+}
+
+impl fmt::Debug for BlockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.letter())
+    }
+}
+
+/// Serialised (and parsed) as its pattern letter.
+impl serde::Serialize for BlockKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.letter().to_string())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for BlockKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let mut chars = s.chars();
+        match (chars.next(), chars.next()) {
+            (Some(c), None) => BlockKind::from_letter(c),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown block kind `{s}` (blocks are {})",
+                BlockKind::letters()
+            ))
+        })
     }
 }

@@ -79,7 +79,7 @@ impl BlockLayout {
         if self
             .kinds
             .iter()
-            .any(|k| !matches!(k, BlockKind::S | BlockKind::P))
+            .any(|&k| k != BlockKind::S && k != BlockKind::P)
         {
             return None;
         }
@@ -135,18 +135,33 @@ impl BlockLayout {
         self.kinds.iter().any(|k| k.depends_on_tp())
     }
 
+    /// Forward all-reduces in units of a whole stream's elements: each all-reduce
+    /// weighted by its kind's `sync_width` (the planner's bytes).
+    pub fn forward_allreduce_widths(&self) -> usize {
+        let mut total = 0;
+        for (i, k) in self.kinds.iter().enumerate() {
+            total += Self::at(self.kinds[..i].last(), *k, k.syncs()) * k.spec().sync_width;
+        }
+        total
+    }
+
     /// A per-kind count over the layout: per block, or per maximal run of the kind.
     fn count(&self, of: fn(BlockKind) -> Syncs) -> usize {
         let mut total = 0;
         for (i, k) in self.kinds.iter().enumerate() {
-            let run_starts = i == 0 || self.kinds[i - 1] != *k;
-            total += match of(*k) {
-                Syncs::PerBlock(n) => n,
-                Syncs::PerRun(n) if run_starts => n,
-                Syncs::PerRun(_) => 0,
-            };
+            total += Self::at(self.kinds[..i].last(), *k, of(*k));
         }
         total
+    }
+
+    /// What a block of kind `k` after one of kind `before` adds to a count of `syncs`.
+    fn at(before: Option<&BlockKind>, k: BlockKind, syncs: Syncs) -> usize {
+        let run_starts = before != Some(&k);
+        match syncs {
+            Syncs::PerBlock(n) => n,
+            Syncs::PerRun(n) if run_starts => n,
+            Syncs::PerRun(_) => 0,
+        }
     }
 }
 
@@ -247,8 +262,8 @@ mod tests {
             vec![(1, 2), (4, 1)]
         );
         let stages = BlockLayout::parse("tsppll").unwrap().stages();
-        use BlockKind::*;
-        assert_eq!(stages, vec![(T, 0, 1), (S, 1, 1), (P, 2, 2), (L, 4, 2)]);
+        let (t, s, p, l) = (BlockKind::T, BlockKind::S, BlockKind::P, BlockKind::L);
+        assert_eq!(stages, vec![(t, 0, 1), (s, 1, 1), (p, 2, 2), (l, 4, 2)]);
     }
 
     #[test]

@@ -12,8 +12,10 @@ use candle_core::Tensor;
 /// output bias the kind does not have.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockTags {
-    /// LN1 and LN2.
-    pub norms: ParamKind,
+    /// LN1, before the attention.
+    pub ln1: ParamKind,
+    /// LN2, before the MLP.
+    pub ln2: ParamKind,
     /// The attention output bias `b_o`.
     pub b_o: Option<ParamKind>,
     /// The MLP output bias `b_pr`.
@@ -32,13 +34,19 @@ impl BlockTags {
         [self.b_o, self.b_pr].map(|b| b.map(|k| k == ParamKind::ReplicatedPartial))
     }
 
-    /// Whether the norms' gradients are partial on each rank, and how many output biases'
+    /// Whether LN1's and LN2's gradients are partial on each rank.
+    pub fn norms_partial(&self) -> [bool; 2] {
+        [self.ln1, self.ln2].map(|k| k == ParamKind::ReplicatedPartial)
+    }
+
+    /// How many norms' gradients are partial on each rank, and how many output biases'
     /// are: what the step sums over the TP group once.
-    pub fn partial(&self) -> (bool, usize) {
+    pub fn partial(&self) -> (usize, usize) {
         let partial = |k: &ParamKind| *k == ParamKind::ReplicatedPartial;
         let biases = [self.b_o, self.b_pr];
         let biases = biases.iter().flatten().filter(|k| partial(k)).count();
-        (partial(&self.norms), biases)
+        let norms = self.norms_partial().iter().filter(|&&p| p).count();
+        (norms, biases)
     }
 }
 
@@ -116,10 +124,10 @@ impl BlockParams {
         Ok(Self {
             layer,
             kernels: cfg.kernels,
-            ln1: build_norm(&mut h.pp("ln1"), cfg, tags.norms)?,
+            ln1: build_norm(&mut h.pp("ln1"), cfg, tags.ln1)?,
             attn: AttentionShard::build(&mut h, cfg, layer)?,
             b_o: out_bias(&mut h, "o.b", tags.b_o)?,
-            ln2: build_norm(&mut h.pp("ln2"), cfg, tags.norms)?,
+            ln2: build_norm(&mut h.pp("ln2"), cfg, tags.ln2)?,
             mlp: MlpShard::build(&mut h, cfg)?,
             b_pr: out_bias(&mut h, "pr.b", tags.b_pr)?,
         })

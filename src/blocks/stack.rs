@@ -1,25 +1,17 @@
-//! The block stack a pattern describes: `t` and `s` blocks one by one, each maximal run of
-//! `p` blocks as one [`ParallelRun`], each maximal run of `l` blocks as one [`LadderRun`].
+//! The block stack a pattern describes: each block its own stage, or each maximal run of
+//! a kind staged by run (`p`, `l`) one stage; every stage built by its kind's spec.
 
 use super::replicas::ReplicaProbe;
-use super::{BlockConfig, BlockKind, BlockLayout, Fwd, LadderRun, ParallelRun, SpdBlock, TpBlock};
+use super::spec::Stage;
+use super::{BlockConfig, BlockKind, BlockLayout, Fwd};
 use crate::comm::CountedComm;
 use crate::tp::{trace_mark, MarkAt, ParamBuilder};
 use anyhow::Result;
 use candle_core::Tensor;
 use std::sync::Arc;
 
-enum Stage {
-    T(TpBlock),
-    S(SpdBlock),
-    P(ParallelRun),
-    L(LadderRun),
-    #[cfg(test)]
-    X(super::private_channel::PrivateChannelBlock),
-}
-
 pub struct BlockStack {
-    stages: Vec<Stage>,
+    stages: Vec<Box<dyn Stage>>,
     /// Each stage as the trace names it: `layer 3 (t)`, `layers 4-7 (p)`.
     labels: Vec<String>,
     /// The rank's group, whose tally holds its trace.
@@ -45,16 +37,7 @@ impl BlockStack {
     ) -> Result<Self> {
         let (mut stages, mut labels) = (Vec::new(), Vec::new());
         for (kind, i, len) in layout.stages() {
-            stages.push(match kind {
-                BlockKind::T => Stage::T(TpBlock::build(b, cfg, i, tp)?),
-                BlockKind::S => Stage::S(SpdBlock::build(b, cfg, i, tp)?),
-                BlockKind::P => Stage::P(ParallelRun::build(b, cfg, i, len, tp)?),
-                BlockKind::L => Stage::L(LadderRun::build(b, cfg, i, len, tp)?),
-                #[cfg(test)]
-                BlockKind::X => Stage::X(super::private_channel::PrivateChannelBlock::build(
-                    b, cfg, i, tp,
-                )?),
-            });
+            stages.push((kind.spec().build)(b, cfg, i, len, tp)?);
             labels.push(label(i, len, kind));
         }
         Ok(Self {
@@ -78,14 +61,7 @@ impl BlockStack {
         for (stage, label) in self.stages.iter().zip(&self.labels) {
             let _span = trace.span("layer", || format!("{label} forward"));
             let input = trace_mark(&x, &self.tp, label, MarkAt::Input)?;
-            let out = match stage {
-                Stage::T(b) => b.forward(&input, fwd)?,
-                Stage::S(b) => b.forward(&input, fwd)?,
-                Stage::P(r) => r.forward(&input, fwd)?,
-                Stage::L(r) => r.forward(&input, fwd)?,
-                #[cfg(test)]
-                Stage::X(b) => b.forward(&input, fwd)?,
-            };
+            let out = stage.forward(&input, fwd)?;
             x = trace_mark(&out, &self.tp, label, MarkAt::Output)?;
             if let Some(probe) = &self.probe {
                 probe.record(self.tp.rank(), label, &x)?;

@@ -9,8 +9,11 @@ pub mod link;
 pub mod link_catalog;
 pub mod mesh;
 pub mod mpi_env;
+mod observe;
 pub mod quantise;
 pub mod tally;
+#[cfg(test)]
+pub(crate) mod test_ranks;
 pub mod threads;
 pub mod worker;
 

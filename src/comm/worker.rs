@@ -4,6 +4,7 @@
 
 use super::collectives::{Comm, Started};
 use anyhow::{bail, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -50,14 +51,16 @@ impl Worker {
     }
 }
 
-/// A member's collectives in one order: run by the caller until the member's first
-/// started collective, then all of them on the member's communication thread (blocking
-/// ones queue there too, behind what was started before them).
+/// A member's collectives in one order: started ones on the member's communication
+/// thread, blocking ones by the caller when nothing is in flight there, else queued
+/// behind what was started before them.
 pub struct Lane {
     member: Arc<dyn Comm>,
     /// Started on the first collective run in the background (None if the thread could
     /// not be made: collectives then block as before).
     worker: OnceLock<Option<Worker>>,
+    /// Collectives queued on or running on the communication thread.
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Lane {
@@ -65,6 +68,7 @@ impl Lane {
         Self {
             member,
             worker: OnceLock::new(),
+            in_flight: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -75,6 +79,13 @@ impl Lane {
     /// Whether the member's collectives run on its communication thread now.
     pub fn threaded(&self) -> bool {
         self.worker.get().and_then(Option::as_ref).is_some()
+    }
+
+    /// Whether nothing is queued on or running on the communication thread: a blocking
+    /// collective may then run on the caller (one caller issues a member's collectives,
+    /// so the member's order is kept) without a hop through the thread.
+    pub fn idle(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0
     }
 
     /// `f` on the member, in the member's one order: on its communication thread (started
@@ -95,8 +106,13 @@ impl Lane {
         let Some(worker) = worker else {
             return Started::ready(f(&*self.member));
         };
-        let m = self.member.clone();
-        let rx = worker.submit(move || f(&*m));
+        let (m, in_flight) = (self.member.clone(), self.in_flight.clone());
+        in_flight.fetch_add(1, Ordering::AcqRel);
+        let rx = worker.submit(move || {
+            let result = f(&*m);
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+            result
+        });
         let result = move || {
             rx.recv()
                 .unwrap_or_else(|_| bail!("the communication thread stopped"))

@@ -3,7 +3,7 @@
 //! - `copy_to_tp` (f): forward copy, backward all-reduce.
 //! - `reduce_from_tp` (g): forward all-reduce, backward copy.
 //!
-//! The ladder block (`blocks/l.rs`) starts both collectives and waits for them a module
+//! The ladder block (`blocks/kinds/ladder.rs`) starts both collectives and waits for them a module
 //! later, forward and backward; it drives its own backward and calls the group directly.
 //!
 //! They stay visible at the call site (the blocks) instead of hiding inside the linears:
@@ -203,7 +203,7 @@ mod tests {
     use candle_core::{DType, Device, Var};
 
     fn on_two_ranks<R: Send>(f: impl Fn(CountedComm) -> R + Sync) -> Vec<R> {
-        crate::comm::counted::on_thread_ranks(2, f)
+        crate::comm::test_ranks::on_thread_ranks(2, f)
     }
 
     fn site() -> Site {

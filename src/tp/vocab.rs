@@ -139,7 +139,7 @@ mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
-    use crate::comm::counted::on_thread_ranks as on_ranks;
+    use crate::comm::test_ranks::on_thread_ranks as on_ranks;
 
     fn logits(r: usize, v: usize) -> Tensor {
         let vals: Vec<f32> = (0..r * v)

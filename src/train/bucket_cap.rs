@@ -51,6 +51,53 @@ impl BucketCap {
     }
 }
 
+/// PyTorch DDP's first bucket (`_DEFAULT_FIRST_BUCKET_BYTES`): small, so the gradients
+/// backprop finishes first (the last layers') start their sums while most of backprop is
+/// still to run.
+pub const FIRST_BUCKET_BYTES: usize = 1024 * 1024;
+
+/// When a bucket is sealed, the one rule training (`train/grad_buckets.rs`) and the
+/// planner both follow: gradients join the open bucket as backprop finishes them, and it
+/// is sealed once it holds a bucket's size (the first bucket at most
+/// [`FIRST_BUCKET_BYTES`]).
+#[derive(Debug, Clone)]
+pub struct BucketSealer {
+    cap_bytes: usize,
+    sealed: usize,
+    open_bytes: usize,
+}
+
+impl BucketSealer {
+    pub fn new(cap_bytes: usize) -> Self {
+        Self {
+            cap_bytes,
+            sealed: 0,
+            open_bytes: 0,
+        }
+    }
+
+    /// A gradient of `bytes` joins the open bucket: whether the bucket is sealed now
+    /// (the next gradient opens another).
+    pub fn add(&mut self, bytes: usize) -> bool {
+        self.open_bytes += bytes;
+        let cap = match self.sealed {
+            0 => self.cap_bytes.min(FIRST_BUCKET_BYTES),
+            _ => self.cap_bytes,
+        };
+        let seal = self.open_bytes >= cap;
+        if seal {
+            self.sealed += 1;
+            self.open_bytes = 0;
+        }
+        seal
+    }
+
+    /// Whether the open bucket holds anything (backprop's end seals it).
+    pub fn open(&self) -> bool {
+        self.open_bytes > 0
+    }
+}
+
 /// What a config may hold for it: a number, or a word.
 #[derive(Deserialize)]
 #[serde(untagged)]

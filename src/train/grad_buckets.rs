@@ -15,6 +15,7 @@
 //! bit. Every rank of a group differentiates the same graph, so every rank seals the same
 //! buckets in the same order.
 
+use super::bucket_cap::BucketSealer;
 use super::grads::GradBuffer;
 use crate::comm::{CommKind, CountedComm, Reduce, Site, Started};
 use crate::tp::ParamKind;
@@ -32,19 +33,14 @@ struct Bucket {
     dp_mean: Option<Started<Tensor>>,
 }
 
-/// PyTorch DDP's first bucket: small, so the gradients backprop finishes first (the last
-/// layers') start their sums while most of backprop is still to run.
-const FIRST_BUCKET_BYTES: usize = 1024 * 1024;
-
 /// One step's buckets: filled as backprop finishes gradients, finished before the norm.
 pub struct OverlappedSync {
-    cap_bytes: usize,
-    sealed: usize,
+    /// When the open bucket is sealed (the planner's rule too).
+    sealer: BucketSealer,
     tp: CountedComm,
     dp: CountedComm,
     /// Final gradients no bucket holds yet, in the order they became final.
     open: Vec<usize>,
-    open_bytes: usize,
     in_bucket: Vec<bool>,
     in_flight: VecDeque<Bucket>,
 }
@@ -59,12 +55,10 @@ impl OverlappedSync {
 
     pub fn new(grads: &GradBuffer, cap_bytes: usize, tp: &CountedComm, dp: &CountedComm) -> Self {
         Self {
-            cap_bytes,
-            sealed: 0,
+            sealer: BucketSealer::new(cap_bytes),
             tp: tp.clone(),
             dp: dp.clone(),
             open: Vec::new(),
-            open_bytes: 0,
             in_bucket: vec![false; grads.len()],
             in_flight: VecDeque::new(),
         }
@@ -77,12 +71,7 @@ impl OverlappedSync {
             return Ok(());
         }
         self.open.push(i);
-        self.open_bytes += grads.bytes(i);
-        let cap = match self.sealed {
-            0 => self.cap_bytes.min(FIRST_BUCKET_BYTES),
-            _ => self.cap_bytes,
-        };
-        if self.open_bytes >= cap {
+        if self.sealer.add(grads.bytes(i)) {
             self.seal(grads)?;
         }
         Ok(())
@@ -94,8 +83,6 @@ impl OverlappedSync {
     fn seal(&mut self, grads: &mut GradBuffer) -> Result<()> {
         self.start_means(grads)?;
         let ids = std::mem::take(&mut self.open);
-        self.open_bytes = 0;
-        self.sealed += 1;
         let partial: Vec<usize> = ids
             .iter()
             .copied()

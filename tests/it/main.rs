@@ -9,6 +9,7 @@ mod checkpoints;
 mod cli;
 mod comm_threads;
 mod compressed_allreduce;
+mod conformance;
 mod docs;
 mod full_eval;
 mod golden_vectors;

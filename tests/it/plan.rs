@@ -46,77 +46,87 @@ fn the_planners_collectives_per_step_are_a_runs_tally() {
         ("sppp", "f32", true),
         ("tstp", "bf16", true),
     ] {
-        let out = format!("run-{pattern}-{dtype}-{vocab_parallel}");
-        let o = tp_train(
-            &d,
-            &[
-                "--pattern",
-                pattern,
-                "--tp",
-                "2",
-                "--dp",
-                "2",
-                "--set",
-                "n_embd=32",
-                "--set",
-                "max_iters=2",
-                "--set",
-                "eval_interval=0",
-                "--set",
-                "sample_tokens=0",
-                "--set",
-                "final_eval=sampled",
-                "--set",
-                &format!("vocab_parallel={vocab_parallel}"),
-                "--set",
-                &format!("comm_dtype={dtype}"),
-                "--out",
-                &out,
-            ],
+        planned_as_tallied(&d, pattern, dtype, vocab_parallel);
+    }
+}
+
+/// Trains `pattern` for two steps at tp 2 x dp 2 (mini at 32 wide) and holds the
+/// planner's collectives per step to the run's tally: calls and bytes of every kind.
+pub(crate) fn planned_as_tallied(
+    d: &std::path::Path,
+    pattern: &str,
+    dtype: &str,
+    vocab_parallel: bool,
+) {
+    let out = format!("run-{pattern}-{dtype}-{vocab_parallel}");
+    let o = tp_train(
+        d,
+        &[
+            "--pattern",
+            pattern,
+            "--tp",
+            "2",
+            "--dp",
+            "2",
+            "--set",
+            "n_embd=32",
+            "--set",
+            "max_iters=2",
+            "--set",
+            "eval_interval=0",
+            "--set",
+            "sample_tokens=0",
+            "--set",
+            "final_eval=sampled",
+            "--set",
+            &format!("vocab_parallel={vocab_parallel}"),
+            "--set",
+            &format!("comm_dtype={dtype}"),
+            "--out",
+            &out,
+        ],
+    );
+    assert_ok(&o);
+    let comm = tp_lab::run_dir::read_comm(&d.join(&out)).unwrap().unwrap();
+    let r = mini_request(pattern, dtype, vocab_parallel);
+    // The run's buckets (ddp_bucket_mb: auto, the default) are the planner's: the
+    // same rule on the same gradient bytes.
+    let planned_bucket = BucketCap::Auto.bytes(4 * r.params_per_rank() as usize);
+    assert_eq!(
+        comm.grad_bucket_bytes,
+        Some(planned_bucket as u64),
+        "{pattern}"
+    );
+    // (PyTorch's 25 MiB would put this model's gradients in one bucket.)
+    let buckets = r.buckets().count;
+    assert!(buckets > 4.0, "{pattern}: {buckets} buckets");
+    for t in r.traffic() {
+        let ran = &comm.per_step[&t.kind];
+        assert_eq!(ran.bytes, t.bytes, "{pattern} {}: bytes", t.kind.label());
+        // Activation sums exactly; gradient buckets by the bucket rule, within one of
+        // what backprop's order seals.
+        let exact = matches!(t.kind, CommKind::TpForward | CommKind::TpBackward);
+        let slack = if exact { 0.0 } else { 1.0 };
+        assert!(
+            (ran.calls - t.calls).abs() <= slack,
+            "{pattern} {}: {} calls planned, {} ran",
+            t.kind.label(),
+            t.calls,
+            ran.calls
         );
-        assert_ok(&o);
-        let comm = tp_lab::run_dir::read_comm(&d.join(&out)).unwrap().unwrap();
-        let r = mini_request(pattern, dtype, vocab_parallel);
-        // The run's buckets (ddp_bucket_mb: auto, the default) are the planner's: the
-        // same rule on the same gradient bytes.
-        let planned_bucket = BucketCap::Auto.bytes(4 * r.params_per_rank() as usize);
-        assert_eq!(
-            comm.grad_bucket_bytes,
-            Some(planned_bucket as u64),
-            "{pattern}"
-        );
-        // (PyTorch's 25 MiB would put this model's gradients in one bucket.)
-        let buckets = r.buckets().count;
-        assert!(buckets > 4.0, "{pattern}: {buckets} buckets");
-        for t in r.traffic() {
-            let ran = &comm.per_step[&t.kind];
-            assert_eq!(ran.bytes, t.bytes, "{pattern} {}: bytes", t.kind.label());
-            // Activation sums exactly; gradient buckets by the bucket rule, within one of
-            // what backprop's order seals.
-            let exact = matches!(t.kind, CommKind::TpForward | CommKind::TpBackward);
-            let slack = if exact { 0.0 } else { 1.0 };
+    }
+    // Every kind the run moved data in is planned (scalars apart).
+    for (kind, v) in &comm.per_step {
+        if v.bytes > 64.0 {
             assert!(
-                (ran.calls - t.calls).abs() <= slack,
-                "{pattern} {}: {} calls planned, {} ran",
-                t.kind.label(),
-                t.calls,
-                ran.calls
+                r.traffic().iter().any(|t| t.kind == *kind),
+                "{pattern}: {} not planned",
+                kind.label()
             );
-        }
-        // Every kind the run moved data in is planned (scalars apart).
-        for (kind, v) in &comm.per_step {
-            if v.bytes > 64.0 {
-                assert!(
-                    r.traffic().iter().any(|t| t.kind == *kind),
-                    "{pattern}: {} not planned",
-                    kind.label()
-                );
-            }
         }
     }
 }
 
-/// tp-plan run in `d` with `args` (which write to `plan/`): its plan.json.
 fn plan_json(d: &std::path::Path, args: &[&str]) -> serde_json::Value {
     assert_ok(&bin("tp-plan", d, args, &[]));
     serde_json::from_str(&std::fs::read_to_string(d.join("plan/plan.json")).unwrap()).unwrap()

@@ -11,8 +11,14 @@ use tp_harness::device::ComputeDtype;
 use tp_harness::model::Gpt;
 
 /// Runs one training-mode forward and backward of `pattern` on `tp` thread ranks with a
-/// probe on every rank's stack; the probe's verdict (stages checked).
-fn stages_checked(pattern: &str, tp: usize, dtype: ComputeDtype, comm: CommDtype) -> usize {
+/// probe on every rank's stack; the probe's verdict (stages checked, or the first stage
+/// whose output differs between ranks, named).
+pub(crate) fn probe_verdict(
+    pattern: &str,
+    tp: usize,
+    dtype: ComputeDtype,
+    comm: CommDtype,
+) -> Result<usize, String> {
     let layout = BlockLayout::parse(pattern).unwrap();
     let mut cfg = small_config(layout.n_layer(), true);
     cfg.dtype = dtype;
@@ -31,7 +37,11 @@ fn stages_checked(pattern: &str, tp: usize, dtype: ComputeDtype, comm: CommDtype
     });
     probe
         .verify()
-        .unwrap_or_else(|e| panic!("{pattern} at tp {tp}: {e}"))
+        .map_err(|e| format!("{pattern} at tp {tp}: {e}"))
+}
+
+fn stages_checked(pattern: &str, tp: usize, dtype: ComputeDtype, comm: CommDtype) -> usize {
+    probe_verdict(pattern, tp, dtype, comm).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

@@ -3,13 +3,14 @@
 //! attributes them to the right layers.
 
 use crate::common::*;
-use tp_harness::blocks::{BlockKind, BlockLayout, Fwd};
+use tp_harness::blocks::spec::Syncs;
+use tp_harness::blocks::{BlockLayout, Fwd};
 use tp_harness::comm::{CommKind, Site};
 use tp_harness::model::Gpt;
 use tp_harness::tp::SeededInit;
 
 /// (forward, backward) TP all-reduce calls of one forward + backward pass, per layer too.
-fn count(pattern: &str, tp: usize) -> (u64, u64, Vec<(u64, u64)>) {
+pub(crate) fn count(pattern: &str, tp: usize) -> (u64, u64, Vec<(u64, u64)>) {
     let layout = BlockLayout::parse(pattern).unwrap();
     let mut cfg = small_config(layout.n_layer(), true);
     cfg.n_embd = 16;
@@ -69,24 +70,32 @@ fn counted_allreduces_per_pass_equal_the_formula_at_tp2() {
     }
 }
 
+/// Each layer's forward and backward all-reduces as its kind's spec counts them: a
+/// kind's per-block sums at every block; a run's at its last layer forward, its first
+/// backward.
+pub(crate) fn per_layer_formula(layout: &BlockLayout) -> Vec<(u64, u64)> {
+    (0..layout.n_layer())
+        .map(|i| {
+            let kind = layout.kinds[i];
+            match kind.syncs() {
+                Syncs::PerBlock(n) => (n as u64, n as u64),
+                Syncs::PerRun(n) => {
+                    let first = i == 0 || layout.kinds[i - 1] != kind;
+                    let last = i + 1 == layout.n_layer() || layout.kinds[i + 1] != kind;
+                    (n as u64 * u64::from(last), n as u64 * u64::from(first))
+                }
+            }
+        })
+        .collect()
+}
+
 #[test]
 fn allreduces_are_attributed_to_their_layers() {
     let pattern = "tspppspll";
     let layout = BlockLayout::parse(pattern).unwrap();
     let (_, _, per_layer) = count(pattern, 2);
-    for (i, (f, b)) in per_layer.iter().enumerate() {
-        let expect = match layout.kinds[i] {
-            BlockKind::T | BlockKind::L => (2, 2),
-            BlockKind::S => (1, 1),
-            // A p-run's one all-reduce sits at its last layer, its backward one at its first.
-            BlockKind::P => {
-                let first = i == 0 || layout.kinds[i - 1] != BlockKind::P;
-                let last = i + 1 == layout.n_layer() || layout.kinds[i + 1] != BlockKind::P;
-                (u64::from(last), u64::from(first))
-            }
-        };
-        assert_eq!((*f, *b), expect, "layer {i} ({:?})", layout.kinds[i]);
-    }
+    assert_eq!(per_layer, per_layer_formula(&layout), "{pattern}");
+    assert_eq!(per_layer[4], (1, 0), "a p-run's sum sits at its last layer");
 }
 
 #[test]

@@ -34,9 +34,12 @@ fn stored(ours: &str, cfg: &ModelConfig, layout: &BlockLayout) -> bool {
     !(out_bias && layer.is_some_and(|i| layout.kinds[i].tags().out_biases() == 0))
 }
 
-/// The first kind of `layout` that the modelling file `code` has no `run_<letter>` for.
+/// The first kind of `layout` that the modelling file `code` cannot run: one whose spec
+/// says it is not exported, or whose `run_<letter>` is not in the file.
 fn without_forward(code: &str, layout: &BlockLayout) -> Option<BlockKind> {
-    (layout.kinds.iter().copied()).find(|k| !code.contains(&format!("def run_{}(", k.letter())))
+    let runs =
+        |k: &BlockKind| k.spec().exported && code.contains(&format!("def run_{}(", k.letter()));
+    layout.kinds.iter().copied().find(|k| !runs(k))
 }
 
 /// The tensors and `config.json` of a model of any layout trained at `tp`.
@@ -49,7 +52,7 @@ pub fn to_remote(
     // A kind the modelling file has no run for would load and fail at its first forward.
     if let Some(k) = without_forward(MODELING_CODE, layout) {
         tp_harness::user_bail!(
-            "{MODELING_FILE} has no forward for block kind {k}: add its `run_{k}` (docs/architecture.md, \"Adding a block kind\") before exporting pattern {}",
+            "{MODELING_FILE} has no forward for block kind {k}: add its `run_{k}` and say so in the kind's spec (`exported`; docs/architecture.md, \"Adding a block kind\") before exporting pattern {}",
             layout.pattern
         );
     }

@@ -5,7 +5,8 @@
 use super::dense;
 use candle_core::{Tensor, Var};
 use std::collections::HashMap;
-use tp_harness::blocks::{BlockKind, BlockLayout};
+use tp_harness::blocks::spec::Reference;
+use tp_harness::blocks::BlockLayout;
 use tp_harness::model::ModelConfig;
 use tp_harness::ops;
 
@@ -200,12 +201,19 @@ pub fn loss_embedded(
     let mut x = x.clone();
     let mut i = 0;
     while i < kinds.len() {
-        match kinds[i] {
-            BlockKind::T => x = ctx.t_block(i, &x),
-            BlockKind::S => x = ctx.s_block(i, &x),
-            run @ (BlockKind::P | BlockKind::L) => {
-                let len = kinds[i..].iter().take_while(|k| **k == run).count();
-                x = if run == BlockKind::P {
+        // A kind proved equal to dense GPT-2 is read as t's formula; the others by the
+        // letter their spec files their literal reading under.
+        let letter = match kinds[i].spec().reference {
+            Reference::DenseGpt2 => 't',
+            Reference::Literal(c) => c,
+            Reference::None => panic!("block kind {} has no reference to read", kinds[i]),
+        };
+        match letter {
+            't' => x = ctx.t_block(i, &x),
+            's' => x = ctx.s_block(i, &x),
+            run @ ('p' | 'l') => {
+                let len = kinds[i..].iter().take_while(|k| **k == kinds[i]).count();
+                x = if run == 'p' {
                     ctx.p_run(i, len, &x)
                 } else {
                     ctx.l_run(i, len, &x)
@@ -213,6 +221,7 @@ pub fn loss_embedded(
                 i += len;
                 continue;
             }
+            other => panic!("no literal reading of block kind {other}"),
         }
         i += 1;
     }

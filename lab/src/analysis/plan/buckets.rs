@@ -1,13 +1,14 @@
-//! The gradient buckets a step seals, as `train/grad_buckets.rs` seals them: each
-//! gradient joins the open bucket when backprop finishes it, and a bucket that reaches
-//! its size (the first at most 1 MiB) is sealed. Backprop finishes gradients in about the
+//! The gradient buckets a step seals, by the rule training seals them with
+//! (`BucketSealer`, the engine's `train/bucket_cap.rs`): each gradient joins the open
+//! bucket when backprop finishes it, and a bucket that reaches its size (the first at
+//! most 1 MiB) is sealed. Backprop finishes gradients in about the
 //! reverse order of their use — the final norm, the layers from the last, each from its
 //! MLP's output back to its first norm, then the position and token embeddings (the
 //! tied token embedding last: the head used it too) — so the planner walks them in that
 //! order ([`super::request::Request::buckets`]). Candle's exact order can put a gradient
 //! one bucket over, hence "about".
 
-use tp_harness::train::bucket_cap::BucketCap;
+use tp_harness::train::bucket_cap::{BucketCap, BucketSealer};
 
 /// One gradient in backprop's order: its bytes on a rank, and whether each TP rank holds
 /// only its part of it (summed over the TP group with its bucket).
@@ -24,20 +25,18 @@ pub struct Buckets {
 /// The buckets a rank seals from `grads`, given in the order backprop finishes them.
 pub fn seal(grads: Vec<Grad>, bucket_mb: BucketCap) -> Buckets {
     let total: f64 = grads.iter().map(|g| g.0).sum();
-    let cap = bucket_mb.bytes(total as usize) as f64;
-    let first = cap.min(1024.0 * 1024.0);
+    let mut sealer = BucketSealer::new(bucket_mb.bytes(total as usize));
     let (mut count, mut with_partial) = (0.0, 0.0);
-    let (mut open, mut open_partial) = (0.0, false);
+    let mut open_partial = false;
     for (bytes, partial) in grads {
-        open += bytes;
         open_partial |= partial;
-        if open >= if count == 0.0 { first } else { cap } {
+        if sealer.add(bytes.round() as usize) {
             count += 1.0;
             with_partial += f64::from(u8::from(open_partial));
-            (open, open_partial) = (0.0, false);
+            open_partial = false;
         }
     }
-    if open > 0.0 {
+    if sealer.open() {
         count += 1.0;
         with_partial += f64::from(u8::from(open_partial));
     }

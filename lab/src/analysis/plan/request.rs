@@ -224,8 +224,7 @@ impl Request {
             .iter()
             .map(|k| {
                 let (norms, biases) = k.tags().partial();
-                let norms = if norms { 2.0 * c * (1.0 + b) } else { 0.0 };
-                norms + biases as f64 * b * c
+                norms as f64 * c * (1.0 + b) + biases as f64 * b * c
             })
             .sum()
     }
@@ -242,12 +241,12 @@ impl Request {
         }
         for kind in self.layout.kinds.iter().rev() {
             let tags = kind.tags();
-            let (norms_partial, _) = tags.partial();
+            let [ln1_partial, ln2_partial] = tags.norms_partial();
             let [b_o, b_pr] = tags.out_biases_partial();
-            let norm = |out: &mut Vec<Grad>| {
-                out.push((f32s(c), norms_partial));
+            let norm = |out: &mut Vec<Grad>, partial: bool| {
+                out.push((f32s(c), partial));
                 if bias {
-                    out.push((f32s(c), norms_partial));
+                    out.push((f32s(c), partial));
                 }
             };
             let out_bias = |out: &mut Vec<Grad>, b: Option<bool>| {
@@ -261,14 +260,14 @@ impl Request {
                 f32s(4.0 * c * c / t + if bias { 4.0 * c / t } else { 0.0 }),
                 false,
             ));
-            norm(&mut out);
+            norm(&mut out, ln2_partial);
             out_bias(&mut out, b_o);
             out.push((f32s(c * c / t), false));
             out.push((
                 f32s(3.0 * c * c / t + if bias { 3.0 * c / t } else { 0.0 }),
                 false,
             ));
-            norm(&mut out);
+            norm(&mut out, ln1_partial);
         }
         out.push((f32s(s.block as f64 * c), false));
         out.push((f32s(self.vocab_rows() * c), false));
@@ -287,6 +286,8 @@ impl Request {
         let buckets = self.buckets();
         if self.tp > 1 {
             let passes = self.layout.forward_allreduces() as f64;
+            // Each kind's all-reduce carries its sync width of the stream.
+            let widths = self.layout.forward_allreduce_widths() as f64;
             let (head_forward, head_backward) = self.head_traffic();
             for (kind, (head_calls, head_bytes)) in [
                 (CommKind::TpForward, head_forward),
@@ -295,7 +296,7 @@ impl Request {
                 out.push(Traffic {
                     kind,
                     calls: passes + head_calls,
-                    bytes: passes * self.activation_bytes() + head_bytes,
+                    bytes: widths * self.activation_bytes() + head_bytes,
                     group: self.tp,
                 });
             }

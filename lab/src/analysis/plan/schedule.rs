@@ -6,6 +6,7 @@
 //! copy engines; not a CPU's MPI progress thread, docs/links.md).
 
 use super::request::{Request, StepFlops};
+use tp_harness::blocks::spec::Hiding;
 use tp_harness::blocks::BlockKind;
 use tp_harness::comm::CommKind;
 use tp_harness::comm::NamedLink;
@@ -58,16 +59,26 @@ impl StepPlan {
     }
 }
 
-/// How much of the TP activation all-reduces a ladder hides, forward and backward: in
-/// a run of `L` l blocks the attention sum of block j runs behind block j's MLP and the
-/// MLP sum behind block j+1's attention (`2L - 1` of `2L`; the last waits at the run's
-/// end), each hidden up to the module's compute (backward: twice forward's).
-fn ladder_hidden(r: &Request, per_call_s: f64, attn_s: f64, mlp_s: f64, backward: bool) -> f64 {
+/// How much of the TP activation all-reduces the kinds that hide them behind the next
+/// module (`Hiding::BehindNextModule`: the ladder) hide, forward and backward: in a run
+/// of `L` such blocks the attention sum of block j runs behind block j's MLP and the MLP
+/// sum behind block j+1's attention (`2L - 1` of `2L`; the last waits at the run's end),
+/// each hidden up to the module's compute (backward: twice forward's).
+fn hidden_behind_modules(
+    r: &Request,
+    per_call_s: f64,
+    attn_s: f64,
+    mlp_s: f64,
+    backward: bool,
+) -> f64 {
     let scale = if backward { 2.0 } else { 1.0 };
-    r.layout
-        .runs_of(BlockKind::L)
+    let hiding: Vec<BlockKind> = BlockKind::all()
+        .filter(|k| k.spec().hiding == Hiding::BehindNextModule)
+        .collect();
+    hiding
         .iter()
-        .map(|&(_, len)| {
+        .flat_map(|&k| r.layout.runs_of(k))
+        .map(|(_, len)| {
             let len = len as f64;
             len * per_call_s.min(scale * mlp_s) + (len - 1.0) * per_call_s.min(scale * attn_s)
         })
@@ -100,8 +111,8 @@ pub fn plan_step(
             let total = latency_s + bandwidth_s;
             let per_call = if t.calls > 0.0 { total / t.calls } else { 0.0 };
             let hidden_s = match t.kind {
-                CommKind::TpForward => ladder_hidden(r, per_call, attn_s, mlp_s, false),
-                CommKind::TpBackward => ladder_hidden(r, per_call, attn_s, mlp_s, true),
+                CommKind::TpForward => hidden_behind_modules(r, per_call, attn_s, mlp_s, false),
+                CommKind::TpBackward => hidden_behind_modules(r, per_call, attn_s, mlp_s, true),
                 // Every bucket but the last is sealed while backprop goes on.
                 CommKind::DpGrad | CommKind::TpParamGrad => {
                     (total * (t.calls - 1.0) / t.calls.max(1.0)).min(backward_s)

@@ -8,11 +8,30 @@
 //! complete on every rank (tag `Replicated`): `f` after each LayerNorm all-reduces the
 //! input gradient before it reaches the LayerNorm.
 
-use super::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
+use crate::blocks::spec::{Hiding, KindSpec, Reference, Stage, Syncs};
+use crate::blocks::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::comm::{CountedComm, Site};
 use crate::tp::{copy_to_tp, reduce_from_tp, ParamBuilder, ParamKind};
 use anyhow::Result;
 use candle_core::Tensor;
+
+/// Every fact of the kind (`blocks/spec.rs`).
+pub const SPEC: KindSpec = KindSpec {
+    letter: 't',
+    name: "TPBlock",
+    line: "Megatron-LM's block: 2 all-reduces",
+    syncs: Syncs::PerBlock(2),
+    exposed_syncs: Syncs::PerBlock(2),
+    hiding: Hiding::Nothing,
+    sync_width: 1,
+    depends_on_tp: false,
+    tags: TAGS,
+    staged_by_run: false,
+    build: |b, cfg, first, _, tp| Ok(Box::new(TpBlock::build(b, cfg, first, tp)?)),
+    reference: Reference::DenseGpt2,
+    exported: true,
+    keeps_stream_replicated: true,
+};
 
 pub struct TpBlock {
     p: BlockParams,
@@ -21,7 +40,8 @@ pub struct TpBlock {
 
 /// Every replicated parameter is used on replicated values only.
 pub const TAGS: BlockTags = BlockTags {
-    norms: ParamKind::Replicated,
+    ln1: ParamKind::Replicated,
+    ln2: ParamKind::Replicated,
     b_o: Some(ParamKind::Replicated),
     b_pr: Some(ParamKind::Replicated),
 };
@@ -50,5 +70,11 @@ impl TpBlock {
         let mlp = reduce_from_tp(&p.mlp.forward(&h)?, &self.tp, site)?;
         let mlp = p.joined(&mlp, fwd, DropSite::MlpOut)?;
         Ok((a + mlp)?)
+    }
+}
+
+impl Stage for TpBlock {
+    fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        TpBlock::forward(self, x, fwd)
     }
 }

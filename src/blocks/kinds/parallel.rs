@@ -10,7 +10,8 @@
 //! `p` blocks have no output biases. Their LayerNorms live inside rank paths (tag
 //! `ReplicatedPartial`). A run of length 1 is the same formula with `x_r = x`.
 
-use super::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
+use crate::blocks::spec::{Hiding, KindSpec, Reference, Stage, Syncs};
+use crate::blocks::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::comm::{CountedComm, Site};
 use crate::tp::{copy_to_tp, reduce_from_tp, ParamBuilder, ParamKind};
 use anyhow::Result;
@@ -18,12 +19,31 @@ use candle_core::Tensor;
 
 /// Norms inside rank paths; no output biases.
 pub const TAGS: BlockTags = BlockTags {
-    norms: ParamKind::ReplicatedPartial,
+    ln1: ParamKind::ReplicatedPartial,
+    ln2: ParamKind::ReplicatedPartial,
     b_o: None,
     b_pr: None,
 };
 
 /// A maximal run of `p` blocks: layers `first .. first + len`.
+/// Every fact of the kind (`blocks/spec.rs`).
+pub const SPEC: KindSpec = KindSpec {
+    letter: 'p',
+    name: "ParallelBlock",
+    line: "1 all-reduce per run of p blocks",
+    syncs: Syncs::PerRun(1),
+    exposed_syncs: Syncs::PerRun(1),
+    hiding: Hiding::Nothing,
+    sync_width: 1,
+    depends_on_tp: true,
+    tags: TAGS,
+    staged_by_run: true,
+    build: |b, cfg, first, len, tp| Ok(Box::new(ParallelRun::build(b, cfg, first, len, tp)?)),
+    reference: Reference::Literal('p'),
+    exported: true,
+    keeps_stream_replicated: true,
+};
+
 pub struct ParallelRun {
     blocks: Vec<BlockParams>,
     tp: CountedComm,
@@ -77,5 +97,11 @@ impl ParallelRun {
             ((x_r / n as f64)? + z_r)?
         };
         Ok(reduce_from_tp(&out, &self.tp, Site::Layer(last))?)
+    }
+}
+
+impl Stage for ParallelRun {
+    fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        ParallelRun::forward(self, x, fwd)
     }
 }

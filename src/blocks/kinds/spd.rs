@@ -11,11 +11,30 @@
 //! replicated use passes through `share_grad_over_tp`, so that the group sum counts that
 //! use exactly once. `b_pr` is used on the replicated value only (tag `Replicated`).
 
-use super::{add_bias, BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
+use crate::blocks::spec::{Hiding, KindSpec, Reference, Stage, Syncs};
+use crate::blocks::{add_bias, BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::comm::{CountedComm, Site};
 use crate::tp::{copy_to_tp, reduce_from_tp, share_grad_over_tp, ParamBuilder, ParamKind};
 use anyhow::Result;
 use candle_core::Tensor;
+
+/// Every fact of the kind (`blocks/spec.rs`).
+pub const SPEC: KindSpec = KindSpec {
+    letter: 's',
+    name: "SPDBlock",
+    line: "sync-point drop: 1 all-reduce",
+    syncs: Syncs::PerBlock(1),
+    exposed_syncs: Syncs::PerBlock(1),
+    hiding: Hiding::Nothing,
+    sync_width: 1,
+    depends_on_tp: true,
+    tags: TAGS,
+    staged_by_run: false,
+    build: |b, cfg, first, _, tp| Ok(Box::new(SpdBlock::build(b, cfg, first, tp)?)),
+    reference: Reference::Literal('s'),
+    exported: true,
+    keeps_stream_replicated: true,
+};
 
 pub struct SpdBlock {
     p: BlockParams,
@@ -24,7 +43,8 @@ pub struct SpdBlock {
 
 /// The norms and `b_o` sit inside each rank's path; `b_pr` only on the reduced sum.
 pub const TAGS: BlockTags = BlockTags {
-    norms: ParamKind::ReplicatedPartial,
+    ln1: ParamKind::ReplicatedPartial,
+    ln2: ParamKind::ReplicatedPartial,
     b_o: Some(ParamKind::ReplicatedPartial),
     b_pr: Some(ParamKind::Replicated),
 };
@@ -72,5 +92,11 @@ impl SpdBlock {
         };
         let y = add_bias(k, &(x + z)?, b_o.as_ref(), fwd, l, DropSite::AttnOut)?;
         add_bias(k, &y, blk.b_pr.as_ref(), fwd, l, DropSite::MlpOut)
+    }
+}
+
+impl Stage for SpdBlock {
+    fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        SpdBlock::forward(self, x, fwd)
     }
 }

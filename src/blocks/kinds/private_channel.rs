@@ -11,11 +11,33 @@
 //! docs/architecture.md's "Adding a block kind" to the letter: its arms in
 //! `blocks/kind.rs` and `blocks/stack.rs` are every place a kind is decided.
 
-use super::{BlockConfig, BlockParams, DropSite, Fwd};
+use crate::blocks::spec::{Hiding, KindSpec, Reference, Stage, Syncs};
+use crate::blocks::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::comm::{CountedComm, Site};
 use crate::tp::{copy_to_tp, reduce_from_tp, ParamBuilder};
 use anyhow::Result;
 use candle_core::Tensor;
+
+/// Every fact of the kind (`blocks/spec.rs`).
+/// As `t`'s tags: only the MLP's sum is left out.
+pub const TAGS: BlockTags = super::tp_block::TAGS;
+
+pub const SPEC: KindSpec = KindSpec {
+    letter: 'x',
+    name: "PrivateChannel",
+    line: "t without the MLP sum (test-only)",
+    syncs: Syncs::PerBlock(1),
+    exposed_syncs: Syncs::PerBlock(1),
+    hiding: Hiding::Nothing,
+    sync_width: 1,
+    depends_on_tp: true,
+    tags: TAGS,
+    staged_by_run: false,
+    build: |b, cfg, first, _, tp| Ok(Box::new(PrivateChannelBlock::build(b, cfg, first, tp)?)),
+    reference: Reference::None,
+    exported: false,
+    keeps_stream_replicated: false,
+};
 
 pub struct PrivateChannelBlock {
     p: BlockParams,
@@ -30,7 +52,7 @@ impl PrivateChannelBlock {
         tp: &CountedComm,
     ) -> Result<Self> {
         Ok(Self {
-            p: BlockParams::build(b, cfg, layer, super::BlockKind::X.tags())?,
+            p: BlockParams::build(b, cfg, layer, TAGS)?,
             tp: tp.clone(),
         })
     }
@@ -47,10 +69,16 @@ impl PrivateChannelBlock {
     }
 }
 
+impl Stage for PrivateChannelBlock {
+    fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        PrivateChannelBlock::forward(self, x, fwd)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::blocks::{BlockConfig, BlockLayout, BlockStack, Fwd, ReplicaProbe};
-    use crate::comm::counted::on_thread_ranks;
+    use crate::comm::test_ranks::on_thread_ranks;
     use crate::tp::{ParamBuilder, SeededInit};
     use candle_core::{DType, Device, Tensor};
     use std::sync::Arc;

@@ -21,7 +21,8 @@
 //! the forward pass computes each piece (the norm, the module, the join) from a leaf of
 //! its own and [`join_hand_backward`] joins the run to the graph as one node.
 
-use super::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
+use crate::blocks::spec::{Hiding, KindSpec, Reference, Stage, Syncs};
+use crate::blocks::{BlockConfig, BlockParams, BlockTags, DropSite, Fwd};
 use crate::comm::{CommKind, CountedComm, Reduce, Site, Started};
 use crate::ops::hand_backward::{join_hand_backward, Backward};
 use crate::tp::{into_candle, ParamBuilder};
@@ -31,9 +32,28 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 /// As `t`'s: every replicated parameter is used on replicated values only.
-pub const TAGS: BlockTags = super::t::TAGS;
+pub const TAGS: BlockTags = super::tp_block::TAGS;
 
 /// A maximal run of `l` blocks: layers `first .. first + len`.
+/// Every fact of the kind (`blocks/spec.rs`).
+pub const SPEC: KindSpec = KindSpec {
+    letter: 'l',
+    name: "LadderBlock",
+    line: "2 all-reduces, each hidden behind the next module",
+    syncs: Syncs::PerBlock(2),
+    // It waits only at the end of its run (its last MLP sum).
+    exposed_syncs: Syncs::PerRun(1),
+    hiding: Hiding::BehindNextModule,
+    sync_width: 1,
+    depends_on_tp: false,
+    tags: TAGS,
+    staged_by_run: true,
+    build: |b, cfg, first, len, tp| Ok(Box::new(LadderRun::build(b, cfg, first, len, tp)?)),
+    reference: Reference::Literal('l'),
+    exported: true,
+    keeps_stream_replicated: true,
+};
+
 pub struct LadderRun {
     blocks: Vec<BlockParams>,
     tp: CountedComm,
@@ -223,4 +243,10 @@ fn backward(
     }
     let dx = dr.swap_remove(0).unwrap_or_else(|| dy.clone());
     Ok((dx, grads))
+}
+
+impl Stage for LadderRun {
+    fn forward(&self, x: &Tensor, fwd: &Fwd) -> Result<Tensor> {
+        LadderRun::forward(self, x, fwd)
+    }
 }

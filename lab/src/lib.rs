@@ -15,11 +15,15 @@
 
 pub mod alloc;
 pub mod analysis;
+pub mod bench;
 pub mod config;
 pub mod data;
 pub mod hf;
 pub mod launch;
+pub mod planner;
 pub mod plot;
 pub mod run_dir;
+pub mod scan;
+pub mod study;
 pub mod sweep;
 pub mod tools;

@@ -112,13 +112,47 @@ fn a_kind_is_its_file_and_its_registry_line_as_the_test_only_kind_shows() {
     );
 }
 
+/// The bodies of every function named `name` in `text` (an impl's method and a free
+/// function alike), from `fn name` to its closing brace.
+fn bodies<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for pat in [format!("fn {name}("), format!("fn {name}<")] {
+        for (at, _) in text.match_indices(&pat) {
+            let Some(open) = text[at..].find('{').map(|i| at + i) else {
+                continue;
+            };
+            let mut depth = 0;
+            for (i, c) in text[open..].char_indices() {
+                depth += match c {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                };
+                if depth == 0 {
+                    out.push(&text[at..open + i + 1]);
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `body` calls a function called `name` (`name(`, `.name(`, `::name(`).
+fn calls(body: &str, name: &str) -> bool {
+    body.match_indices(&format!("{name}(")).any(|(i, _)| {
+        let before = body[..i].chars().next_back();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && !body[..i].ends_with("fn ")
+    })
+}
+
 #[test]
-fn architecture_md_reading_path_names_files_and_functions_that_exist() {
+fn architecture_md_reading_path_follows_the_calls() {
     let md = read("docs/architecture.md");
     let path = section(&md, "reading path");
     // Every `src/...rs` or `lab/src/...rs` followed by its functions in parentheses:
-    // `(`a`, `b`)`.
-    let mut named = 0;
+    // `(`a`, `b`)`, in the order the path names them.
+    let mut steps: Vec<(String, Vec<String>, String)> = Vec::new();
     for (i, piece) in path.split('`').enumerate() {
         let in_a_crate = piece.starts_with("src/") || piece.starts_with("lab/src/");
         if i % 2 == 0 || !in_a_crate || !piece.ends_with(".rs") {
@@ -130,14 +164,30 @@ fn architecture_md_reading_path_names_files_and_functions_that_exist() {
         let Some(fns) = rest.strip_prefix(" (") else {
             continue;
         };
-        for f in fns[..fns.find(')').unwrap()].split(", ") {
-            let f = f.trim_matches('`');
+        let fns: Vec<String> = fns[..fns.find(')').unwrap()]
+            .split(", ")
+            .map(|f| f.trim_matches('`').to_string())
+            .collect();
+        for f in &fns {
             assert!(
-                text.contains(&format!("fn {f}(")) || text.contains(&format!("fn {f}<")),
+                !bodies(&text, f).is_empty(),
                 "the reading path names {f} in {piece}, which has no such function"
             );
-            named += 1;
         }
+        steps.push((piece.to_string(), fns, text));
     }
-    assert!(named >= 25, "only {named} functions named");
+    assert!(steps.len() >= 18, "only {} files on the path", steps.len());
+    // Each file after the first is entered from a function named before it.
+    for (j, (file, fns, _)) in steps.iter().enumerate().skip(1) {
+        let entered = steps[..j].iter().any(|(_, before, text)| {
+            (before.iter())
+                .flat_map(|b| bodies(text, b))
+                .any(|body| fns.iter().any(|f| calls(body, f)))
+        });
+        assert!(
+            entered,
+            "the reading path reaches {file} ({}), but no function it names before calls one",
+            fns.join(", ")
+        );
+    }
 }

@@ -7,7 +7,7 @@ use crate::common::*;
 use tp_harness::blocks::BlockLayout;
 use tp_harness::comm::{CommDtype, CommKind};
 use tp_harness::train::bucket_cap::BucketCap;
-use tp_lab::analysis::plan::request::{Head, Request, Shape};
+use tp_lab::planner::request::{Head, Request, Shape};
 
 /// The planner's request for the tally test's run of `pattern`: mini at 32 wide, tp 2 x
 /// dp 2, batch 12, its comm_dtype and head.

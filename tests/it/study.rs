@@ -11,8 +11,8 @@ use std::path::Path;
 /// layouts must find its family there.
 #[test]
 fn every_shipped_sweep_loads_and_each_of_its_points_is_a_valid_run() {
-    use tp_lab::analysis::tuning::{TuneDecl, TunedValues};
-    use tp_lab::analysis::tuning_record::{ChoiceRecord, TuningRecord};
+    use tp_lab::study::tuning::{TuneDecl, TunedValues};
+    use tp_lab::study::tuning_record::{ChoiceRecord, TuningRecord};
     let dir = Path::new(crate::common::REPO).join("configs/sweeps");
     let scratch = crate::common::scratch("shipped-sweeps");
     let mut checked = 0;

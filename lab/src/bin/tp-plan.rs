@@ -9,9 +9,9 @@ use tp_harness::comm::CommDtype;
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::train::bucket_cap::BucketCap;
 use tp_harness::util::fs::write_atomic;
-use tp_lab::analysis::plan::request::{FlopConvention, Head, Shape};
+use tp_lab::planner::question::{plan, Question};
+use tp_lab::planner::request::{FlopConvention, Head, Shape};
 use tp_lab::run_dir::check_out;
-use tp_lab::tools::plan::{plan, Question};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -156,7 +156,7 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     };
     // A GPU trains in bf16 and Megatron sums its activations in bf16: half the bytes of
     // f32, so an f32 default would double every GPU plan's TP traffic.
-    let on_gpu = tp_lab::analysis::plan::catalog::GPUS
+    let on_gpu = tp_lab::planner::catalog::GPUS
         .iter()
         .any(|g| g.name == a.device)
         || a.device.starts_with("tflops:");
@@ -205,7 +205,7 @@ fn real_main(a: &Args) -> anyhow::Result<Vec<PathBuf>> {
     write_atomic(&md_path, md.as_bytes())?;
     write_atomic(&json_path, p.json()?.as_bytes())?;
     let mut files = vec![md_path, json_path];
-    files.extend(tp_lab::plot::plot_plan(&p, &a.out)?);
+    files.extend(tp_lab::planner::plot::plot_plan(&p, &a.out)?);
     Ok(files)
 }
 

@@ -7,20 +7,19 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::error::{exit_on_error, user};
 use tp_harness::util::write_atomic;
-use tp_lab::analysis::calibration::{calibrate, on_real_links};
-use tp_lab::analysis::on_link;
-use tp_lab::analysis::penalty::penalty_rows;
-use tp_lab::analysis::penalty_table;
 use tp_lab::analysis::runs::{merge_replicates_on, ComputeCpu};
-use tp_lab::analysis::tuned_study;
 use tp_lab::analysis::{merge_replicates, parse_link, RunCurves};
-use tp_lab::analysis::{penalty_axis, penalty_change, penalty_provenance};
 use tp_lab::config::Variant;
-use tp_lab::plot::calibration::{write_calibration, write_real_links};
-use tp_lab::plot::{
-    label_runs, plot_on_link, plot_penalty, plot_runs, plot_timeline, plot_tuning, PENALTY_FIGURES,
-};
+use tp_lab::plot::{label_runs, plot_timeline};
 use tp_lab::run_dir::check_out;
+use tp_lab::study::calibration::{calibrate, on_real_links};
+use tp_lab::study::on_link;
+use tp_lab::study::penalty::penalty_rows;
+use tp_lab::study::penalty_table;
+use tp_lab::study::plots::calibration::{write_calibration, write_real_links};
+use tp_lab::study::plots::{plot_on_link, plot_penalty, plot_runs, plot_tuning, PENALTY_FIGURES};
+use tp_lab::study::tuned_study;
+use tp_lab::study::{penalty_axis, penalty_change, penalty_provenance};
 
 #[derive(Parser, Debug)]
 #[command(

@@ -4,9 +4,9 @@ use clap::Parser;
 use std::path::PathBuf;
 use tp_harness::blocks::BlockKind;
 use tp_harness::error::exit_on_error;
-use tp_lab::plot::plot_scan;
 use tp_lab::run_dir::{write_scan_into, DirLock};
-use tp_lab::tools::scan::scan_run;
+use tp_lab::scan::plot::plot_scan;
+use tp_lab::scan::scan_run;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

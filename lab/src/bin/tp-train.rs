@@ -5,12 +5,12 @@ use clap::{CommandFactory, Parser};
 use std::path::PathBuf;
 use tp_harness::blocks::BlockKind;
 use tp_harness::error::exit_on_error;
+use tp_lab::bench::run::{run_bench, BenchRequest};
 use tp_lab::config::{
     parse_assignment, read_config_file, resolve, take_key_flags, Origin, Override,
 };
 use tp_lab::launch::job::{OnOtherData, Target};
 use tp_lab::launch::run::{resume_config, run_resolved, Backend};
-use tp_lab::tools::bench_run::{run_bench, BenchRequest};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

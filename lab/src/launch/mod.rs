@@ -10,6 +10,7 @@ pub mod closing;
 pub mod console;
 pub mod job;
 pub mod launcher_env;
+pub mod lifecycle;
 pub mod metrics;
 #[cfg(feature = "mpi")]
 pub mod mpi;

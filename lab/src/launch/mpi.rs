@@ -5,26 +5,29 @@
 //! during training is printed by the failing rank and ends the job with MPI_Abort, so
 //! no rank is left waiting in a collective.
 
-use super::closing::finish;
+use super::backend::Backend;
 use super::console::ConsoleReporter;
-use super::job::{announce, prepare_job, Job, Target};
+use super::job::{prepare_job, Job, Target};
 use super::launcher_env::{local_rank, local_ranks};
+use super::lifecycle::{run_job, Ranks, RunResult};
 use super::orchestrate::run_rank;
 use super::outcome::{RankOutcome, Reporter};
 use super::outputs::open_outputs;
-use super::report::{comm_report, rank_compute_ms, ranks_compute};
+use super::report::rank_compute_ms;
 use super::threads::configure_threads;
 use crate::config::RunConfig;
-use crate::run_dir::CommReport;
+use crate::run_dir::RunDir;
 use anyhow::{anyhow, Result};
+use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use tp_harness::comm::mpi::{MpiComm, MpiGroups, MpiWorld};
 use tp_harness::comm::Comm;
 use tp_harness::device::{gpu_count, DeviceKind};
 use tp_harness::error::{exit_code, user, AlreadyReported};
 use tp_harness::train::context::RankContext;
+use tp_harness::util::trace::Span;
 
 type Collectives = (candle_core::Device, Arc<dyn Comm>, Arc<dyn Comm>, MpiComm);
 
@@ -55,13 +58,6 @@ fn rank_collectives(kind: DeviceKind, groups: MpiGroups) -> Result<Collectives> 
     }
     #[cfg(not(feature = "cuda"))]
     unreachable!("device.open refuses cuda in a CPU build")
-}
-
-/// What this process (one rank) ran: rank 0 has the run directory.
-pub struct MpiRun {
-    pub dir: PathBuf,
-    pub report: CommReport,
-    pub outcome: RankOutcome,
 }
 
 /// All ranks learn whether every rank succeeded. On failure the error is printed once:
@@ -246,93 +242,102 @@ fn agreed_job(
     Ok(job)
 }
 
+/// This process as one rank of an MPI job. Fields drop in order: the groups' world
+/// communicator, then the world's, then MPI itself.
+struct MpiRanks {
+    /// The groups' world communicator, kept until the job is closed.
+    groups_world: RefCell<Option<MpiComm>>,
+    world: MpiComm,
+    mpi: MpiWorld,
+}
+
+impl Ranks for MpiRanks {
+    fn backend(&self) -> Backend {
+        Backend::Mpi
+    }
+
+    fn job(&self, resolve: &dyn Fn() -> Result<RunConfig>, target: &Target) -> Result<Job> {
+        agreed_job(&self.mpi, &self.world, resolve, target)
+    }
+
+    fn outputs(&self, job: &Job, target: &Target) -> Result<Option<RunDir>> {
+        let rank = self.mpi.rank();
+        let mine = match rank {
+            0 => open_outputs(job, target).map(Some),
+            _ => Ok(None),
+        };
+        agree(&self.world, rank, mine)
+    }
+
+    fn threads(&self, _cfg: &RunConfig) -> usize {
+        configure_threads(local_ranks().unwrap_or(1))
+    }
+
+    fn train(
+        &self,
+        job: &Job,
+        reporter: Option<&mut ConsoleReporter>,
+        run_dir: Option<&Path>,
+    ) -> Result<Vec<RankOutcome>> {
+        let (cfg, mpi, rank) = (&job.cfg, &self.mpi, self.mpi.rank());
+        let groups = mpi.groups(cfg.parallel.tp)?;
+        let mesh = groups.mesh;
+        let (device, tp_comm, dp_comm, world_comm) =
+            match rank_collectives(cfg.parallel.device, groups) {
+                Ok(c) => c,
+                // Forming groups is collective: a rank that cannot must end the job, not
+                // leave the others waiting in it.
+                Err(e) => fail_job(mpi, rank, &e, 1),
+            };
+        *self.groups_world.borrow_mut() = Some(world_comm);
+        tp_harness::device::set_tf32(cfg.parallel.tf32);
+        let (link, comm_dtype) = (cfg.link(), cfg.parallel.comm_dtype);
+        let ctx = RankContext::new(mesh, tp_comm, dp_comm, link, comm_dtype, device);
+        let reporter = reporter.map(|r| r as &mut dyn Reporter);
+        let trained =
+            std::panic::catch_unwind(AssertUnwindSafe(|| run_rank(job, &ctx, reporter, run_dir)))
+                .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
+        let outcome = trained.unwrap_or_else(|e| fail_job(mpi, rank, &e, exit_code(&e)));
+        Ok(vec![outcome])
+    }
+
+    /// Collective: every rank reaches it (a failed rank aborted the job).
+    fn hosts(&self, _outcomes: &[RankOutcome]) -> Vec<String> {
+        self.mpi.hosts()
+    }
+
+    fn compute(&self, outcomes: &[RankOutcome]) -> Vec<Option<(f64, f64)>> {
+        let mine = rank_compute_ms(&outcomes[0]);
+        let cpu = self.mpi.all_gather_f64(mine.map(|m| m.0));
+        let wall = self.mpi.all_gather_f64(mine.map(|m| m.1));
+        cpu.into_iter().zip(wall).map(|(c, w)| c.zip(w)).collect()
+    }
+
+    /// Collective: every rank's timeline to rank 0, which writes the one file.
+    fn timelines(&self, outcomes: &[RankOutcome]) -> Result<Vec<Vec<Span>>> {
+        let all = self
+            .mpi
+            .all_gather_bytes(&serde_json::to_vec(&outcomes[0].trace)?);
+        if self.mpi.rank() != 0 {
+            return Ok(Vec::new());
+        }
+        (all.iter())
+            .map(|bytes| Ok(serde_json::from_slice(bytes)?))
+            .collect()
+    }
+}
+
+/// Trains the job `resolve` makes as this process's rank of an `mpirun` job.
 pub fn run_mpi(
     resolve: &dyn Fn() -> Result<RunConfig>,
     target: &Target,
     progress: bool,
-) -> Result<MpiRun> {
+) -> Result<RunResult> {
     let mpi = MpiWorld::init()?;
-    let rank = mpi.rank();
-    let world = mpi.world_comm();
-
-    let job = agreed_job(&mpi, &world, resolve, target)?;
-    let dir = agree(
-        &world,
-        rank,
-        if rank == 0 {
-            open_outputs(&job, target).map(Some)
-        } else {
-            Ok(None)
-        },
-    )?;
-    let cfg = &job.cfg;
-
-    let groups = mpi.groups(cfg.parallel.tp)?;
-    let groups_mesh = groups.mesh;
-    let threads = configure_threads(local_ranks().unwrap_or(1));
-    if let Some(d) = &dir {
-        announce(&job, super::backend::Backend::Mpi, threads, &d.path);
-    }
-    let (device, tp_comm, dp_comm, world_comm) = match rank_collectives(cfg.parallel.device, groups)
-    {
-        Ok(c) => c,
-        // Forming groups is collective: a rank that cannot must end the job, not leave
-        // the others waiting in it.
-        Err(e) => fail_job(&mpi, rank, &e, 1),
+    let ranks = MpiRanks {
+        groups_world: RefCell::new(None),
+        world: mpi.world_comm(),
+        mpi,
     };
-    tp_harness::device::set_tf32(cfg.parallel.tf32);
-    let ctx = RankContext::new(
-        groups_mesh,
-        tp_comm,
-        dp_comm,
-        cfg.link(),
-        cfg.parallel.comm_dtype,
-        device,
-    );
-    let mut reporter = match &dir {
-        Some(d) => Some(ConsoleReporter::new(d, cfg, progress, job.resumed_at())?),
-        None => None,
-    };
-    let run_dir = dir.as_ref().map(|d| d.path.as_path());
-    let trained = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        run_rank(
-            &job,
-            &ctx,
-            reporter.as_mut().map(|r| r as &mut dyn Reporter),
-            run_dir,
-        )
-    }))
-    .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
-    let mut outcome = trained.unwrap_or_else(|e| fail_job(&mpi, rank, &e, exit_code(&e)));
-    // Collective: every rank reaches it (a failed rank aborted the job above).
-    outcome.hosts = mpi.hosts();
-    let mine = rank_compute_ms(&outcome);
-    let cpu = mpi.all_gather_f64(mine.map(|m| m.0));
-    let wall = mpi.all_gather_f64(mine.map(|m| m.1));
-    let per_rank: Vec<_> = cpu.into_iter().zip(wall).map(|(c, w)| c.zip(w)).collect();
-    outcome.ranks_compute = ranks_compute(&per_rank, outcome.steps.len());
-    if cfg.eval.trace {
-        // Collective: every rank's timeline to rank 0, which writes the one file.
-        let mine = serde_json::to_vec(&outcome.trace)?;
-        let all = mpi.all_gather_bytes(&mine);
-        if let Some(d) = &dir {
-            let ranks = all
-                .iter()
-                .enumerate()
-                .map(|(r, bytes)| Ok((r, outcome.hosts[r].clone(), serde_json::from_slice(bytes)?)))
-                .collect::<Result<Vec<_>>>()?;
-            super::outputs::write_trace(&job, &d.path, &ranks)?;
-        }
-    }
-    let report = match &dir {
-        Some(d) => finish(&job, d, &outcome)?,
-        None => comm_report(cfg, cfg.layout(), &outcome),
-    };
-    let path = dir.map(|d| d.path.clone()).unwrap_or_default();
-    drop(world_comm);
-    Ok(MpiRun {
-        dir: path,
-        report,
-        outcome,
-    })
+    run_job(&ranks, resolve, target, progress)
 }

@@ -1,25 +1,20 @@
 //! One training run end to end: checks, data, run directory, ranks, reports. The same
-//! steps for both backends; with MPI each process is one rank and rank 0 writes.
+//! steps for both backends (`lifecycle.rs`); with MPI each process is one rank and rank
+//! 0 writes (`mpi.rs`), with threads this process runs every rank and writes (here).
 
 pub use super::backend::Backend;
-use super::closing::finish;
 use super::console::ConsoleReporter;
-use super::job::{announce, prepare_job, OnOtherData, Target};
+use super::job::{prepare_job, Job, OnOtherData, Target};
+use super::lifecycle::{run_job, Ranks, RunResult};
 use super::outcome::RankOutcome;
 use super::outputs::open_outputs;
-use super::report::{rank_compute_ms, ranks_compute};
+use super::report::rank_compute_ms;
 use super::threads::{configure_threads, run_threads};
 use crate::config::{resolve_resume, Origin, RunConfig};
-use crate::run_dir::{read_config, CommReport};
+use crate::run_dir::{read_config, RunDir};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
-
-pub struct RunResult {
-    pub dir: PathBuf,
-    pub report: CommReport,
-    /// Outcomes of the ranks this process ran (all of them with threads, one with MPI).
-    pub outcomes: Vec<RankOutcome>,
-}
+use tp_harness::util::trace::Span;
 
 /// Trains a new run.
 pub fn run(
@@ -65,16 +60,9 @@ pub fn run_resolved(
     backend: Backend,
 ) -> Result<RunResult> {
     match backend {
-        Backend::Threads => run_in_threads(&resolve()?, &target, progress),
+        Backend::Threads => run_job(&ThreadRanks, resolve, &target, progress),
         #[cfg(feature = "mpi")]
-        Backend::Mpi => {
-            let r = super::mpi::run_mpi(resolve, &target, progress)?;
-            Ok(RunResult {
-                dir: r.dir,
-                report: r.report,
-                outcomes: vec![r.outcome],
-            })
-        }
+        Backend::Mpi => super::mpi::run_mpi(resolve, &target, progress),
         #[cfg(not(feature = "mpi"))]
         Backend::Mpi => tp_harness::user_bail!(
             "this tp-train was built without MPI: rebuild with the `mpi` feature (the default)"
@@ -82,28 +70,49 @@ pub fn run_resolved(
     }
 }
 
-fn run_in_threads(cfg: &RunConfig, target: &Target, progress: bool) -> Result<RunResult> {
-    let job = prepare_job(cfg, target)?;
-    let dir = open_outputs(&job, target)?;
-    let threads = configure_threads(cfg.parallel.tp * cfg.parallel.dp);
-    announce(&job, Backend::Threads, threads, &dir.path);
-    let mut reporter = ConsoleReporter::new(&dir, cfg, progress, job.resumed_at())?;
-    let mut outcomes = run_threads(&job, Some(&mut reporter), Some(&dir.path))?;
-    // Threads: every rank is this process, on this host.
-    outcomes[0].hosts = vec![tp_harness::util::host::label(); outcomes.len()];
-    let per_rank: Vec<_> = outcomes.iter().map(rank_compute_ms).collect();
-    outcomes[0].ranks_compute = ranks_compute(&per_rank, outcomes[0].steps.len());
-    let report = finish(&job, &dir, &outcomes[0])?;
-    if cfg.eval.trace {
-        let ranks: Vec<_> = outcomes
-            .iter()
-            .map(|o| (o.rank, outcomes[0].hosts[o.rank].clone(), o.trace.clone()))
-            .collect();
-        super::outputs::write_trace(&job, &dir.path, &ranks)?;
+/// Ranks as threads of this process, which writes the run directory.
+struct ThreadRanks;
+
+impl Ranks for ThreadRanks {
+    fn backend(&self) -> Backend {
+        Backend::Threads
     }
-    Ok(RunResult {
-        dir: dir.path.clone(),
-        report,
-        outcomes,
-    })
+
+    fn job(&self, resolve: &dyn Fn() -> Result<RunConfig>, target: &Target) -> Result<Job> {
+        prepare_job(&resolve()?, target)
+    }
+
+    fn outputs(&self, job: &Job, target: &Target) -> Result<Option<RunDir>> {
+        open_outputs(job, target).map(Some)
+    }
+
+    fn threads(&self, cfg: &RunConfig) -> usize {
+        configure_threads(cfg.parallel.tp * cfg.parallel.dp)
+    }
+
+    fn train(
+        &self,
+        job: &Job,
+        reporter: Option<&mut ConsoleReporter>,
+        run_dir: Option<&Path>,
+    ) -> Result<Vec<RankOutcome>> {
+        run_threads(job, reporter.map(|r| r as _), run_dir)
+    }
+
+    /// Every rank is this process, on this host.
+    fn hosts(&self, outcomes: &[RankOutcome]) -> Vec<String> {
+        vec![tp_harness::util::host::label(); outcomes.len()]
+    }
+
+    fn compute(&self, outcomes: &[RankOutcome]) -> Vec<Option<(f64, f64)>> {
+        outcomes.iter().map(rank_compute_ms).collect()
+    }
+
+    fn timelines(&self, outcomes: &[RankOutcome]) -> Result<Vec<Vec<Span>>> {
+        let mut by_rank = vec![Vec::new(); outcomes.len()];
+        for o in outcomes {
+            by_rank[o.rank] = o.trace.clone();
+        }
+        Ok(by_rank)
+    }
 }

@@ -1,13 +1,11 @@
-//! Figures, PNG and SVG, drawn from the numbers `analysis` computes: loss curves and the
-//! trade-off of final loss against communication (`curves`, `tp-plot` and sweeps), the
-//! same against modelled time on a link, the sensitivity scan (`scan`), the link
-//! calibration (`calibration`), a study's loss penalties (`penalty`) and a tuned study's
-//! loss against the tuned value (`tuning`). Replicates come merged ([`crate::analysis::runs`]): one
-//! mean curve with a band of one standard deviation, one point with the 95% interval of
-//! the mean as an error bar.
+//! How every figure is drawn, PNG and SVG: the font, the style (colours, legends,
+//! ranges), a figure installed whole or not at all (`both_formats!`), and a run's
+//! timeline (`timeline`). The figures themselves sit with their products: a study's
+//! curves, penalties, tuning and calibration in `study/plots/`, the planner's in
+//! `planner/plot.rs`, the scan's in `scan/plot.rs`.
 
-mod font;
-mod style;
+pub(crate) mod font;
+pub(crate) mod style;
 
 pub use style::label_runs;
 
@@ -31,6 +29,7 @@ macro_rules! both_formats {
         vec![png, svg]
     }};
 }
+pub(crate) use both_formats;
 
 /// Where a figure is drawn before it replaces `path`: a hidden file beside it with the
 /// same extension (the PNG writer picks its format by it).
@@ -89,18 +88,7 @@ pub(crate) fn install(
     Ok(())
 }
 
-// After the macro: the figures draw with it.
-pub mod calibration;
-mod curves;
-mod penalty;
-mod plan;
-mod scan;
+// After the macro: the timeline draws with it.
 pub mod timeline;
-mod tuning;
 
-pub use curves::{plot_on_link, plot_runs};
-pub use penalty::{plot_penalty, PENALTY_FIGURES};
-pub use plan::plot_plan;
-pub use scan::plot_scan;
 pub use timeline::plot_timeline;
-pub use tuning::plot_tuning;

@@ -16,8 +16,9 @@ pub use runner::{run_sweep, PointResult, Status};
 pub use spec::{Launcher, MoreSeeds, Point, Sweep};
 
 use crate::analysis::{merge_replicates, RunCurves};
-use crate::plot::{label_runs, plot_runs};
+use crate::plot::label_runs;
 use crate::run_dir::DirLock;
+use crate::study::plots::plot_runs;
 use anyhow::{Context, Result};
 use std::path::Path;
 use tp_harness::util::write_atomic;
@@ -80,7 +81,7 @@ pub fn sweep_and_report(
         if t.from.is_none() {
             md += &format!(
                 "\n## Tuning\n\n{}",
-                crate::analysis::tuned_study::markdown(&tuned::choices(&results, t)?)
+                crate::study::tuned_study::markdown(&tuned::choices(&results, t)?)
             );
         }
     }

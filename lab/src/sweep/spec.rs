@@ -24,9 +24,9 @@
 
 use super::tune_spec::{at_values_from, tune_of, SweepParts, TuneFile};
 use super::yaml::{key_of, safe, scalar_text, value_of};
-use crate::analysis::tuning::TunedValues;
 use crate::config::Variant;
 use crate::config::{resolve, Origin, Override, RunConfig};
+use crate::study::tuning::TunedValues;
 use anyhow::Result;
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};

@@ -3,10 +3,10 @@
 //! checked against the rest of the file here; run by `tuned.rs`.
 
 use super::yaml::{key_of, value_of};
-use crate::analysis::tuning::{TuneDecl, TunedValues, DEFAULT_STALL_MARGIN};
-use crate::analysis::tuning_record::TuningRecord;
 use crate::config::RunConfig;
 use crate::config::Variant;
+use crate::study::tuning::{TuneDecl, TunedValues, DEFAULT_STALL_MARGIN};
+use crate::study::tuning_record::TuningRecord;
 use anyhow::Result;
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
@@ -35,14 +35,14 @@ pub(super) struct TuneFile {
     /// layout's best.
     #[serde(default)]
     refine: bool,
-    /// The stall margin ([`crate::analysis::tuning::TuneDecl::stall_margin`]).
+    /// The stall margin ([`crate::study::tuning::TuneDecl::stall_margin`]).
     stall_margin: Option<f64>,
     from: Option<std::path::PathBuf>,
 }
 
 /// A tuned sweep: each layout (each point of the grid) over the values of `grid` on the
 /// selection seeds, then the report seeds (the sweep's `seeds`) at the values with the
-/// lowest mean final val loss ([`crate::analysis::tuning`]); or, with `from`, each layout
+/// lowest mean final val loss ([`crate::study::tuning`]); or, with `from`, each layout
 /// at the values another tuned sweep chose for its family.
 #[derive(Debug, Clone)]
 pub struct Tune {
@@ -52,7 +52,7 @@ pub struct Tune {
     /// How many values may be added past each edge a layout's best lies at.
     pub extend: usize,
     /// One refinement round at the geometric midpoints around each layout's best, once
-    /// the extension settles ([`crate::analysis::tuning::Choice::midpoints`]).
+    /// the extension settles ([`crate::study::tuning::Choice::midpoints`]).
     pub refine: bool,
     /// The seeds the layouts are compared on.
     pub report_seeds: Vec<u64>,

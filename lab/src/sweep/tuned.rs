@@ -2,16 +2,16 @@
 //! (every layout over the tuned values, on the selection seeds), values added past an
 //! edge where a layout's best lies at one (up to `extend` a side), with `refine` one
 //! round at the midpoints around each best, then each layout's report runs at its chosen
-//! values. The choice is [`crate::analysis::tuning::choose`]'s,
+//! values. The choice is [`crate::study::tuning::choose`]'s,
 //! the same the tables make. A rerun resumes: finished runs are skipped, a choice made
 //! again from the same runs is the same, and an edited grid only adds runs.
 
 use super::interrupts::Interrupts;
 use super::runner::{run_sweep, PointResult, Status};
 use super::spec::{Point, Sweep, Tune};
-use crate::analysis::tuning::{choose, Choice, Outcome, TuneRun};
-use crate::analysis::tuning_record::{ChoiceRecord, TuningRecord};
 use crate::config::Variant;
+use crate::study::tuning::{choose, Choice, Outcome, TuneRun};
+use crate::study::tuning_record::{ChoiceRecord, TuningRecord};
 use anyhow::Result;
 use std::path::Path;
 
@@ -42,7 +42,7 @@ fn point_of<'a>(results: &'a [PointResult], choice: &Choice, tune: &Tune) -> Opt
     results.iter().map(|r| &r.point).find(|p| {
         tune.decl.selection_seeds.contains(&p.cfg.optim.seed)
             && p.cfg.variant() == choice.variant
-            && crate::analysis::setting::Setting::tuned(&p.cfg, &tune.decl.keys)
+            && crate::study::setting::Setting::tuned(&p.cfg, &tune.decl.keys)
                 .is_ok_and(|s| s == choice.setting)
     })
 }
@@ -191,7 +191,7 @@ pub fn compared<'a>(results: &'a [PointResult], sweep: &Sweep) -> Vec<&'a PointR
 /// Writes `record` as the sweep's `tuning.json`, read back by [`TuningRecord::read`].
 pub fn write_record(record: &TuningRecord, sweep_dir: &Path) -> Result<()> {
     tp_harness::util::write_atomic(
-        &sweep_dir.join(crate::analysis::tuning_record::TUNING_FILE),
+        &sweep_dir.join(crate::study::tuning_record::TUNING_FILE),
         crate::run_dir::versioned::to_json(record)?.as_bytes(),
     )
 }
@@ -223,7 +223,7 @@ pub fn record(results: &[PointResult], tune: &Tune) -> Result<TuningRecord> {
                 {
                     mine.push(ChoiceRecord {
                         pattern: v.to_string(),
-                        setting: crate::analysis::setting::Setting::tuned(
+                        setting: crate::study::setting::Setting::tuned(
                             &r.point.cfg,
                             &tune.decl.keys,
                         )?

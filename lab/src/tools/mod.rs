@@ -3,10 +3,6 @@
 //! scan (`tp-scan`), importing Hugging Face models (`tp-import`), the benchmark
 //! (`tp-train --bench`) and the cluster planner (`tp-plan`).
 
-pub mod bench;
-pub mod bench_run;
 pub mod eval;
 pub mod import;
-pub mod plan;
 pub mod sample;
-pub mod scan;

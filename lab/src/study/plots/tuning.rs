@@ -5,9 +5,10 @@
 //! whether each layout's best lies inside what was tried, and how flat it is there. The
 //! x axis is marked at the values tried, as the config spelt them.
 
-use super::font;
-use super::style::{color, draw_legend, range, Marked, PlotResult};
-use crate::analysis::tuning::Choice;
+use crate::plot::both_formats;
+use crate::plot::font;
+use crate::plot::style::{color, draw_legend, range, Marked, PlotResult};
+use crate::study::tuning::Choice;
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -175,9 +176,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::tuning::choose;
-    use crate::analysis::tuning::tests::{decl, run};
-    use crate::analysis::tuning::Outcome::Loss;
+    use crate::study::tuning::choose;
+    use crate::study::tuning::tests::{decl, run};
+    use crate::study::tuning::Outcome::Loss;
 
     /// Two layouts that tried overlapping grids, in no order: the axis is marked once at
     /// each value tried, in order, with the value's text.

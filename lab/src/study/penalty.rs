@@ -7,11 +7,11 @@
 //! Holm's method over the layouts compared with that baseline in that setting (one
 //! family of comparisons), and, against a declared margin, whether the layout is
 //! non-inferior (its one-sided bound, Bonferroni-corrected over the family, below the
-//! margin). A tuned setting ([`crate::analysis::tuning`]) compares each layout at its own
+//! margin). A tuned setting ([`crate::study::tuning`]) compares each layout at its own
 //! best values.
 
 pub use super::setting::Setting;
-use super::stats::{holm, paired_differences, Replicates, Signs};
+use crate::analysis::stats::{holm, paired_differences, Replicates, Signs};
 use crate::config::Variant;
 use crate::run_dir::{read_config, read_summary};
 use anyhow::Result;
@@ -102,7 +102,7 @@ pub struct PenaltyRow {
     /// bound, Bonferroni-corrected over the same family (at 1 - 0.05/m).
     pub upper_bound: Option<f64>,
     /// In a tuned setting: the value chosen for this layout and what was tried
-    /// ([`crate::analysis::tuned_study::row_note`]).
+    /// ([`crate::study::tuned_study::row_note`]).
     pub tuned: Option<String>,
 }
 
@@ -239,7 +239,7 @@ pub(crate) fn distinct<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::penalty_table::{csv, markdown};
+    use crate::study::penalty_table::{csv, markdown};
 
     fn run(setting: &Setting, variant: &str, seed: u64, loss: f64, syncs: usize) -> PenaltyRun {
         PenaltyRun {
@@ -255,7 +255,7 @@ mod tests {
         }
     }
 
-    use crate::analysis::setting::tests::setting;
+    use crate::study::setting::tests::setting;
 
     /// Two settings; in each, pppp against tttt by seed (seed 9 has no tttt partner and
     /// is not paired), and tttt+int8 paired with the f32 tttt, not taken as the baseline.
@@ -335,7 +335,7 @@ mod tests {
         );
         // Settings that share a label are told apart by the config lines that differ.
         let lr = |v: &str| Setting {
-            rest: crate::analysis::setting::tests::keyed(&format!("n_head:4 learning_rate:{v}")),
+            rest: crate::study::setting::tests::keyed(&format!("n_head:4 learning_rate:{v}")),
             ..setting(8)
         };
         let (c, d) = (lr("0.001"), lr("0.002"));

@@ -3,11 +3,11 @@
 //! states, a rate given, a run's measured compute, or this CPU's matmuls timed now), the
 //! study's evidence, and the plan for every link.
 
-use crate::analysis::plan::catalog::GPUS;
-use crate::analysis::plan::evidence::{evidence, study_rows};
-use crate::analysis::plan::memory::memory;
-use crate::analysis::plan::request::{FlopConvention, Head, Request, Shape, StepFlops};
-use crate::analysis::plan::{curve, row, Curve, Plan, Rate};
+use crate::planner::catalog::GPUS;
+use crate::planner::evidence::{evidence, study_rows};
+use crate::planner::memory::memory;
+use crate::planner::request::{FlopConvention, Head, Request, Shape, StepFlops};
+use crate::planner::{curve, row, Curve, Plan, Rate};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use tp_harness::blocks::BlockLayout;
@@ -331,7 +331,7 @@ pub fn plan(q: &Question) -> Result<Plan> {
         links,
         head: q.head(),
         mfu_references: if GPUS.iter().any(|g| g.name == q.device) {
-            crate::analysis::plan::catalog::MFU_REFERENCES.to_vec()
+            crate::planner::catalog::MFU_REFERENCES.to_vec()
         } else {
             Vec::new()
         },

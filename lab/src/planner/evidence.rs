@@ -6,9 +6,9 @@
 //! range is said to be, and no number is extrapolated to it.
 
 use super::request::Request;
-use crate::analysis::penalty::{penalty_rows, PenaltyRow};
-use crate::analysis::setting::{ChosenBy, Setting};
 use crate::config::Variant;
+use crate::study::penalty::{penalty_rows, PenaltyRow};
+use crate::study::setting::{ChosenBy, Setting};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -37,9 +37,9 @@ pub struct Evidence {
 
 /// The penalty rows of the study's runs in `dirs`.
 pub fn study_rows(dirs: &[PathBuf]) -> Result<Vec<PenaltyRow>> {
-    let study = crate::analysis::tuned_study::load_study(dirs)?;
+    let study = crate::study::tuned_study::load_study(dirs)?;
     let mut rows = penalty_rows(&study.compared, None);
-    crate::analysis::tuned_study::annotate(&mut rows, &study.choices);
+    crate::study::tuned_study::annotate(&mut rows, &study.choices);
     Ok(rows)
 }
 
@@ -150,8 +150,8 @@ pub fn evidence(rows: &[PenaltyRow], r: &Request) -> Option<Evidence> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::penalty::PenaltyRun;
-    use crate::analysis::setting::tests::{keyed, setting};
+    use crate::study::penalty::PenaltyRun;
+    use crate::study::setting::tests::{keyed, setting};
     use tp_harness::blocks::BlockLayout;
 
     /// Runs of `variant` and `tttt` at 4 layers on `seeds`, `variant` `gap` worse, the

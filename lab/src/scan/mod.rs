@@ -12,6 +12,8 @@
 //! overlaps them, so the budget is the all-reduces a rank waits for
 //! ([`BlockLayout::exposed_allreduces`]), which for s and p equals the forward count.
 
+pub mod plot;
+
 use crate::data::Split;
 use crate::launch::job::load_dataset;
 use crate::launch::threads::{configure_threads, on_tp_threads};

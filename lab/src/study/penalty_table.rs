@@ -2,7 +2,7 @@
 //! one row per setting and layout of [`super::penalty::penalty_rows`].
 
 use super::penalty::{PenaltyRow, ALPHA};
-use super::table::Table;
+use crate::analysis::table::Table;
 
 /// Which optional columns a table has.
 #[derive(Clone, Copy)]

@@ -1,6 +1,8 @@
 //! `tp-train --bench`: steady-state step time of a configuration, split into forward,
 //! backward, gradient sync, optimiser and communication.
 
+pub mod run;
+
 use crate::config::RunConfig;
 use crate::launch::job::{checked_dataset, use_matmul_route, Job, RankOptions};
 use crate::launch::outcome::RankOutcome;
@@ -186,7 +188,7 @@ pub fn gpu_figures(cfg: &RunConfig, params: usize, ms: f64, name: String) -> Gpu
     let (l, t, c) = (a.n_layer as f64, a.block_size as f64, a.n_embd as f64);
     let per_token = 6.0 * (params as f64 - t * c) + 12.0 * l * t * c;
     let model_tflops = cfg.tokens_per_step() as f64 * per_token / (ms / 1e3) / 1e12;
-    let peak_tflops = crate::analysis::plan::catalog::gpu_named(&name).and_then(|g| {
+    let peak_tflops = crate::planner::catalog::gpu_named(&name).and_then(|g| {
         match (cfg.parallel.dtype, cfg.parallel.tf32) {
             (ComputeDtype::Bf16, _) => Some(g.bf16_tflops),
             (ComputeDtype::F32, true) => g.tf32_tflops,

@@ -3,9 +3,10 @@
 //! dashed: where a reduced-synchronisation layout's line leaves t-only's is where it
 //! starts to pay; where they meet, the link is fast enough that it does not.
 
-use super::font;
-use super::style::{color, draw_legend, range, PlotResult};
-use crate::analysis::plan::Plan;
+use crate::planner::Plan;
+use crate::plot::both_formats;
+use crate::plot::font;
+use crate::plot::style::{color, draw_legend, range, PlotResult};
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -35,7 +36,7 @@ fn power_of_ten(v: f64) -> String {
 
 /// The curves at the first link's latency: the ones the figure draws (plan.json has
 /// every link's).
-fn first_link(plan: &Plan) -> impl Iterator<Item = &crate::analysis::plan::Curve> {
+fn first_link(plan: &Plan) -> impl Iterator<Item = &crate::planner::Curve> {
     let name = plan
         .links
         .first()

@@ -5,10 +5,10 @@
 
 use super::penalty::{PenaltyRow, PenaltyRun};
 use super::setting::ChosenBy;
-use super::table::Table;
 use super::tuning::{choose, Choice, TuneRun, TunedValues};
 use super::tuning_between as between;
 use super::tuning_record::TuningRecord;
+use crate::analysis::table::Table;
 use crate::config::Variant;
 use crate::run_dir::read_config;
 use anyhow::Result;
@@ -307,8 +307,8 @@ pub fn markdown(choices: &[Choice]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::tuning::tests::{decl, run};
-    use crate::analysis::tuning::Outcome;
+    use crate::study::tuning::tests::{decl, run};
+    use crate::study::tuning::Outcome;
 
     /// The row note says the value, what was tried and an edge.
     #[test]

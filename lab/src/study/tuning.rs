@@ -17,7 +17,7 @@
 //! from the runs themselves with [`choose`], the one place a value is chosen.
 
 use super::setting::Setting;
-use super::stats::Replicates;
+use crate::analysis::stats::Replicates;
 use crate::config::RunConfig;
 use crate::config::Variant;
 use crate::run_dir::{read_config, read_diverged, read_summary};
@@ -360,7 +360,7 @@ fn edges(c: &Choice, keys: &[String]) -> Vec<(String, Edge)> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::analysis::setting::tests::setting;
+    use crate::study::setting::tests::setting;
 
     /// A learning rate as the tuned value.
     pub(crate) fn lr(v: &str) -> TunedValues {

@@ -1,7 +1,8 @@
 //! The sensitivity scan's figure (`tp-scan`).
 
-use super::font;
-use super::style::{color, draw_legend, range, PlotResult};
+use crate::plot::both_formats;
+use crate::plot::font;
+use crate::plot::style::{color, draw_legend, range, PlotResult};
 use crate::run_dir::records::Tier;
 use anyhow::{Context, Result};
 use plotters::coord::Shift;

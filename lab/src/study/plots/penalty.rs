@@ -4,9 +4,10 @@
 //! the length, the width, the width per rank and the synchronisations per pass. Zero is drawn: an
 //! interval that crosses it is no evidence of a penalty.
 
-use super::font;
-use super::style::{color, draw_legend, range, Marked, PlotResult};
-use crate::analysis::penalty::PenaltyRow;
+use crate::plot::both_formats;
+use crate::plot::font;
+use crate::plot::style::{color, draw_legend, range, Marked, PlotResult};
+use crate::study::penalty::PenaltyRow;
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// What a series name adds after the model, degree and length: the corpus where it is
 /// not Shakespeare's characters, and the tuned keys.
-fn tail(s: &crate::analysis::setting::Setting) -> String {
+fn tail(s: &crate::study::setting::Setting) -> String {
     let data = match s.dataset.as_str() {
         "shakespeare_char" => String::new(),
         d => format!(", {d}"),

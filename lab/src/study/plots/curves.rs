@@ -2,10 +2,11 @@
 //! and the trade-off of final val loss against forward all-reduces per step (or modelled
 //! ms per step on a link).
 
-use super::font;
-use super::style::{color, draw_legend, range, PlotResult};
-use crate::analysis::on_link::{default_target, on_link_markdown};
 use crate::analysis::{Link, RunCurves};
+use crate::plot::both_formats;
+use crate::plot::font;
+use crate::plot::style::{color, draw_legend, range, PlotResult};
+use crate::study::on_link::{default_target, on_link_markdown};
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -5,10 +5,10 @@
 //! machine ([`crate::analysis::runs::ComputeCpu`]), which the table names.
 
 use super::calibration::step_reaching;
-use super::runs::RunCurves;
-use super::stats::{by_seed, Replicates};
-use super::table::Table;
-use super::timing::Link;
+use crate::analysis::runs::RunCurves;
+use crate::analysis::stats::{by_seed, Replicates};
+use crate::analysis::table::Table;
+use crate::analysis::timing::Link;
 use crate::config::Variant;
 use std::fmt::Write;
 

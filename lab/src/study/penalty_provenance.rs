@@ -6,7 +6,7 @@
 //! difference carries that too).
 
 use super::penalty::{distinct, PenaltyRow};
-use super::table::Table;
+use crate::analysis::table::Table;
 
 /// Per setting: its runs, their hours of training and the machines they ran on.
 pub fn markdown(rows: &[PenaltyRow]) -> String {
@@ -91,8 +91,8 @@ fn simd_level(machine: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::penalty::{penalty_rows, PenaltyRun, Setting};
     use crate::config::RunConfig;
+    use crate::study::penalty::{penalty_rows, PenaltyRun, Setting};
 
     /// Three runs of a minute each, two recording their machine (the same) and one not.
     #[test]

@@ -9,8 +9,8 @@
 use super::penalty::ALPHA;
 use super::penalty::{PenaltyRow, PenaltyRun, Setting};
 use super::setting::Axis;
-use super::stats::{by_seed, holm, Replicates, Signs};
-use super::table::Table;
+use crate::analysis::stats::{by_seed, holm, Replicates, Signs};
+use crate::analysis::table::Table;
 use crate::config::Variant;
 
 /// One pattern's penalty in two settings that differ along one axis.
@@ -362,8 +362,8 @@ pub fn csv(changes: &[PenaltyChange]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::penalty::penalty_rows;
-    use crate::analysis::setting::tests::{keyed, setting};
+    use crate::study::penalty::penalty_rows;
+    use crate::study::setting::tests::{keyed, setting};
 
     /// tttt and sppp at lr 0.001 (sppp 0.02 better, seeds 1 to 3) and each at its own
     /// best (sppp 0.01 better, seeds 1 and 2, given first): one change, from the untuned

@@ -1,10 +1,11 @@
 //! Figures of the link calibration (`tp-plot --link-calibration DIR`, the numbers from
-//! [`crate::analysis::calibration`]): the measured step times against both models on
+//! [`crate::study::calibration`]): the measured step times against both models on
 //! each shaped link, and the time each pattern's training takes on each measured link.
 
-use super::font;
-use super::style::{color, draw_legend, PlotResult};
-use crate::analysis::calibration::{real_links_markdown, Calibration, Cell, OnRealLinks};
+use crate::plot::both_formats;
+use crate::plot::font;
+use crate::plot::style::{color, draw_legend, PlotResult};
+use crate::study::calibration::{real_links_markdown, Calibration, Cell, OnRealLinks};
 use anyhow::{bail, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;

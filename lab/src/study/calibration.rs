@@ -5,16 +5,16 @@
 //!
 //! `predicted = compute + sum over the step's collectives of the link's time`,
 //!
-//! with `compute` the in-process run's compute time ([`super::timing`]), and the
+//! with `compute` the in-process run's compute time ([`crate::analysis::timing`]), and the
 //! collectives (calls, bytes, group) from the real run's own tally. Two models: the ring
 //! model at the shaped rate with a nominal per-message latency, and the same form with
 //! its two constants fitted to the measurements (an effective share of the rate and a
 //! per-message cost, least squares over every cell), which is what the shaped TCP link
 //! actually delivers. Also the time a pattern's training takes on each measured link.
 
-use super::runs::RunCurves;
-use super::table::Table;
-use super::timing::StepTiming;
+use crate::analysis::runs::RunCurves;
+use crate::analysis::table::Table;
+use crate::analysis::timing::StepTiming;
 use crate::config::Variant;
 use crate::run_dir::read_summary;
 use anyhow::{bail, Context, Result};

@@ -129,8 +129,8 @@ fn three_digits(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::tuning::tests::{decl, run};
-    use crate::analysis::tuning::{choose, Outcome};
+    use crate::study::tuning::tests::{decl, run};
+    use crate::study::tuning::{choose, Outcome};
 
     /// Two selection seeds a value whose means lie on 1.8 + 0.05 ln(lr / 0.003)^2: the
     /// grid chooses 0.004, and the parabola through 0.002, 0.004 and 0.008 finds the

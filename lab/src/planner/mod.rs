@@ -10,6 +10,8 @@ pub mod buckets;
 pub mod catalog;
 pub mod evidence;
 pub mod memory;
+pub mod plot;
+pub mod question;
 pub mod request;
 pub mod schedule;
 

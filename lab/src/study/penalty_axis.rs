@@ -10,7 +10,7 @@
 use super::penalty::PenaltyRow;
 use super::penalty_change::PenaltyChange;
 use super::setting::{Axis, Setting};
-use super::table::Table;
+use crate::analysis::table::Table;
 
 /// A setting's value along `axis`, as the axis's table names it.
 pub fn value_on(axis: Axis, s: &Setting) -> String {
@@ -148,10 +148,10 @@ pub fn markdown(changes: &[PenaltyChange], rows: &[PenaltyRow]) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::penalty::{penalty_rows, PenaltyRun};
-    use crate::analysis::penalty_change::penalty_changes;
-    use crate::analysis::setting::tests::{keyed, setting};
     use crate::config::Variant;
+    use crate::study::penalty::{penalty_rows, PenaltyRun};
+    use crate::study::penalty_change::penalty_changes;
+    use crate::study::setting::tests::{keyed, setting};
 
     /// Width 128 and 256 at tp 2 (sppp 0.019 better than tttt at 128, 0.012 worse at
     /// 256, six seeds, the odd ones further off): one change on the width axis, +0.031,

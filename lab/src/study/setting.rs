@@ -2,7 +2,7 @@
 //! layout, the compression and the seed ([`Setting`]), and the one axis along which two
 //! settings differ, if they differ along one alone.
 
-use super::runs::ReplicateKey;
+use crate::analysis::runs::ReplicateKey;
 use crate::config::RunConfig;
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -79,7 +79,7 @@ pub struct Setting {
     /// What it trained on (`shakespeare_char`, `names`, `text`).
     pub dataset: String,
     /// The config keys each layout of the setting ran at its own best value of
-    /// ([`crate::analysis::tuning`]); empty where every layout ran at the same values.
+    /// ([`crate::study::tuning`]); empty where every layout ran at the same values.
     pub tuned: Vec<String>,
     /// The rest of the config, key by key (the layout, the compression, the seed and the
     /// tuned keys blank).

@@ -143,8 +143,8 @@ impl Choice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::tuning::tests::{decl, lr, run};
-    use crate::analysis::tuning::{choose, Outcome, TuneRun};
+    use crate::study::tuning::tests::{decl, lr, run};
+    use crate::study::tuning::{choose, Outcome, TuneRun};
 
     /// One refinement: around the lattice best 0.004 of 0.001-0.008 the geometric
     /// midpoints 0.002828 and 0.005657; once they are tried (one of them the new best)

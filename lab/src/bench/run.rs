@@ -3,7 +3,7 @@
 //! without `--tp`, tp 1 and tp 2 each in a fresh process of its own, so that one
 //! measurement's thread pools and heap do not colour the other's.
 
-use super::bench::{bench, bench_config, summarize};
+use super::{bench, bench_config, summarize};
 use crate::config::RunConfig;
 use crate::launch::job::Target;
 use crate::launch::run::{run_resolved, Backend};

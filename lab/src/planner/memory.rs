@@ -71,7 +71,7 @@ pub fn memory(r: &Request, bf16: bool, device: Option<(f64, &str)>) -> Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::plan::request::{Head, Shape};
+    use crate::planner::request::{Head, Shape};
     use tp_harness::blocks::BlockLayout;
 
     /// GPT-2 124M (vocab padded to 50304, as nanoGPT's) at tp 1, batch 8 x 1024, bf16, by

@@ -3,7 +3,7 @@
 //!
 //! Every op has a portable path built from candle's differentiable ops, which runs on any
 //! device candle supports. On the CPU, `kernels: fused` (the default) swaps in the fused
-//! kernels with hand-written backward (`ops::fused`), each tested against the portable
+//! kernels with hand-written backward (`ops::cpu::fused`), each tested against the portable
 //! path. A device without kernels of its own always gets the portable path.
 //!
 //! `device: cuda` (the CUDA build, `scripts/build-cuda.sh`) runs the portable path on

@@ -1,5 +1,5 @@
 //! The scalars of one AdamW step, as the fused passes take them: the CPU's
-//! (`train/optimizer.rs`) and the GPU's kernel (`ops::cuda_adamw`).
+//! (`train/optimizer.rs`) and the GPU's kernel (`ops::cuda::adamw`).
 
 /// One step's constants: betas, learning rate, epsilon, the bias corrections, the weight
 /// decay's shrink and the clipping factor.

@@ -11,38 +11,15 @@
 
 pub mod adamw;
 pub mod copy;
+pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-#[cfg(feature = "cuda")]
-pub mod cuda_adamw;
-#[cfg(feature = "cuda")]
-pub mod cuda_bias;
-#[cfg(feature = "cuda")]
-pub mod cuda_cross_entropy;
-#[cfg(feature = "cuda")]
-pub mod cuda_embedding;
-#[cfg(feature = "cuda")]
-pub mod cuda_gelu;
-#[cfg(feature = "cuda")]
-pub mod cuda_layer_norm;
-#[cfg(feature = "cuda")]
-pub mod cuda_softmax;
-pub mod fastmath;
-#[cfg(target_arch = "x86_64")]
-pub mod fastmath_avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod fastmath_avx512;
-pub mod fused;
-pub mod gemm;
 pub mod hand_backward;
-pub mod peak;
 pub mod profile;
-pub mod simd;
-#[cfg(target_arch = "x86_64")]
-pub mod small_gemm_avx2;
 
 pub use crate::device::Kernels;
 use candle_core::{DType, Result, Tensor, D};
+use cpu::fused;
 
 /// Whether `x` runs the fused CPU kernels under `k`.
 fn fused_for(k: Kernels, x: &Tensor) -> bool {
@@ -89,7 +66,7 @@ pub fn layer_norm(
     #[cfg(feature = "cuda")]
     if x.device().is_cuda() && k.for_tensor(x) == Kernels::Fused && w.dtype() == DType::F32 {
         // Normalised (and the bias added) in f32 inside the kernel, returned in x's dtype.
-        return cuda_layer_norm::layer_norm(x, w, b, eps);
+        return cuda::layer_norm::layer_norm(x, w, b, eps);
     }
     if x.dtype() != w.dtype() {
         // Low-precision activations are normalised in the weights' f32.
@@ -150,7 +127,7 @@ impl Norm {
 pub fn activation(k: Kernels, x: &Tensor, act: Activation) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if x.device().is_cuda() && k.for_tensor(x) == Kernels::Fused && act != Activation::Relu {
-        return cuda_gelu::gelu(x, act == Activation::GeluTanh);
+        return cuda::gelu::gelu(x, act == Activation::GeluTanh);
     }
     if !fused_for(k, x) {
         return activation_composed(x, act);
@@ -202,12 +179,12 @@ pub fn linear_t(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Resul
 }
 
 /// `x (.., C) + b (C,)`: on a GPU with fused kernels, one kernel each way with the f32
-/// bias added in f32 (`cuda_bias`); else candle's broadcast add of the bias in x's dtype.
+/// bias added in f32 (`cuda::bias`); else candle's broadcast add of the bias in x's dtype.
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 pub fn bias_add(k: Kernels, x: &Tensor, b: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if x.device().is_cuda() && k.for_tensor(x) == Kernels::Fused && b.dtype() == DType::F32 {
-        return cuda_bias::bias_add(x, b);
+        return cuda::bias::bias_add(x, b);
     }
     x.broadcast_add(&as_dtype_of(b, x)?)
 }
@@ -236,7 +213,7 @@ pub fn causal_attention(k: Kernels, qkv: &Tensor, heads: usize, head_dim: usize)
         // Scores that fit: cuBLAS's tensor-core matmuls around one softmax kernel each
         // way. Longer sequences: the kernel that never holds the scores.
         let (b, t, _) = qkv.dims3()?;
-        if b * heads * t * t <= cuda_softmax::MAX_SCORES {
+        if b * heads * t * t <= cuda::softmax::MAX_SCORES {
             return causal_attention_materialised(qkv, heads, head_dim);
         }
         if head_dim <= cuda::ATTENTION_MAX_HEAD_DIM {
@@ -263,7 +240,7 @@ pub fn causal_attention_composed(qkv: &Tensor, heads: usize, head_dim: usize) ->
 fn causal_attention_materialised(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
     let [q, k, v] = split_heads(qkv, heads, head_dim)?;
     let scores = q.matmul(&k.t()?)?;
-    let p = cuda_softmax::causal_softmax(&scores, 1.0 / (head_dim as f64).sqrt())?;
+    let p = cuda::softmax::causal_softmax(&scores, 1.0 / (head_dim as f64).sqrt())?;
     merge_heads(&p.matmul(&v)?)
 }
 
@@ -313,7 +290,7 @@ pub fn embedding(k: Kernels, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if table.device().is_cuda() && k.for_tensor(table) == Kernels::Fused {
         // candle's backward (index_add) walks all ids in one thread a column.
-        return cuda_embedding::embedding(table, ids);
+        return cuda::embedding::embedding(table, ids);
     }
     let _ = k;
     table.index_select(ids, 0)
@@ -324,7 +301,7 @@ pub fn cross_entropy(k: Kernels, logits: &Tensor, targets: &Tensor) -> Result<Te
     #[cfg(feature = "cuda")]
     if logits.device().is_cuda() && k.for_tensor(logits) == Kernels::Fused {
         // bf16 logits read as they are (the kernel's arithmetic is f32): no f32 copy.
-        return cuda_cross_entropy::cross_entropy(logits, targets);
+        return cuda::cross_entropy::cross_entropy(logits, targets);
     }
     if logits.dtype() != DType::F32 {
         return cross_entropy(k, &logits.to_dtype(DType::F32)?, targets);

@@ -19,7 +19,7 @@ pub struct ComputeClock {
 impl ComputeClock {
     /// Starts the clock where it measures the rank's compute; `None` elsewhere.
     pub fn start(device: &candle_core::Device) -> Option<Self> {
-        if !device.is_cpu() || crate::ops::gemm::threads() > 1 {
+        if !device.is_cpu() || crate::ops::cpu::gemm::threads() > 1 {
             return None;
         }
         Some(Self {

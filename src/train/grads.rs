@@ -6,7 +6,7 @@
 //! element (candle's `VarMap` is a HashMap and would not).
 
 use crate::comm::{CommKind, CountedComm, Reduce, Site};
-use crate::ops::simd::simd_kernel;
+use crate::ops::cpu::simd::simd_kernel;
 use crate::tp::{ParamKind, ParamRegistry};
 use anyhow::Result;
 use candle_core::backprop::GradStore;
@@ -93,7 +93,7 @@ fn add_squares(t: &Tensor, acc: &mut f64) -> Result<()> {
         {
             const BLOCK: usize = 1 << 16;
             let d = &d[a..b];
-            let parts: Vec<f64> = if crate::ops::gemm::threads() > 1 && d.len() > BLOCK {
+            let parts: Vec<f64> = if crate::ops::cpu::gemm::threads() > 1 && d.len() > BLOCK {
                 use rayon::prelude::*;
                 d.par_chunks(BLOCK).map(squares_f64).collect()
             } else {
@@ -294,7 +294,7 @@ mod tests {
         let t = Tensor::from_vec(v.clone(), v.len(), &Device::Cpu).unwrap();
         let run = |threads: usize| {
             let mut acc = 0f64;
-            crate::ops::gemm::with_threads(threads, || add_squares(&t, &mut acc)).unwrap();
+            crate::ops::cpu::gemm::with_threads(threads, || add_squares(&t, &mut acc)).unwrap();
             acc
         };
         let (one, two) = (run(1), run(2));

@@ -10,8 +10,8 @@
 use super::grads::GradBuffer;
 use crate::device::Kernels;
 use crate::ops::adamw::AdamWScalars;
+use crate::ops::cpu::simd::simd_kernel;
 use crate::ops::profile::{timed, OpKind};
-use crate::ops::simd::simd_kernel;
 use crate::tp::ParamRegistry;
 use anyhow::{bail, Result};
 use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, Tensor};
@@ -84,7 +84,7 @@ impl InplaceOp1 for Update<'_> {
             // Element-wise, so any split gives the same bits: large parameters (GPT-2's
             // 50304-wide embedding) are spread over the rank's threads.
             const CHUNK: usize = 1 << 15;
-            if crate::ops::gemm::threads() <= 1 || p.len() <= CHUNK {
+            if crate::ops::cpu::gemm::threads() <= 1 || p.len() <= CHUNK {
                 return adamw_pass(p, self.grad, m, v, k);
             }
             use rayon::prelude::*;
@@ -249,10 +249,10 @@ impl AdamW {
         Ok(())
     }
 
-    /// The fused update on a GPU: one kernel a parameter (`ops::cuda_adamw`).
+    /// The fused update on a GPU: one kernel a parameter (`ops::cuda::adamw`).
     #[cfg(feature = "cuda")]
     fn cuda_update(&self, i: usize, param: &Tensor, grad: &Tensor, k: AdamWScalars) -> Result<()> {
-        Ok(crate::ops::cuda_adamw::adamw(
+        Ok(crate::ops::cuda::adamw::adamw(
             param, grad, &self.m[i], &self.v[i], k,
         )?)
     }
@@ -372,7 +372,7 @@ mod tests {
                 c2: 100.0,
                 grad_scale: 0.75,
             };
-            crate::ops::gemm::with_threads(threads, || param.inplace_op1(&op).unwrap());
+            crate::ops::cpu::gemm::with_threads(threads, || param.inplace_op1(&op).unwrap());
             (param.to_vec1::<f32>().unwrap(), m, v)
         };
         assert_eq!(run(1), run(2));

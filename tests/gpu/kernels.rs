@@ -117,7 +117,7 @@ fn output_and_grads(inputs: &[&Var], w: &Tensor, f: impl Fn() -> Tensor) -> Vec<
     out
 }
 
-/// The LayerNorm kernels (`ops::cuda_layer_norm`) against the portable path: output, and
+/// The LayerNorm kernels (`ops::cuda::layer_norm`) against the portable path: output, and
 /// the input, weight and bias gradients, with and without a bias; rows not a multiple of
 /// the block's, widths not a multiple of a warp.
 #[test]
@@ -164,7 +164,7 @@ fn gpu_layer_norm_kernel_matches_the_portable_path_forward_and_backward() {
     }
 }
 
-/// The GELU kernels (`ops::cuda_gelu`), both forms, against the portable path (candle's
+/// The GELU kernels (`ops::cuda::gelu`), both forms, against the portable path (candle's
 /// `gelu_erf` and `gelu`) in f32 on the same values: output and input gradient, over
 /// values where the curve bends and its tails, and a length no block size divides. The
 /// reference is f32 for the bf16 kernel too, whose answer is then off by its rounding
@@ -206,7 +206,7 @@ fn gpu_gelu_kernel_matches_the_portable_path_forward_and_backward() {
     }
 }
 
-/// The embedding kernels (`ops::cuda_embedding`) against candle's `index_select` and its
+/// The embedding kernels (`ops::cuda::embedding`) against candle's `index_select` and its
 /// `index_add` backward, bit for bit: in f32 the same additions in the same order; in bf16
 /// the kernel sums in f32 and rounds once, so it is held to candle's f32 path on the same
 /// bf16 values, rounded to bf16 (candle's own bf16 backward sums in bf16, which drifts
@@ -255,7 +255,7 @@ fn gpu_embedding_kernel_matches_index_select_and_its_backward() {
     }
 }
 
-/// The bias kernels (`ops::cuda_bias`) against candle's broadcast add on the same values
+/// The bias kernels (`ops::cuda::bias`) against candle's broadcast add on the same values
 /// in f32, rounded once to the kernel's dtype: the output and x's gradient (dy passed
 /// through) bit for bit, the bias gradient (column sums in another order) to 1e-5. GPT-2's
 /// widths at batch 8 x 1024, rows past the grid's y limit (70 000), widths below a warp.
@@ -287,7 +287,7 @@ fn gpu_bias_kernel_matches_broadcast_add_and_its_backward() {
     }
 }
 
-/// The cross-entropy kernels (`ops::cuda_cross_entropy`) against the portable path: the
+/// The cross-entropy kernels (`ops::cuda::cross_entropy`) against the portable path: the
 /// mean loss and the logits' gradient, at GPT-2's vocabulary and at sizes below a block.
 #[test]
 fn gpu_cross_entropy_kernel_matches_the_portable_path_loss_and_gradient() {
@@ -317,14 +317,14 @@ fn gpu_cross_entropy_kernel_matches_the_portable_path_loss_and_gradient() {
     }
 }
 
-/// The fused AdamW kernel (`ops::cuda_adamw`) against PyTorch's AdamW computed in f64 on
+/// The fused AdamW kernel (`ops::cuda::adamw`) against PyTorch's AdamW computed in f64 on
 /// the host, over five steps with weight decay and, in one of them, a clipping factor: to
 /// f32 rounding (1e-6 relative in the parameter, the moments likewise). The reference
 /// takes the hyperparameters as the kernel gets them, rounded to f32: 1 - 0.99f32 is
 /// 0.0099999905, 1e-6 off 0.01, which alone moved v by 1.1e-6 on the first H200 run.
 #[test]
 fn gpu_fused_adamw_matches_the_textbook_update_over_several_steps() {
-    use tp_harness::ops::cuda_adamw::{adamw, AdamWScalars};
+    use tp_harness::ops::cuda::adamw::{adamw, AdamWScalars};
     let n = 100_003; // odd: the grid-stride loop's tail
     let (b1, b2, eps, wd, lr) = (0.9f64, 0.99f64, 1e-8f64, 0.1f64, 1e-2f64);
     let p0: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin()).collect();

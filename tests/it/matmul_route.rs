@@ -11,7 +11,7 @@ use crate::common::{bin, scratch};
 /// Whether this machine has a BLAS the run finds (`TP_BLAS` or the usual names); panics
 /// where the test script requires one.
 fn blas_here() -> bool {
-    match tp_harness::ops::gemm::blas::library() {
+    match tp_harness::ops::cpu::gemm::blas::library() {
         Ok(_) => true,
         Err(e) if std::env::var("TP_TEST_BLAS").as_deref() == Ok("required") => {
             panic!("TP_TEST_BLAS=required but {e}")
@@ -90,11 +90,11 @@ fn blas_route_trains_as_gemm_does_repeats_its_bits_and_names_its_library() {
         );
     }
     // (OpenBLAS may give gemm's very bits: both sum each product over the inner
-    // dimension in order. That the route was taken is ops::gemm's unit test.)
+    // dimension in order. That the route was taken is ops::cpu::gemm's unit test.)
     let summary = std::fs::read_to_string(d.join("blas/summary.json")).unwrap();
     let machine: serde_json::Value = serde_json::from_str(&summary).unwrap();
     let machine = machine["machine"].as_str().unwrap();
-    let lib = &tp_harness::ops::gemm::blas::library().unwrap().name;
+    let lib = &tp_harness::ops::cpu::gemm::blas::library().unwrap().name;
     assert!(
         machine.contains(&format!("matmuls by {lib}")) && machine.ends_with(" kernels"),
         "{machine}"

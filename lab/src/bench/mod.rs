@@ -163,10 +163,10 @@ pub fn summarize(cfg: &RunConfig, o: &RankOutcome, warmup: usize) -> BenchResult
             0.0
         },
         matmul_ceiling_gflops_per_core: matmul_ceiling_gflops(),
-        fma_peak_gflops_per_core: tp_harness::ops::peak::fma_peak_gflops(
-            tp_harness::ops::simd::level(),
+        fma_peak_gflops_per_core: tp_harness::ops::cpu::peak::fma_peak_gflops(
+            tp_harness::ops::cpu::simd::level(),
         ),
-        simd_level: tp_harness::ops::simd::level().label().into(),
+        simd_level: tp_harness::ops::cpu::simd::level().label().into(),
         cpu_model: tp_harness::util::host::cpu(),
         matmul: crate::launch::job::blas_in_use(cfg).map_or("gemm".into(), |b| b.name.clone()),
         peak_rss_mb: peaks.iter().copied().fold(0.0, f64::max),
@@ -207,7 +207,7 @@ pub fn gpu_figures(cfg: &RunConfig, params: usize, ms: f64, name: String) -> Gpu
 /// Best of ten single-thread 512 x 512 x 512 matmuls, in GFLOP/s: what one core reaches
 /// with the kernels the model uses, on shapes big enough to hide their overheads.
 pub fn matmul_ceiling_gflops() -> f64 {
-    use tp_harness::ops::gemm::{matmul, Mat, MatMut};
+    use tp_harness::ops::cpu::gemm::{matmul, Mat, MatMut};
     const N: usize = 512;
     let a: Vec<f32> = (0..N * N).map(|i| (i % 97) as f32 * 0.01).collect();
     let mut c = vec![0f32; N * N];

@@ -10,7 +10,7 @@ use anyhow::Result;
 use tp_harness::blocks::BlockLayout;
 use tp_harness::comm::CommDtype;
 use tp_harness::device::{ComputeDtype, DeviceKind, Kernels};
-use tp_harness::ops::gemm::route::Matmul;
+use tp_harness::ops::cpu::gemm::route::Matmul;
 use tp_harness::train::bucket_cap::BucketCap;
 
 impl Recipe {

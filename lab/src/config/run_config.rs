@@ -10,7 +10,7 @@ use tp_harness::comm::{CommDtype, LinkModel};
 use tp_harness::device::{ComputeDtype, DeviceKind, Kernels};
 use tp_harness::error::user;
 use tp_harness::model::ModelConfig;
-use tp_harness::ops::gemm::route::Matmul;
+use tp_harness::ops::cpu::gemm::route::Matmul;
 use tp_harness::train::bucket_cap::BucketCap;
 
 /// What model on what data: the keys a checkpoint is tied to (they cannot change on

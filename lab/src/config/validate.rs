@@ -99,7 +99,7 @@ impl RunConfig {
         if let Err(e) = self.parallel.device.check_built() {
             user_bail!("{e}");
         }
-        if let Err(e) = tp_harness::ops::simd::from_env() {
+        if let Err(e) = tp_harness::ops::cpu::simd::from_env() {
             user_bail!("{e}");
         }
         if let Err(e) = tp_harness::util::subnormals::from_env() {
@@ -115,7 +115,7 @@ impl RunConfig {
         }
         // The key chooses the CPU kernels' products: a GPU run needs no BLAS.
         if self.parallel.device == DeviceKind::Cpu {
-            if let Err(e) = tp_harness::ops::gemm::route::resolve(self.parallel.matmul) {
+            if let Err(e) = tp_harness::ops::cpu::gemm::route::resolve(self.parallel.matmul) {
                 user_bail!("{e}");
             }
         }

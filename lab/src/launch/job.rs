@@ -182,8 +182,8 @@ pub fn use_matmul_route(cfg: &RunConfig) -> Result<()> {
     if cfg.parallel.device != tp_harness::device::DeviceKind::Cpu {
         return Ok(());
     }
-    let route = tp_harness::ops::gemm::route::resolve(cfg.parallel.matmul).map_err(user)?;
-    tp_harness::ops::gemm::route::set(route);
+    let route = tp_harness::ops::cpu::gemm::route::resolve(cfg.parallel.matmul).map_err(user)?;
+    tp_harness::ops::cpu::gemm::route::set(route);
     Ok(())
 }
 
@@ -345,9 +345,9 @@ fn preset_as_run(model: &crate::config::ModelPart) -> String {
 
 /// The BLAS that computes a run's products, when one does: the fused CPU kernels on
 /// the blas route (candle's portable ops and a GPU's kernels have their own).
-pub fn blas_in_use(cfg: &RunConfig) -> Option<&'static tp_harness::ops::gemm::blas::Blas> {
+pub fn blas_in_use(cfg: &RunConfig) -> Option<&'static tp_harness::ops::cpu::gemm::blas::Blas> {
     use tp_harness::device::{DeviceKind, Kernels};
-    use tp_harness::ops::gemm::{blas, route};
+    use tp_harness::ops::cpu::gemm::{blas, route};
     let fused_cpu =
         cfg.parallel.device == DeviceKind::Cpu && cfg.parallel.kernels == Kernels::Fused;
     (fused_cpu && route::current() == route::Matmul::Blas)

@@ -153,7 +153,7 @@ fn inputs(job: &Job) -> [String; 3] {
     let machine = format!(
         "{}, {} kernels, subnormals {}",
         tp_harness::util::host::cpu(),
-        tp_harness::ops::simd::level().label(),
+        tp_harness::ops::cpu::simd::level().label(),
         if tp_harness::util::subnormals::flushed() {
             "flushed"
         } else {

@@ -214,7 +214,10 @@ fn machine(cfg: &RunConfig) -> String {
         (DeviceKind::Cuda, _) => "cuda".to_string(),
         (DeviceKind::Cpu, Kernels::Portable) => "portable ops".to_string(),
         (DeviceKind::Cpu, Kernels::Fused) => {
-            format!("fused {} kernels", tp_harness::ops::simd::level().label())
+            format!(
+                "fused {} kernels",
+                tp_harness::ops::cpu::simd::level().label()
+            )
         }
     };
     // The BLAS, when one computed the products, before the kernels (which the analysis

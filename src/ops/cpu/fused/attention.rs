@@ -8,7 +8,7 @@
 
 use super::softmax::{causal_softmax_row, softmax_grad_row};
 use super::storage::{slice_of, with_f32};
-use crate::ops::gemm::{matmul, Mat, MatMut};
+use crate::ops::cpu::gemm::{matmul, Mat, MatMut};
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -163,7 +163,7 @@ struct Scratch {
 /// sequence): in parallel over sequences when candle runs more than one thread.
 fn per_sequence(out: &mut [f32], t: usize, width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     let run = |(i, o): (usize, &mut [f32])| f(i, o);
-    if crate::ops::gemm::threads() <= 1 {
+    if crate::ops::cpu::gemm::threads() <= 1 {
         out.chunks_exact_mut(t * width).enumerate().for_each(run);
     } else {
         out.par_chunks_exact_mut(t * width)

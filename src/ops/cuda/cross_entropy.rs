@@ -5,7 +5,7 @@
 //! candle op (its backward hands each row its `1 / N`). `tests/gpu.rs` holds it to the
 //! portable path.
 
-use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, Arg, CROSS_ENTROPY};
+use super::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, Arg, CROSS_ENTROPY};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDType;

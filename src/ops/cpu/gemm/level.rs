@@ -1,7 +1,7 @@
 //! gemm's drivers at a chosen SIMD level: the crate's own dispatch at the CPU's level,
 //! its generic driver with a lower level's micro-kernels below it (`TP_SIMD`).
 
-use crate::ops::simd::{self, SimdLevel};
+use crate::ops::cpu::simd::{self, SimdLevel};
 
 /// `dst (+)= lhs @ rhs` on `threads` threads with gemm's kernels for `level`: at the detected level the gemm
 /// crate's own dispatch (AVX-512 kernels where the CPU has them: feature `x86-v4`); below
@@ -156,7 +156,7 @@ fn parallelism(threads: usize) -> gemm::Parallelism {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gemm::tests::{assert_strided_equals, naive};
+    use crate::ops::cpu::gemm::tests::{assert_strided_equals, naive};
 
     /// Every level this CPU runs (the forced lower ones included) computes the same
     /// products, on shapes that exercise the micro-kernels' edges and both orientations.

@@ -4,7 +4,7 @@
 //! after zero-filling and copying the table's whole gradient. The same additions in the
 //! same order: the same bits. `tests/gpu.rs` checks it through the models' gradients.
 
-use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, EMBEDDING};
+use super::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, EMBEDDING};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
 use candle_core::cuda_backend::CudaDType;

@@ -22,7 +22,7 @@ pub use softmax::causal_softmax;
 
 #[cfg(test)]
 mod tests {
-    use super::super::*;
+    use crate::ops::*;
     use candle_core::{Device, Var};
     use rand::{Rng, SeedableRng};
 
@@ -239,8 +239,8 @@ mod tests {
             let gw = g.get(w.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
             (gx, gw)
         };
-        let one = crate::ops::gemm::with_threads(1, run);
-        let two = crate::ops::gemm::with_threads(2, run);
+        let one = crate::ops::cpu::gemm::with_threads(1, run);
+        let two = crate::ops::cpu::gemm::with_threads(2, run);
         assert_eq!(one.0, two.0);
         for (a, b) in one.1.iter().zip(&two.1) {
             // dw's row blocks are summed in a different grouping.

@@ -4,8 +4,8 @@
 //! the CPU's fused pass's (`train/optimizer.rs`); `tests/gpu.rs` holds it to the portable
 //! path.
 
-pub use super::adamw::AdamWScalars;
-use super::cuda::ADAMW;
+use super::ADAMW;
+pub use crate::ops::adamw::AdamWScalars;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaViewMut, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;

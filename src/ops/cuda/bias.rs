@@ -6,9 +6,7 @@
 //! column. `tests/gpu.rs` holds it to candle's broadcast add on the same values in f32,
 //! rounded once: bit for bit (the bias gradient to 1e-5).
 
-use super::cuda::{
-    by_dtype, cpu_fwd_gpu_only, instance, launch, rows_of, view, warp_rows, Arg, BIAS,
-};
+use super::{by_dtype, cpu_fwd_gpu_only, instance, launch, rows_of, view, warp_rows, Arg, BIAS};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDType;

@@ -5,9 +5,7 @@
 //! `ops::cuda`, which never holds them, takes longer sequences. `tests/gpu.rs` holds both
 //! to the portable path.
 
-use super::cuda::{
-    by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, CAUSAL_SOFTMAX,
-};
+use super::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, warp_rows, Arg, CAUSAL_SOFTMAX};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
 use candle_core::cuda_backend::CudaDType;

@@ -3,7 +3,7 @@
 //! transposed views too: `dx = dy W^T`, `dW = x^T dy`, `db` = column sums of `dy`.
 
 use super::storage::slice_of;
-use crate::ops::gemm::{matmul, matmul_new, threads, Mat, MatMut};
+use crate::ops::cpu::gemm::{matmul, matmul_new, threads, Mat, MatMut};
 use crate::ops::profile::{timed, OpKind};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 

@@ -3,7 +3,7 @@
 //! candle ops over the `(B, T, 4C)` activation. `tests/gpu.rs` holds it to the portable
 //! path.
 
-use super::cuda::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, Arg, GELU};
+use super::{by_dtype, cpu_fwd_gpu_only, instance, launch, view, Arg, GELU};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDType;

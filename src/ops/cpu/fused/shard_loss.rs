@@ -5,9 +5,9 @@
 //! `dx = g_sum * exp(x - shift) + g_target * onehot`.
 
 use super::storage::{slice_of, with_f32};
-use crate::ops::fastmath;
+use crate::ops::cpu::fastmath;
+use crate::ops::cpu::simd::simd_kernel;
 use crate::ops::profile::{timed, OpKind};
-use crate::ops::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -15,7 +15,7 @@ use rayon::prelude::*;
 const ROWS: usize = 8;
 
 fn parallel() -> bool {
-    crate::ops::gemm::threads() > 1
+    crate::ops::cpu::gemm::threads() > 1
 }
 
 simd_kernel! {

@@ -1,6 +1,6 @@
 //! This crate's GPU kernels (CUDA build): `kernels/*.cu`, compiled to PTX by `build.rs`
 //! and loaded into candle's device on first use, wrapped as candle ops with their backward
-//! next to them (`ops::cuda_*`, one file a kernel file). Each is checked against the
+//! next to them (`ops::cuda::*`, one file a kernel file). Each is checked against the
 //! portable path by `tests/gpu.rs`. Here: what every wrapper shares (the PTX modules,
 //! `launch!`, the dtype dispatch, contiguous views, the one-warp-a-row launch), and the
 //! attention kernel for sequences whose scores are too large to hold.
@@ -8,6 +8,14 @@
 //! Causal attention: forward and backward never hold the `(B, H, T, T)` probabilities
 //! (online softmax forward; the backward recomputes them from Q, K and one log-sum-exp per
 //! row). f32 and bf16 (computed in f32).
+
+pub mod adamw;
+pub mod bias;
+pub mod cross_entropy;
+pub mod embedding;
+pub mod gelu;
+pub mod layer_norm;
+pub mod softmax;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};

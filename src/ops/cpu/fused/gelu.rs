@@ -1,13 +1,13 @@
 //! GELU, exact (erf) or tanh form, with the fast vectorisable erf/tanh of `fastmath`.
 
 use super::storage::{map_blocks, slice_of, with_f32};
-use crate::ops::fastmath;
+use crate::ops::cpu::fastmath;
 #[cfg(target_arch = "x86_64")]
-use crate::ops::fastmath_avx2::{erf_and_gauss8, tanh8};
+use crate::ops::cpu::fastmath_avx2::{erf_and_gauss8, tanh8};
 #[cfg(target_arch = "x86_64")]
-use crate::ops::fastmath_avx512::{erf_and_gauss16, tanh16};
+use crate::ops::cpu::fastmath_avx512::{erf_and_gauss16, tanh16};
+use crate::ops::cpu::simd::{simd_kernel, SimdLevel};
 use crate::ops::profile::{timed, OpKind};
-use crate::ops::simd::{simd_kernel, SimdLevel};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -48,7 +48,7 @@ fn gelu_tanh_grad(x: f32) -> f32 {
 /// ([`forward_avx2`]), auto-vectorised otherwise.
 fn forward_block(x: &[f32], y: &mut [f32], tanh: bool) {
     #[cfg(target_arch = "x86_64")]
-    match crate::ops::simd::level() {
+    match crate::ops::cpu::simd::level() {
         // SAFETY: a level is in force only where the CPU has its features.
         SimdLevel::Avx512 => return unsafe { forward_avx512(x, y, tanh) },
         SimdLevel::Avx2 => return unsafe { forward_avx2(x, y, tanh) },
@@ -60,7 +60,7 @@ fn forward_block(x: &[f32], y: &mut [f32], tanh: bool) {
 /// `dx = g * gelu'(x)` on a block, chosen as [`forward_block`] is.
 fn backward_block(x: &[f32], g: &[f32], dx: &mut [f32], tanh: bool) {
     #[cfg(target_arch = "x86_64")]
-    match crate::ops::simd::level() {
+    match crate::ops::cpu::simd::level() {
         // SAFETY: as in forward_block.
         SimdLevel::Avx512 => return unsafe { backward_avx512(x, g, dx, tanh) },
         SimdLevel::Avx2 => return unsafe { backward_avx2(x, g, dx, tanh) },

@@ -29,7 +29,7 @@ pub(super) fn slice_of<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
 /// `out`: on the calling thread when candle runs one thread (as each rank does under the
 /// threads backend), else spread over the rayon pool.
 pub(super) fn for_row_blocks(out: &mut [f32], row: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    let threads = crate::ops::gemm::threads();
+    let threads = crate::ops::cpu::gemm::threads();
     let rows = out.len() / row.max(1);
     let serial = threads <= 1 || rows < 2;
     let per = if serial {

@@ -196,7 +196,7 @@ mod tests {
     /// product in f64.
     #[test]
     fn small_products_match_a_naive_one_at_every_edge_and_layout() {
-        if crate::ops::simd::detected() < crate::ops::simd::SimdLevel::Avx2 {
+        if crate::ops::cpu::simd::detected() < crate::ops::cpu::simd::SimdLevel::Avx2 {
             return;
         }
         for (m, n, k) in [(1, 1, 1), (13, 7, 31), (6, 16, 5), (7, 17, 64), (32, 33, 9)] {

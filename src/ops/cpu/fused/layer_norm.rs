@@ -2,9 +2,9 @@
 //! The backward recomputes the row statistics instead of keeping them.
 
 use super::storage::{for_row_blocks, slice_of, with_f32};
-use crate::ops::fastmath;
+use crate::ops::cpu::fastmath;
+use crate::ops::cpu::simd::simd_kernel;
 use crate::ops::profile::{timed, OpKind};
-use crate::ops::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -109,7 +109,7 @@ impl CustomOp2 for LayerNorm {
                     timed(OpKind::LayernormBwd, 0.0, || {
                         let mut dx = vec![0f32; x.len()];
                         let rows = x.len() / c;
-                        let threads = crate::ops::gemm::threads();
+                        let threads = crate::ops::cpu::gemm::threads();
                         if threads <= 1 || rows < 2 {
                             let mut dw = vec![0f32; c];
                             backward_rows(x, dy, w, eps, &mut dx, &mut dw);

@@ -110,12 +110,12 @@ macro_rules! simd_kernel {
             unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
                 imp($($arg),*)
             }
-            match $crate::ops::simd::level() {
+            match $crate::ops::cpu::simd::level() {
                 // SAFETY: `level` never exceeds what the CPU reported.
                 #[cfg(target_arch = "x86_64")]
-                $crate::ops::simd::SimdLevel::Avx512 => unsafe { avx512($($arg),*) },
+                $crate::ops::cpu::simd::SimdLevel::Avx512 => unsafe { avx512($($arg),*) },
                 #[cfg(target_arch = "x86_64")]
-                $crate::ops::simd::SimdLevel::Avx2 => unsafe { avx2($($arg),*) },
+                $crate::ops::cpu::simd::SimdLevel::Avx2 => unsafe { avx2($($arg),*) },
                 _ => imp($($arg),*),
             }
         }

@@ -173,7 +173,7 @@ fn mkl_version(handle: *mut c_void) -> String {
 /// falls back to SSE3 ones (Debian 12's 0.3.21 on an Emerald Rapids Xeon: `Prescott`),
 /// several times slower than gemm. Said, with the fix.
 fn openblas_warning(core: &str) -> Option<String> {
-    let wide = crate::ops::simd::detected() == crate::ops::simd::SimdLevel::Avx512;
+    let wide = crate::ops::cpu::simd::detected() == crate::ops::cpu::simd::SimdLevel::Avx512;
     let narrow = [
         "Prescott",
         "Nehalem",
@@ -275,7 +275,7 @@ pub(super) unsafe fn sgemm(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gemm::tests::{assert_strided_equals, naive};
+    use crate::ops::cpu::gemm::tests::{assert_strided_equals, naive};
 
     /// Each view the kernels make reads as the CBLAS operand it is: row-major as is,
     /// a transposed view (unit row stride) as `Trans` of its storage, one row or one

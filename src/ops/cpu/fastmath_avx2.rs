@@ -79,7 +79,7 @@ pub unsafe fn tanh8(x: __m256) -> __m256 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::fastmath;
+    use crate::ops::cpu::fastmath;
 
     fn lanes(f: impl Fn(__m256) -> __m256, x: [f32; 8]) -> [f32; 8] {
         let mut out = [0f32; 8];

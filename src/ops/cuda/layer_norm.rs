@@ -4,7 +4,7 @@
 //! then their fixed-order sum), where the portable path runs ~35 candle ops over an f32
 //! copy. `tests/gpu.rs` holds it to the portable path.
 
-use super::cuda::{
+use super::{
     by_dtype, cpu_fwd_gpu_only, instance, launch, rows_of, view, warp_rows, Arg, LAYER_NORM,
 };
 use candle_core::backend::BackendStorage;

@@ -3,8 +3,8 @@
 //! the fused `causal_attention` instead, which includes this.)
 
 use super::storage::{for_row_blocks, slice_of, with_f32};
-use crate::ops::fastmath;
-use crate::ops::simd::simd_kernel;
+use crate::ops::cpu::fastmath;
+use crate::ops::cpu::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 struct CausalSoftmax;
@@ -14,16 +14,16 @@ struct CausalSoftmax;
 /// auto-vectorised otherwise.
 pub(super) fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
     #[cfg(target_arch = "x86_64")]
-    match crate::ops::simd::level() {
+    match crate::ops::cpu::simd::level() {
         // SAFETY: the level is AVX2 only where the CPU has AVX2 and FMA.
-        crate::ops::simd::SimdLevel::Avx2 => {
+        crate::ops::cpu::simd::SimdLevel::Avx2 => {
             return unsafe { causal_softmax_row_avx2(row, i, scale) }
         }
         // SAFETY: the level is AVX-512 only where the CPU has AVX-512 F (and more).
-        crate::ops::simd::SimdLevel::Avx512 => {
+        crate::ops::cpu::simd::SimdLevel::Avx512 => {
             return unsafe { causal_softmax_row_avx512(row, i, scale) }
         }
-        crate::ops::simd::SimdLevel::Scalar => {}
+        crate::ops::cpu::simd::SimdLevel::Scalar => {}
     }
     causal_softmax_row_auto(row, i, scale)
 }
@@ -34,7 +34,7 @@ pub(super) fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn causal_softmax_row_avx512(row: &mut [f32], i: usize, scale: f32) {
-    use crate::ops::fastmath_avx512::exp16;
+    use crate::ops::cpu::fastmath_avx512::exp16;
     use std::arch::x86_64::*;
     let (live, masked) = row.split_at_mut(i + 1);
     let max = fastmath::max(live) * scale;
@@ -62,7 +62,7 @@ unsafe fn causal_softmax_row_avx512(row: &mut [f32], i: usize, scale: f32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn causal_softmax_row_avx2(row: &mut [f32], i: usize, scale: f32) {
-    use crate::ops::fastmath_avx2::exp8;
+    use crate::ops::cpu::fastmath_avx2::exp8;
     use std::arch::x86_64::*;
     let max = fastmath::max(&row[..=i]) * scale;
     let full = (i + 1) / 8 * 8;

@@ -85,7 +85,7 @@ pub unsafe fn tanh16(x: __m512) -> __m512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::fastmath;
+    use crate::ops::cpu::fastmath;
 
     fn lanes(f: impl Fn(__m512) -> __m512, x: [f32; 16]) -> [f32; 16] {
         let mut out = [0f32; 16];

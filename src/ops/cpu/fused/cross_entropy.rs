@@ -2,9 +2,9 @@
 //! backward is `(softmax - onehot) / N`.
 
 use super::storage::{slice_of, with_f32};
-use crate::ops::fastmath;
+use crate::ops::cpu::fastmath;
+use crate::ops::cpu::simd::simd_kernel;
 use crate::ops::profile::{timed, OpKind};
-use crate::ops::simd::simd_kernel;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 
 struct CrossEntropy;
@@ -34,7 +34,7 @@ const ROWS: usize = 8;
 /// any thread count).
 fn mean_loss(x: &[f32], targets: &[u32], v: usize) -> f64 {
     let mut losses = vec![0f64; targets.len()];
-    if crate::ops::gemm::threads() > 1 && targets.len() > ROWS {
+    if crate::ops::cpu::gemm::threads() > 1 && targets.len() > ROWS {
         use rayon::prelude::*;
         losses
             .par_chunks_mut(ROWS)
@@ -96,7 +96,7 @@ impl CustomOp2 for CrossEntropy {
         let dx = with_f32(x, |x| {
             timed(OpKind::CrossEntropy, 0.0, || {
                 let mut dx = vec![0f32; x.len()];
-                if crate::ops::gemm::threads() > 1 && targets.len() > ROWS {
+                if crate::ops::cpu::gemm::threads() > 1 && targets.len() > ROWS {
                     use rayon::prelude::*;
                     dx.par_chunks_mut(ROWS * v)
                         .zip(x.par_chunks(ROWS * v))

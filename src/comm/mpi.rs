@@ -194,9 +194,14 @@ impl Comm for MpiComm {
 /// The MPI environment of this process; MPI is finalised when it is dropped.
 #[cfg(feature = "cuda")]
 impl MpiComm {
-    /// An NCCL group over the same members on `device`: rank 0 creates the group's id and
+    /// An NCCL group over the same members on `device`, reducing on `stream` (the
+    /// rank's one NCCL stream, `nccl::comm_stream`): rank 0 creates the group's id and
     /// broadcasts it over this communicator. Collective over the group.
-    pub fn nccl(&self, device: &candle_core::Device) -> Result<super::nccl::NcclComm> {
+    pub fn nccl(
+        &self,
+        device: &candle_core::Device,
+        stream: &std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaStream>,
+    ) -> Result<super::nccl::NcclComm> {
         let root = self.comm.process_at_rank(0);
         let mut id: super::nccl::NcclId = [0; 128];
         if self.rank() == 0 {
@@ -207,7 +212,7 @@ impl MpiComm {
         for (c, b) in id.iter_mut().zip(&bytes) {
             *c = *b as std::ffi::c_char;
         }
-        super::nccl::NcclComm::join(device, self.rank(), self.size(), id)
+        super::nccl::NcclComm::join(device, self.rank(), self.size(), id, stream)
     }
 }
 

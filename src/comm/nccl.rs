@@ -45,17 +45,35 @@ pub struct NcclComm {
 unsafe impl Send for NcclComm {}
 unsafe impl Sync for NcclComm {}
 
+/// The stream a rank's NCCL groups reduce on, forked from its compute stream. A rank
+/// gives every group it joins (TP and DP) this one stream, so their collectives run in
+/// the order the rank issues them, the same order on every rank: two communicators
+/// reducing concurrently on separate streams can hang (NCCL's user guide, "Using
+/// multiple NCCL communicators concurrently").
+pub fn comm_stream(device: &Device) -> Result<Arc<CudaStream>> {
+    let Device::Cuda(cuda) = device else {
+        bail!("NCCL needs a GPU device, got {device:?}");
+    };
+    cuda.cuda_stream()
+        .fork()
+        .map_err(|e| anyhow!("CUDA could not make a communication stream: {e:?}"))
+}
+
 impl NcclComm {
-    /// Joins the group named by `id` as member `rank` of `size`, on `device`'s stream.
-    /// Collective: every member must call it.
-    pub fn join(device: &Device, rank: usize, size: usize, id: NcclId) -> Result<Self> {
+    /// Joins the group named by `id` as member `rank` of `size`, reducing on
+    /// `comm_stream` (the rank's one NCCL stream: [`comm_stream`]). Collective: every
+    /// member must call it.
+    pub fn join(
+        device: &Device,
+        rank: usize,
+        size: usize,
+        id: NcclId,
+        comm_stream: &Arc<CudaStream>,
+    ) -> Result<Self> {
         let Device::Cuda(cuda) = device else {
             bail!("NCCL needs a GPU device, got {device:?}");
         };
-        let comm_stream = cuda
-            .cuda_stream()
-            .fork()
-            .map_err(|e| anyhow!("CUDA could not make a communication stream: {e:?}"))?;
+        let comm_stream = comm_stream.clone();
         let inner = Nccl::from_rank(comm_stream.clone(), rank, size, Id::uninit(id))
             .map_err(|e| anyhow!("NCCL could not form a group of {size} (rank {rank}): {e:?}"))?;
         Ok(Self {
@@ -69,7 +87,7 @@ impl NcclComm {
 
     /// A group of one on `device` (NCCL's own path, exercised without MPI).
     pub fn solo(device: &Device) -> Result<Self> {
-        Self::join(device, 0, 1, new_id()?)
+        Self::join(device, 0, 1, new_id()?, &comm_stream(device)?)
     }
 
     fn reduce_slice<T>(

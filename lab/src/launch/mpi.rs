@@ -53,7 +53,9 @@ fn rank_collectives(kind: DeviceKind, groups: MpiGroups) -> Result<Collectives> 
     }
     #[cfg(feature = "cuda")]
     {
-        let (tp, dp) = (tp.nccl(&device)?, dp.nccl(&device)?);
+        // One NCCL stream for both groups: their collectives run in the order issued.
+        let stream = tp_harness::comm::nccl::comm_stream(&device)?;
+        let (tp, dp) = (tp.nccl(&device, &stream)?, dp.nccl(&device, &stream)?);
         Ok((device, Arc::new(tp), Arc::new(dp), world))
     }
     #[cfg(not(feature = "cuda"))]

@@ -69,6 +69,7 @@ fn replicated_parameters_stay_bit_identical_across_tp_ranks_after_20_steps_of_sp
             RankOptions {
                 keep_params: true,
                 skip_sample: true,
+                skip_checkpoints: false,
             },
         ),
         None,
@@ -137,6 +138,7 @@ fn losses(cfg: &tp_lab::config::RunConfig) -> Vec<f32> {
             RankOptions {
                 keep_params: false,
                 skip_sample: true,
+                skip_checkpoints: false,
             },
         ),
         None,
@@ -197,6 +199,7 @@ fn dropout_masks_agree_across_tp_ranks_so_replicas_stay_identical() {
             RankOptions {
                 keep_params: true,
                 skip_sample: true,
+                skip_checkpoints: false,
             },
         ),
         None,
@@ -314,4 +317,35 @@ fn data_parallel_ranks_and_micro_steps_see_disjoint_slices_of_one_global_batch()
         .to_vec2::<u32>()
         .unwrap();
     assert_ne!(other_step, all);
+}
+
+/// A bench measures its steps alone (`RankOptions::skip_checkpoints`, what `--bench`
+/// sets): at tp 2 its ranks assemble no checkpoint after the last step, where the same
+/// job as a run gathers every sharded tensor for its last checkpoint. (The GPU profile's
+/// kernel table counted those gathers as the step's before.)
+#[test]
+fn a_job_that_skips_checkpoints_communicates_nothing_after_its_steps() {
+    let cfg = small_run(&[
+        ("pattern", "tstp"),
+        ("tp", "2"),
+        ("max_iters", "2"),
+        ("eval_interval", "0"),
+        ("final_eval", "sampled"),
+    ]);
+    let data = synthetic_dataset();
+    let after_steps = |skip_checkpoints| {
+        let opts = RankOptions {
+            keep_params: false,
+            skip_sample: true,
+            skip_checkpoints,
+        };
+        let out = run_threads(&Job::new(cfg.clone(), data.clone(), opts), None, None).unwrap();
+        let calls: u64 = out[0].tally.eval.values().map(|s| s.calls).sum();
+        calls
+    };
+    assert!(
+        after_steps(false) > 0,
+        "a run's last checkpoint gathers its shards"
+    );
+    assert_eq!(after_steps(true), 0);
 }

@@ -236,6 +236,7 @@ pub fn bench(cfg: &RunConfig, warmup: usize, steps: usize) -> Result<BenchResult
     let opts = RankOptions {
         keep_params: false,
         skip_sample: true,
+        skip_checkpoints: true,
     };
     let job = Job::new(cfg, data, opts);
     let out = run_threads(&job, None, None)?;

@@ -21,6 +21,9 @@ pub struct RankOptions {
     pub keep_params: bool,
     /// No closing sample.
     pub skip_sample: bool,
+    /// No checkpoints, not even the run's last (a measurement, not a run: `--bench`),
+    /// so that what is timed or profiled is the steps alone.
+    pub skip_checkpoints: bool,
 }
 
 /// One training job, as every rank sees it.

@@ -196,7 +196,7 @@ fn train_steps(
         }
         let checkpoint_now =
             step > start && (step == max_iters || (interval > 0 && step % interval == 0));
-        if checkpoint_now && writes_checkpoints {
+        if checkpoint_now && writes_checkpoints && !job.opts.skip_checkpoints {
             trainer.save_checkpoint(run_dir)?;
         }
         if step == max_iters {

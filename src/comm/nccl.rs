@@ -59,6 +59,19 @@ pub fn comm_stream(device: &Device) -> Result<Arc<CudaStream>> {
         .map_err(|e| anyhow!("CUDA could not make a communication stream: {e:?}"))
 }
 
+/// The NCCL library's version as `major.minor.patch` (its code is major x 10000 +
+/// minor x 100 + patch since 2.9).
+pub fn version() -> Result<String> {
+    let code = candle_core::cuda_backend::cudarc::nccl::result::get_nccl_version()
+        .map_err(|e| anyhow!("NCCL's version could not be read: {e:?}"))?;
+    Ok(format!(
+        "{}.{}.{}",
+        code / 10000,
+        code / 100 % 100,
+        code % 100
+    ))
+}
+
 impl NcclComm {
     /// Joins the group named by `id` as member `rank` of `size`, reducing on
     /// `comm_stream` (the rank's one NCCL stream: [`comm_stream`]). Collective: every

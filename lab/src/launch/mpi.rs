@@ -29,7 +29,15 @@ use tp_harness::error::{exit_code, user, AlreadyReported};
 use tp_harness::train::context::RankContext;
 use tp_harness::util::trace::Span;
 
-type Collectives = (candle_core::Device, Arc<dyn Comm>, Arc<dyn Comm>, MpiComm);
+/// A rank's device, its TP and DP groups, the groups' world communicator, and the NCCL
+/// library's version where the groups reduce through NCCL.
+type Collectives = (
+    candle_core::Device,
+    Arc<dyn Comm>,
+    Arc<dyn Comm>,
+    MpiComm,
+    Option<String>,
+);
 
 /// This rank's device and groups. On GPUs, ranks on one machine take its GPUs in turn;
 /// with a GPU each, the groups reduce through NCCL in device memory. NCCL refuses two
@@ -38,7 +46,7 @@ type Collectives = (candle_core::Device, Arc<dyn Comm>, Arc<dyn Comm>, MpiComm);
 fn rank_collectives(kind: DeviceKind, groups: MpiGroups) -> Result<Collectives> {
     let MpiGroups { tp, dp, world, .. } = groups;
     if kind == DeviceKind::Cpu {
-        return Ok((kind.open(0)?, Arc::new(tp), Arc::new(dp), world));
+        return Ok((kind.open(0)?, Arc::new(tp), Arc::new(dp), world, None));
     }
     let gpus = gpu_count()?;
     if gpus == 0 {
@@ -49,14 +57,15 @@ fn rank_collectives(kind: DeviceKind, groups: MpiGroups) -> Result<Collectives> 
     let local = local_rank().unwrap_or(0);
     let device = kind.open(local % gpus)?;
     if local_ranks().unwrap_or(1) > gpus {
-        return Ok((device, Arc::new(tp), Arc::new(dp), world));
+        return Ok((device, Arc::new(tp), Arc::new(dp), world, None));
     }
     #[cfg(feature = "cuda")]
     {
         // One NCCL stream for both groups: their collectives run in the order issued.
         let stream = tp_harness::comm::nccl::comm_stream(&device)?;
         let (tp, dp) = (tp.nccl(&device, &stream)?, dp.nccl(&device, &stream)?);
-        Ok((device, Arc::new(tp), Arc::new(dp), world))
+        let version = tp_harness::comm::nccl::version()?;
+        Ok((device, Arc::new(tp), Arc::new(dp), world, Some(version)))
     }
     #[cfg(not(feature = "cuda"))]
     unreachable!("device.open refuses cuda in a CPU build")
@@ -284,7 +293,7 @@ impl Ranks for MpiRanks {
         let (cfg, mpi, rank) = (&job.cfg, &self.mpi, self.mpi.rank());
         let groups = mpi.groups(cfg.parallel.tp)?;
         let mesh = groups.mesh;
-        let (device, tp_comm, dp_comm, world_comm) =
+        let (device, tp_comm, dp_comm, world_comm, nccl) =
             match rank_collectives(cfg.parallel.device, groups) {
                 Ok(c) => c,
                 // Forming groups is collective: a rank that cannot must end the job, not
@@ -299,7 +308,8 @@ impl Ranks for MpiRanks {
         let trained =
             std::panic::catch_unwind(AssertUnwindSafe(|| run_rank(job, &ctx, reporter, run_dir)))
                 .unwrap_or_else(|_| Err(anyhow!("panicked (see the message above)")));
-        let outcome = trained.unwrap_or_else(|e| fail_job(mpi, rank, &e, exit_code(&e)));
+        let mut outcome = trained.unwrap_or_else(|e| fail_job(mpi, rank, &e, exit_code(&e)));
+        outcome.nccl = nccl;
         Ok(vec![outcome])
     }
 

@@ -82,6 +82,7 @@ pub fn run_rank(
         final_eval,
         hosts: Vec::new(),
         ranks_compute: None,
+        nccl: None,
         trace: {
             // A range past the last step ends with the run.
             trace.extend(ctx.tally.trace().stop());

@@ -33,6 +33,9 @@ pub struct RankOutcome {
     /// Every rank's compute per step in this invocation, filled in by the launcher;
     /// `None` where a rank could not measure it or ran no steps.
     pub ranks_compute: Option<RankCompute>,
+    /// The NCCL library's version where this rank's groups reduced through NCCL, filled
+    /// in by the MPI launcher.
+    pub nccl: Option<String>,
     /// This rank's timeline of the traced steps (`trace: true`).
     pub trace: Vec<tp_harness::util::trace::Span>,
 }

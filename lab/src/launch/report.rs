@@ -190,6 +190,7 @@ pub fn run_summary(
         }),
         environment: super::switches::set_switches(|k| std::env::var(k).ok()),
         data_sha256: None,
+        nccl: o.nccl.clone(),
         rank_machines: Vec::new(),
         sharing_slowdown: report.compute.as_ref().and_then(|c| {
             // Ranks on rank 0's host (every one with threads) share its cores.

@@ -69,6 +69,10 @@ pub struct RunSummary {
     /// run (summary tables flag it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharing_slowdown: Option<f64>,
+    /// The NCCL library's version where the run's groups reduced through NCCL (MPI ranks
+    /// with a GPU each); absent otherwise, and in runs made before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
     /// Each rank's machine where MPI ranks ran on different CPUs or kernels (rank 0's is
     /// `machine`): the same computation, rounded differently on each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -388,6 +388,13 @@ pub fn announce(job: &Job, backend: Backend, threads: usize, dir: &Path) {
     if let Some(line) = matmul_line(cfg) {
         tp_harness::say!("{line}");
     }
+    let ranks = cfg.parallel.tp * cfg.parallel.dp;
+    if backend == Backend::Threads && cfg.parallel.device == tp_harness::device::DeviceKind::Cuda {
+        let gpus = tp_harness::device::gpu_count().unwrap_or(0);
+        if let Some(note) = super::threads::gpu_sharing_note(ranks, gpus) {
+            tp_harness::say!("{note}");
+        }
+    }
     tp_harness::say!("run directory: {}", dir.display());
     if job.checkpoint.is_none() && job.resumed {
         tp_harness::say!(

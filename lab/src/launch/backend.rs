@@ -27,3 +27,39 @@ impl Backend {
         }
     }
 }
+
+/// What a run of `ranks` rank threads on a machine with `gpus` GPUs must be told: rank
+/// threads all compute on GPU 0 (one candle device, one stream: their sums add each
+/// other's tensors where they lie), so their speed is one GPU's, whatever the machine
+/// has. `None` for one rank.
+pub fn gpu_sharing_note(ranks: usize, gpus: usize) -> Option<String> {
+    match (ranks, gpus) {
+        (0 | 1, _) => None,
+        (_, 0 | 1) => Some(format!(
+            "note: the {ranks} rank threads share GPU 0: their step is one GPU's work, not {ranks} GPUs'"
+        )),
+        _ => Some(format!(
+            "note: the {ranks} rank threads all run on GPU 0 of this machine's {gpus}: for a GPU each, launch the ranks with mpirun (docs/gpus.md)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank threads on a GPU machine are told where they run: all on GPU 0, sharing it
+    /// (one GPU) or leaving the others idle (more), and one rank is told nothing.
+    #[test]
+    fn rank_threads_on_gpus_are_told_they_share_gpu_0() {
+        assert_eq!(gpu_sharing_note(1, 8), None);
+        let one = gpu_sharing_note(2, 1).unwrap();
+        assert!(one.contains("2 rank threads share GPU 0"), "{one}");
+        let eight = gpu_sharing_note(4, 8).unwrap();
+        assert!(
+            eight.contains("all run on GPU 0 of this machine's 8"),
+            "{eight}"
+        );
+        assert!(eight.contains("mpirun"), "{eight}");
+    }
+}

@@ -391,7 +391,7 @@ pub fn announce(job: &Job, backend: Backend, threads: usize, dir: &Path) {
     let ranks = cfg.parallel.tp * cfg.parallel.dp;
     if backend == Backend::Threads && cfg.parallel.device == tp_harness::device::DeviceKind::Cuda {
         let gpus = tp_harness::device::gpu_count().unwrap_or(0);
-        if let Some(note) = super::threads::gpu_sharing_note(ranks, gpus) {
+        if let Some(note) = super::backend::gpu_sharing_note(ranks, gpus) {
             tp_harness::say!("{note}");
         }
     }

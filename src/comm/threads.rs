@@ -174,10 +174,12 @@ impl Comm for ThreadComm {
 }
 
 impl ThreadComm {
-    /// The sum of `t` over the group computed on `t`'s device, which every member shares
-    /// (one candle device): rank 0's tensor plus rank 1's, and so on in rank order, in f32
-    /// (a bf16 tensor is widened, summed and rounded once, as host staging does). Each
-    /// member gets its own copy of the result.
+    /// The sum of `t` over the group computed on rank 0's device: rank 0's tensor plus
+    /// rank 1's, and so on in rank order, in f32 (a bf16 tensor is widened, summed and
+    /// rounded once, as host staging does). Members on one device (every rank thread on
+    /// one GPU) add each other's tensors where they lie; a member on another GPU has its
+    /// tensor copied over (through the host: candle's copy between GPUs) and the sum
+    /// copied back. Each member gets its own copy of the result.
     pub fn all_reduce_on_device(&self, t: &Tensor) -> Result<Tensor> {
         let result = self.meet(Deposit::Device(t.detach()))?;
         let Deposit::Device(sum) = &*result else {
@@ -190,6 +192,10 @@ impl ThreadComm {
                 sum.shape()
             );
         }
+        let sum = match sum.device().same_device(t.device()) {
+            true => sum.clone(),
+            false => sum.to_device(t.device())?,
+        };
         Ok(sum.to_dtype(t.dtype())?.copy()?)
     }
 
@@ -293,6 +299,10 @@ fn sum_in_rank_order(deposits: Vec<Deposit>) -> Result<Deposit> {
                         d.shape()
                     );
                 }
+                let d = match d.device().same_device(sum.device()) {
+                    true => d.clone(),
+                    false => d.to_device(sum.device())?,
+                };
                 sum = (sum + d.to_dtype(DType::F32)?)?;
             }
             Ok(Deposit::Device(sum))

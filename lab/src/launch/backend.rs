@@ -28,10 +28,10 @@ impl Backend {
     }
 }
 
-/// What a run of `ranks` rank threads on a machine with `gpus` GPUs must be told: rank
-/// threads all compute on GPU 0 (one candle device, one stream: their sums add each
-/// other's tensors where they lie), so their speed is one GPU's, whatever the machine
-/// has. `None` for one rank.
+/// What a run of `ranks` rank threads on a machine with `gpus` GPUs must be told: rank r
+/// computes on GPU r % gpus (`threads.rs`), so on one GPU their step is one GPU's work, and
+/// on several their sums go through the host (NCCL between GPUs takes ranks as MPI
+/// processes). `None` for one rank.
 pub fn gpu_sharing_note(ranks: usize, gpus: usize) -> Option<String> {
     match (ranks, gpus) {
         (0 | 1, _) => None,
@@ -39,7 +39,8 @@ pub fn gpu_sharing_note(ranks: usize, gpus: usize) -> Option<String> {
             "note: the {ranks} rank threads share GPU 0: their step is one GPU's work, not {ranks} GPUs'"
         )),
         _ => Some(format!(
-            "note: the {ranks} rank threads all run on GPU 0 of this machine's {gpus}: for a GPU each, launch the ranks with mpirun (docs/gpus.md)"
+            "note: rank r computes on GPU r % {gpus} ({ranks} rank threads{}); their sums go through the host: for NCCL between the GPUs, launch the ranks with mpirun (docs/gpus.md)",
+            if ranks > gpus { ", some sharing a GPU" } else { "" }
         )),
     }
 }
@@ -48,18 +49,18 @@ pub fn gpu_sharing_note(ranks: usize, gpus: usize) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// Rank threads on a GPU machine are told where they run: all on GPU 0, sharing it
-    /// (one GPU) or leaving the others idle (more), and one rank is told nothing.
+    /// Rank threads on a GPU machine are told where they run: sharing GPU 0 (one GPU), or
+    /// rank r on GPU r % n with their sums through the host (more), and one rank is told
+    /// nothing.
     #[test]
-    fn rank_threads_on_gpus_are_told_they_share_gpu_0() {
+    fn rank_threads_on_gpus_are_told_where_they_run() {
         assert_eq!(gpu_sharing_note(1, 8), None);
         let one = gpu_sharing_note(2, 1).unwrap();
         assert!(one.contains("2 rank threads share GPU 0"), "{one}");
         let eight = gpu_sharing_note(4, 8).unwrap();
-        assert!(
-            eight.contains("all run on GPU 0 of this machine's 8"),
-            "{eight}"
-        );
+        assert!(eight.contains("GPU r % 8 (4 rank threads)"), "{eight}");
         assert!(eight.contains("mpirun"), "{eight}");
+        let two = gpu_sharing_note(4, 2).unwrap();
+        assert!(two.contains("some sharing a GPU"), "{two}");
     }
 }

@@ -8,6 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use tp_harness::comm::{Comm, CountedComm, Mesh, Tally, ThreadWorld};
+use tp_harness::device::DeviceKind;
 use tp_harness::train::context::RankContext;
 use tp_harness::util::turns;
 
@@ -175,10 +176,12 @@ pub fn run_threads(
     let (tp_comms, dp_comms) = thread_groups(&world, tp, dp)?;
     // Also where no configure_threads ran (tests): the ranks' kernels fan out over it.
     tp_harness::util::subnormals::flush_here_and_in_the_global_pool();
-    // Thread ranks share one device (one GPU: one candle device, whose one explicit stream
-    // every rank and communication thread launches on, in host order: device.rs), so
-    // their collectives can sum each other's tensors where they lie.
-    let device = cfg.parallel.device.open(0)?;
+    // Rank r computes on GPU r % (the machine's GPUs): ranks on one GPU share one candle
+    // device, whose one explicit stream every rank and communication thread launches on,
+    // in host order (device.rs), so their collectives sum each other's tensors where they
+    // lie; ranks on other GPUs have theirs copied to rank 0's and the sum back
+    // (ThreadComm::all_reduce_on_device). On the CPU every rank is the one device.
+    let devices = rank_devices(cfg.parallel.device, tp * dp)?;
     tp_harness::device::set_tf32(cfg.parallel.tf32);
     let mut reporter = reporter;
     let results: Vec<Result<RankOutcome>> = std::thread::scope(|s| {
@@ -190,7 +193,7 @@ pub fn run_threads(
                 dp_comm,
                 cfg.link(),
                 cfg.parallel.comm_dtype,
-                device.clone(),
+                devices[rank].clone(),
             );
             let rep = if rank == 0 { reporter.take() } else { None };
             let dir = if rank == 0 { run_dir } else { None };
@@ -216,6 +219,21 @@ pub fn run_threads(
             .collect()
     });
     outcomes_or_first_failure(results)
+}
+
+/// Each of `ranks` rank threads' device: the CPU, or GPU `r % gpus` for rank r, each GPU
+/// opened once and shared by the ranks on it.
+fn rank_devices(kind: DeviceKind, ranks: usize) -> Result<Vec<candle_core::Device>> {
+    let gpus = match kind {
+        DeviceKind::Cpu => 1,
+        DeviceKind::Cuda => tp_harness::device::gpu_count()?.max(1),
+    };
+    let opened = (0..gpus.min(ranks))
+        .map(|g| kind.open(g))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((0..ranks)
+        .map(|r| opened[r % opened.len()].clone())
+        .collect())
 }
 
 /// Runs `f` on the `tp` ranks of one tensor-parallel group, as threads, and returns the

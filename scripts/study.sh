@@ -10,11 +10,11 @@
 #   scripts/study.sh --keep       keep the records of the runs finished so far (while a
 #                                 sweep trains: commit them, and nothing finished is lost)
 #
-# Every finished run's records (config.yaml, log.jsonl, comm.json, summary.json,
-# eval.json: what the tables and figures read, ~30 KB a run, no checkpoints) are kept in
-# plots/study/runs/<sweep>/<point>/ and committed with the figures, so a fresh clone
-# redraws every figure without training, and a sweep interrupted in one checkout resumes
-# in another: kept runs are put back into runs/ first and the sweep skips them. (The
+# Every finished run's records (config.yaml, log.jsonl as log.jsonl.gz, comm.json,
+# summary.json, eval.json: what the tables and figures read, ~10 KB a run, no
+# checkpoints) are kept in plots/study/runs/<sweep>/<point>/ and committed with the
+# figures, so a fresh clone redraws every figure without training, and a sweep
+# interrupted in one checkout resumes in another: kept runs are put back into runs/ first and the sweep skips them. (The
 # records of issue 25's own runs were not kept, so its tables in plots/study/*.md are
 # redrawn only when all of its sweeps are trained again.)
 #
@@ -96,6 +96,7 @@ restore() {
     ended "$to" && continue
     rm -rf "$to" && mkdir -p "$to"
     cp "$run"/* "$to/"
+    [ -f "$to/log.jsonl.gz" ] && gzip -d "$to/log.jsonl.gz"
   done
   return 0
 }
@@ -111,7 +112,14 @@ keep() {
     local to="$KEPT/$sweep/$(basename "$run")"
     mkdir -p "$to"
     for f in $RECORDS; do
-      [ -f "$run/$f" ] && cp -p "$run/$f" "$to/$f"
+      [ -f "$run/$f" ] || continue
+      if [ "$f" = log.jsonl ]; then
+        # Kept compressed (an eighth of the bytes; tp-plot reads it as it lies): written
+        # beside, then moved over, so a kill leaves the old record or the new one.
+        gzip -9n -c "$run/$f" >"$to/$f.gz.tmp" && mv "$to/$f.gz.tmp" "$to/$f.gz" && rm -f "$to/$f"
+      else
+        cp -p "$run/$f" "$to/$f"
+      fi
     done
   done
   # A missing record ends the loop on a false test: under `set -e` that would stop the

@@ -1,5 +1,5 @@
 //! `scripts/study.sh` as the third fault probe tried it (issue 48): `--keep` keeps only
-//! settled records (never a summary beside a longer config while a sweep extends the
+//! settled records (the log compressed, read back as written) (never a summary beside a longer config while a sweep extends the
 //! run), and a signal to the script reaches its sweep and the sweep's run, none left
 //! running under PID 1.
 
@@ -53,7 +53,13 @@ fn study_keep_keeps_only_settled_records() {
             format!("format_version: 2\nmax_iters: {iters}\n"),
         )
         .unwrap();
-        std::fs::write(run.join("log.jsonl"), "").unwrap();
+        std::fs::write(
+            run.join("log.jsonl"),
+            format!(
+                "{{\"step\":0,\"train_loss\":4.5}}\n{{\"step\":{steps},\"train_loss\":2.25}}\n"
+            ),
+        )
+        .unwrap();
     }
     let o = c.arg("--keep").output().unwrap();
     assert_ok(&o);
@@ -61,6 +67,15 @@ fn study_keep_keeps_only_settled_records() {
     assert!(kept.join("pattern=a/summary.json").is_file());
     assert!(!kept.join("pattern=b").exists());
     assert!(kept.join("pattern=c/summary.json").is_file());
+    // The log is kept compressed, and reads back as the run wrote it.
+    assert!(!kept.join("pattern=a/log.jsonl").exists());
+    let log = tp_lab::run_dir::log::read_log(&kept.join("pattern=a")).unwrap();
+    assert_eq!(
+        log.iter()
+            .map(|l| (l.step, l.train_loss))
+            .collect::<Vec<_>>(),
+        [(0, Some(4.5)), (600, Some(2.25))]
+    );
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("records of the finished runs"),
         "{}",

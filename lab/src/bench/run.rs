@@ -5,8 +5,8 @@
 
 use super::{bench, bench_config, summarize};
 use crate::config::RunConfig;
-use crate::launch::job::Target;
-use crate::launch::run::{run_resolved, Backend};
+use crate::launch::job::{RankOptions, Target};
+use crate::launch::run::{run_resolved_with, Backend};
 use crate::run_dir::bench::BenchResult;
 use crate::run_dir::default_run_path;
 use anyhow::{bail, Context, Result};
@@ -34,7 +34,19 @@ pub fn run_bench(
     let (warmup, steps) = (req.warmup, req.steps);
     if backend == Backend::Mpi {
         let config = || Ok(bench_config(&config()?, warmup, steps));
-        let res = run_resolved(&config, Target::New(Some(out.clone())), false, backend)?;
+        // The steps alone, as the threads' bench measures them: no checkpoint at the end.
+        let opts = RankOptions {
+            keep_params: false,
+            skip_sample: true,
+            skip_checkpoints: true,
+        };
+        let res = run_resolved_with(
+            &config,
+            Target::New(Some(out.clone())),
+            false,
+            backend,
+            opts,
+        )?;
         if res.outcomes[0].rank == 0 {
             report(&summarize(&config()?, &res.outcomes[0], warmup), &out)?;
         }

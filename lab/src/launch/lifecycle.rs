@@ -7,7 +7,7 @@
 use super::backend::Backend;
 use super::closing::finish;
 use super::console::ConsoleReporter;
-use super::job::{announce, Job, Target};
+use super::job::{announce, Job, RankOptions, Target};
 use super::outcome::RankOutcome;
 use super::report::{comm_report, ranks_compute};
 use crate::config::RunConfig;
@@ -51,14 +51,17 @@ pub trait Ranks {
     fn timelines(&self, outcomes: &[RankOutcome]) -> Result<Vec<Vec<Span>>>;
 }
 
-/// The job `resolve` makes, trained into `target` by `ranks`.
+/// The job `resolve` makes, trained into `target` by `ranks`, its ranks keeping or
+/// skipping what `opts` says.
 pub fn run_job(
     ranks: &impl Ranks,
     resolve: &dyn Fn() -> Result<RunConfig>,
     target: &Target,
     progress: bool,
+    opts: RankOptions,
 ) -> Result<RunResult> {
-    let job = ranks.job(resolve, target)?;
+    let mut job = ranks.job(resolve, target)?;
+    job.opts = opts;
     let dir = ranks.outputs(&job, target)?;
     let cfg = &job.cfg;
     let threads = ranks.threads(cfg);

@@ -7,7 +7,7 @@
 
 use super::backend::Backend;
 use super::console::ConsoleReporter;
-use super::job::{prepare_job, Job, Target};
+use super::job::{prepare_job, Job, RankOptions, Target};
 use super::launcher_env::{local_rank, local_ranks};
 use super::lifecycle::{run_job, Ranks, RunResult};
 use super::orchestrate::run_rank;
@@ -344,6 +344,7 @@ pub fn run_mpi(
     resolve: &dyn Fn() -> Result<RunConfig>,
     target: &Target,
     progress: bool,
+    opts: RankOptions,
 ) -> Result<RunResult> {
     let mpi = MpiWorld::init()?;
     let ranks = MpiRanks {
@@ -351,5 +352,5 @@ pub fn run_mpi(
         world: mpi.world_comm(),
         mpi,
     };
-    run_job(&ranks, resolve, target, progress)
+    run_job(&ranks, resolve, target, progress, opts)
 }

@@ -4,7 +4,7 @@
 
 pub use super::backend::Backend;
 use super::console::ConsoleReporter;
-use super::job::{prepare_job, Job, OnOtherData, Target};
+use super::job::{prepare_job, Job, OnOtherData, RankOptions, Target};
 use super::lifecycle::{run_job, Ranks, RunResult};
 use super::outcome::RankOutcome;
 use super::outputs::open_outputs;
@@ -59,10 +59,22 @@ pub fn run_resolved(
     progress: bool,
     backend: Backend,
 ) -> Result<RunResult> {
+    run_resolved_with(resolve, target, progress, backend, RankOptions::default())
+}
+
+/// [`run_resolved`] with what the ranks keep or skip beyond training (a measurement,
+/// `tp-train --bench` under mpirun, skips the checkpoints).
+pub fn run_resolved_with(
+    resolve: &dyn Fn() -> Result<RunConfig>,
+    target: Target,
+    progress: bool,
+    backend: Backend,
+    opts: RankOptions,
+) -> Result<RunResult> {
     match backend {
-        Backend::Threads => run_job(&ThreadRanks, resolve, &target, progress),
+        Backend::Threads => run_job(&ThreadRanks, resolve, &target, progress, opts),
         #[cfg(feature = "mpi")]
-        Backend::Mpi => super::mpi::run_mpi(resolve, &target, progress),
+        Backend::Mpi => super::mpi::run_mpi(resolve, &target, progress, opts),
         #[cfg(not(feature = "mpi"))]
         Backend::Mpi => tp_harness::user_bail!(
             "this tp-train was built without MPI: rebuild with the `mpi` feature (the default)"

@@ -300,3 +300,36 @@ fn mpirun_overlapped_gradient_sums_equal_one_bucket_in_threads_bit_for_bit() {
         assert!(a.1 == b.1, "{pattern}: the final weights or moments differ");
     }
 }
+
+/// `--bench` under mpirun measures the steps alone, as the threads' bench does: a
+/// bench.json and no checkpoint (one written after the last step was timed by nothing
+/// but landed in the profiles a GPU run returns).
+#[test]
+fn mpirun_bench_writes_bench_json_and_no_checkpoint() {
+    let d = scratch("mpi-bench");
+    let args = [
+        "--bench",
+        "--pattern",
+        "tt",
+        "--tp",
+        "2",
+        "--set",
+        "n_embd=32",
+        "--bench-warmup",
+        "1",
+        "--bench-steps",
+        "2",
+        "--out",
+        "b",
+    ];
+    let o = mpirun(&d, 2, &args, &[]);
+    ok(&o);
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("b/bench.json")).unwrap()).unwrap();
+    assert!(j["ms_per_step"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["tp"].as_u64(), Some(2));
+    assert!(
+        !d.join("b/checkpoints").exists(),
+        "a bench wrote a checkpoint"
+    );
+}

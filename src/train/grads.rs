@@ -6,6 +6,7 @@
 //! element (candle's `VarMap` is a HashMap and would not).
 
 use crate::comm::{CommKind, CountedComm, Reduce, Site};
+use crate::device::Kernels;
 use crate::ops::cpu::simd::simd_kernel;
 use crate::tp::{ParamKind, ParamRegistry};
 use anyhow::Result;
@@ -46,19 +47,34 @@ fn squares_f64(x: &[f32]) -> f64 {
 }
 
 /// The sum of the squares of every tensor of `ts` in f64, added tensor by tensor in order.
-/// On the CPU each is read in place ([`add_squares`]); on a GPU each is summed on the
-/// device ([`device_squares`]) and all are read back together: one synchronisation a
+/// On the CPU each is read in place ([`add_squares`]); on a GPU, with `kernels: fused`
+/// and f32 gradients, all of them in two kernels (`ops::cuda::sumsq`), else each summed on
+/// the device ([`device_squares`]); either way read back together: one synchronisation a
 /// norm, not one a tensor.
-fn sum_of_squares<'a>(ts: impl Iterator<Item = &'a Tensor>) -> Result<f64> {
+fn sum_of_squares<'a>(ts: impl Iterator<Item = &'a Tensor>, kernels: Kernels) -> Result<f64> {
     let mut acc = 0f64;
-    let mut on_device = Vec::new();
+    let mut on_device: Vec<&Tensor> = Vec::new();
     for t in ts {
         if t.device().is_cpu() {
             add_squares(t, &mut acc)?;
         } else {
-            on_device.push(device_squares(t)?);
+            on_device.push(t);
         }
     }
+    #[cfg(feature = "cuda")]
+    if let Some(first) = on_device.first() {
+        if kernels.on(first.device()) == Kernels::Fused
+            && on_device.iter().all(|t| t.dtype() == DType::F32)
+        {
+            return Ok(acc + crate::ops::cuda::sumsq::sum_of_squares(&on_device)?);
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = kernels;
+    let on_device: Vec<Tensor> = on_device
+        .into_iter()
+        .map(device_squares)
+        .collect::<Result<_>>()?;
     if !on_device.is_empty() {
         for s in Tensor::stack(&on_device, 0)?.to_vec1::<f64>()? {
             acc += s;
@@ -269,8 +285,8 @@ impl GradBuffer {
 
     /// Global L2 norm of the logical gradient: sharded parts summed over the TP group,
     /// each replicated parameter counted once. Call after [`Self::sync_tp_partial`].
-    pub fn global_norm(&self, tp: &CountedComm) -> Result<f32> {
-        let sq = |ids: Vec<usize>| sum_of_squares(ids.into_iter().map(|i| self.get(i)));
+    pub fn global_norm(&self, tp: &CountedComm, kernels: Kernels) -> Result<f32> {
+        let sq = |ids: Vec<usize>| sum_of_squares(ids.into_iter().map(|i| self.get(i)), kernels);
         let sharded = sq(self.indices(|k| matches!(k, ParamKind::Sharded(_))))?;
         let replicated = sq(self.indices(|k| !matches!(k, ParamKind::Sharded(_))))?;
         let mut buf = [sharded as f32];
@@ -326,7 +342,7 @@ mod tests {
             .sum();
         assert!((got - want).abs() <= want * 1e-12, "{got} vs {want}");
         assert_eq!(
-            sum_of_squares(ts.iter()).unwrap().to_bits(),
+            sum_of_squares(ts.iter(), Kernels::Fused).unwrap().to_bits(),
             want.to_bits(),
             "CPU tensors take the in-place path"
         );

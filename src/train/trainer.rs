@@ -328,7 +328,7 @@ impl<'a> Trainer<'a> {
                 self.grads.average_dp(&self.ctx.dp)?;
             }
         }
-        let norm = self.grads.global_norm(&self.ctx.tp)?;
+        let norm = self.grads.global_norm(&self.ctx.tp, self.spec.kernels)?;
         drop(sync);
         self.guard(norm, "the gradient norm")?;
         let clip = self.spec.grad_clip;

@@ -373,3 +373,36 @@ fn gpu_fused_adamw_matches_the_textbook_update_over_several_steps() {
     println!("worst relative error: parameter {ep:.2e}, m {em:.2e}, v {ev:.2e}");
     assert!(ep < 1e-6 && em < 1e-6 && ev < 1e-6, "{ep} {em} {ev}");
 }
+
+/// The gradient norm's sum of squares in two kernels (`ops::cuda::sumsq`) against the
+/// same squares summed in f64 on the host: tensors of assorted sizes (the grid-stride
+/// loop's tails, one of a single element, one larger than a block's stride, one not
+/// contiguous), to f64 rounding; the same bits twice (a fixed grid and fixed trees); no
+/// tensors sum to zero.
+#[test]
+fn gpu_sum_of_squares_kernel_matches_a_host_f64_sum_and_repeats_its_bits() {
+    use tp_harness::ops::cuda::sumsq::sum_of_squares;
+    let sizes = [1usize, 255, 256, 257, 100_003, 3 * 128 * 256 + 17];
+    let mut host = Vec::new();
+    let mut ts = Vec::new();
+    for (k, &n) in sizes.iter().enumerate() {
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i * (k + 3)) as f32 * 0.0123).sin() * (k + 1) as f32)
+            .collect();
+        host.extend(v.iter().map(|&x| (x as f64) * (x as f64)));
+        ts.push(Tensor::new(v.as_slice(), &gpu()).unwrap());
+    }
+    // A transposed (not contiguous) 64 x 48 matrix.
+    let m: Vec<f32> = (0..64 * 48).map(|i| (i as f32 * 0.77).cos()).collect();
+    host.extend(m.iter().map(|&x| (x as f64) * (x as f64)));
+    let mt = Tensor::from_vec(m, (64, 48), &gpu()).unwrap().t().unwrap();
+    assert!(!mt.is_contiguous());
+    ts.push(mt);
+    let want: f64 = host.iter().sum();
+    let refs: Vec<&Tensor> = ts.iter().collect();
+    let got = sum_of_squares(&refs).unwrap();
+    assert!((got - want).abs() <= want * 1e-12, "{got} vs {want}");
+    assert_eq!(sum_of_squares(&refs).unwrap().to_bits(), got.to_bits());
+    assert_eq!(sum_of_squares(&[]).unwrap(), 0.0);
+    eprintln!("sum of squares kernel matches the host f64 sum: {got} vs {want}");
+}

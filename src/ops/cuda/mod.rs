@@ -16,6 +16,7 @@ pub mod embedding;
 pub mod gelu;
 pub mod layer_norm;
 pub mod softmax;
+pub mod sumsq;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
@@ -125,6 +126,7 @@ pub(super) const GELU: Module = Module::new("tp_gelu", ptx::GELU);
 pub(super) const LAYER_NORM: Module = Module::new("tp_layer_norm", ptx::LAYER_NORM);
 pub(super) const ADAMW: Module = Module::new("tp_adamw", ptx::ADAMW);
 pub(super) const BIAS: Module = Module::new("tp_bias", ptx::BIAS);
+pub(super) const SUMSQ: Module = Module::new("tp_sumsq", ptx::SUMSQ);
 
 /// The name of kernel `base`'s instance for `dtype` (`ln_fwd` -> `ln_fwd_bf16`).
 pub(super) fn instance(base: &str, dtype: DType) -> Result<String> {

@@ -234,14 +234,14 @@ pub fn causal_attention_composed(qkv: &Tensor, heads: usize, head_dim: usize) ->
     merge_heads(&causal_softmax_composed(&att)?.matmul(&v)?)
 }
 
-/// Attention on a GPU with the `(B, heads, T, T)` scores held: the portable path's
-/// matmuls (cuBLAS) around the fused causal softmax.
+/// Attention on a GPU with the `(B, heads, T, T)` scores held: cuBLAS's matmuls reading
+/// Q, K and V inside the packed qkv and writing the heads merged (no split or merge
+/// copies), around the fused causal softmax.
 #[cfg(feature = "cuda")]
 fn causal_attention_materialised(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
-    let [q, k, v] = split_heads(qkv, heads, head_dim)?;
-    let scores = q.matmul(&k.t()?)?;
+    let scores = cuda::packed_attention::scores(qkv, heads, head_dim)?;
     let p = cuda::softmax::causal_softmax(&scores, 1.0 / (head_dim as f64).sqrt())?;
-    merge_heads(&p.matmul(&v)?)
+    cuda::packed_attention::weighted_values(&p, qkv, heads, head_dim)
 }
 
 /// Q, K and V of a packed `qkv (B, T, 3 * heads * head_dim)`, each `(B, heads, T,

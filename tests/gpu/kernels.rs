@@ -34,8 +34,10 @@ fn attention_and_grad(f: impl Fn(&Tensor) -> Tensor, qkv: &Var, w: &Tensor) -> (
 }
 
 /// Both GPU attentions against the portable path: the fused dispatch (at these sizes the
-/// scores fit, so cuBLAS's matmuls around the causal softmax kernel) and the kernel that
-/// never holds the scores (`ops::cuda::causal_attention`, which longer sequences take).
+/// scores fit, so cuBLAS's matmuls reading the packed qkv in place and writing the heads
+/// merged, `ops::cuda::packed_attention`, around the causal softmax kernel; B = 2 checks
+/// each sequence's offsets) and the kernel that never holds the scores
+/// (`ops::cuda::causal_attention`, which longer sequences take).
 #[test]
 fn gpu_attention_kernels_match_the_portable_path_forward_and_backward() {
     for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {

@@ -15,6 +15,7 @@ pub mod cross_entropy;
 pub mod embedding;
 pub mod gelu;
 pub mod layer_norm;
+pub mod packed_attention;
 pub mod softmax;
 pub mod sumsq;
 

@@ -4,7 +4,9 @@
 // steps each) after zero-filling and copying the whole table's gradient. Here one warp a
 // table row scans the ids (ballots of 32) and adds the gradient rows of its matches in
 // ascending position: the same additions in the same order as index_add into zeros, so
-// the same bits, and no atomics. Tested by tests/gpu.rs (the models' gradients).
+// the same bits, and no atomics. Faster where the ids fit one block's sort (below): the
+// ids bucketed first, each row's warp reads only its own positions. Tested by
+// tests/gpu.rs (the models' gradients) and tests/gpu/kernels.rs (both paths' bits).
 
 #include "common.cuh"
 
@@ -57,6 +59,77 @@ __device__ void emb_bwd(const uint32_t *ids, const T *dy, T *dtable, int64_t n, 
     }
 }
 
+// The ids bucketed for the backward: keys id * n + position (ascending: by id, then by
+// position), sorted in one block's shared memory by a bitonic network (SORT_N keys,
+// padded with 0xffffffff; ids outside the table get the padding key, matching no row).
+// The caller takes this path when n <= SORT_N and V * n < 2^32 - 1 (GPT-2 at batch 8:
+// n = 8192, V n = 4.1e8).
+#define SORT_N 8192
+extern "C" __global__ void emb_sort_ids(const uint32_t *ids, uint32_t *keys, uint32_t n,
+                                        uint32_t V) {
+    __shared__ uint32_t s[SORT_N];
+    for (uint32_t i = threadIdx.x; i < SORT_N; i += blockDim.x)
+        s[i] = (i < n && ids[i] < V) ? ids[i] * n + i : 0xffffffffu;
+    __syncthreads();
+    for (uint32_t k = 2; k <= SORT_N; k <<= 1) {
+        for (uint32_t j = k >> 1; j > 0; j >>= 1) {
+            for (uint32_t i = threadIdx.x; i < SORT_N; i += blockDim.x) {
+                const uint32_t l = i ^ j;
+                if (l > i) {
+                    const uint32_t a = s[i], b = s[l];
+                    if ((a > b) == ((i & k) == 0)) {
+                        s[i] = b;
+                        s[l] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) keys[i] = s[i];
+}
+
+// The first of the n sorted keys that is >= key.
+__device__ uint32_t lower_bound(const uint32_t *keys, uint32_t n, uint32_t key) {
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        const uint32_t mid = (lo + hi) / 2;
+        if (keys[mid] < key) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// dtable[v, :] as emb_bwd computes it, from the sorted keys: one warp a table row finds
+// its bucket by binary search and adds its positions' gradient rows in ascending order
+// (the same additions in the same order: the same bits), instead of scanning all n ids.
+template <typename T>
+__device__ void emb_bwd_sorted(const uint32_t *keys, const T *dy, T *dtable, uint32_t n, int C,
+                               int64_t V) {
+    const int64_t v = warp_index();
+    if (v >= V) return;
+    const int lane = threadIdx.x;
+    const uint32_t first = (uint32_t)v * n;
+    const uint32_t lo = lower_bound(keys, n, first), hi = lower_bound(keys, n, first + n);
+    for (int c0 = 0; c0 < C; c0 += 32 * PER_LANE) {
+        float acc[PER_LANE];
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) acc[e] = 0.f;
+        for (uint32_t k = lo; k < hi; k++) {
+            const T *g = dy + (int64_t)(keys[k] - first) * C;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                const int c = c0 + lane + 32 * e;
+                if (c < C) acc[e] += to_f(g[c]);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            const int c = c0 + lane + 32 * e;
+            if (c < C) store(dtable + v * C + c, acc[e]);
+        }
+    }
+}
+
 #define EMBEDDING(SUFFIX, T)                                                                  \
     extern "C" __global__ void emb_fwd_##SUFFIX(const T *table, const uint32_t *ids, T *out,  \
                                                 int64_t n, int C, int64_t V) {                \
@@ -65,6 +138,11 @@ __device__ void emb_bwd(const uint32_t *ids, const T *dy, T *dtable, int64_t n, 
     extern "C" __global__ void emb_bwd_##SUFFIX(const uint32_t *ids, const T *dy, T *dtable,  \
                                                 int64_t n, int C, int64_t V) {                \
         emb_bwd<T>(ids, dy, dtable, n, C, V);                                                 \
+    }                                                                                         \
+    extern "C" __global__ void emb_bwd_sorted_##SUFFIX(const uint32_t *keys, const T *dy,      \
+                                                       T *dtable, uint32_t n, int C,          \
+                                                       int64_t V) {                           \
+        emb_bwd_sorted<T>(keys, dy, dtable, n, C, V);                                         \
     }
 
 EMBEDDING(f32, float)

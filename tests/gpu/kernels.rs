@@ -408,3 +408,48 @@ fn gpu_sum_of_squares_kernel_matches_a_host_f64_sum_and_repeats_its_bits() {
     assert_eq!(sum_of_squares(&[]).unwrap(), 0.0);
     eprintln!("sum of squares kernel matches the host f64 sum: {got} vs {want}");
 }
+
+/// The embedding's two backward paths give the same bits: each table row's warp scanning
+/// every id, and the ids bucketed by one block's sort first (GPT-2's 8192 ids of 50304
+/// rows, a small table with many repeats, a single id); past the sort's size the
+/// bucketed path refuses, naming why.
+#[test]
+fn gpu_embedding_backward_bucketed_equals_the_scan_bit_for_bit() {
+    use tp_harness::ops::cuda::embedding::{table_grad, GradPath, SORT_N};
+    for dtype in [DType::F32, DType::BF16] {
+        for (v, c, n) in [(50304, 768, SORT_N), (7, 1000, 2000), (65, 33, 1)] {
+            let ids: Vec<u32> = (0..n).map(|i| ((i * 7919 + i / 3) % v) as u32).collect();
+            let ids = Tensor::new(ids.as_slice(), &gpu()).unwrap();
+            let dy = random_on_gpu(&[n, c], dtype);
+            let grad = |path| {
+                table_grad(&ids, dy.as_tensor(), v, path)
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+            };
+            let (scan, bucketed) = (grad(GradPath::Scan), grad(GradPath::Bucketed));
+            let same = scan
+                .iter()
+                .zip(&bucketed)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "{dtype:?} V{v} C{c} N{n}: the bucketed gradient differs"
+            );
+            assert!(scan.iter().any(|&x| x != 0.0));
+            eprintln!("{dtype:?} V{v} C{c} N{n}: bucketed == scan, bit for bit");
+        }
+    }
+    let n = SORT_N + 1;
+    let ids = Tensor::new(vec![0u32; n].as_slice(), &gpu()).unwrap();
+    let dy = random_on_gpu(&[n, 8], DType::F32);
+    let e = table_grad(&ids, dy.as_tensor(), 3, GradPath::Bucketed).unwrap_err();
+    assert!(
+        e.to_string().contains("do not fit the bucketing sort"),
+        "{e}"
+    );
+}

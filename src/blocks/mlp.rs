@@ -3,7 +3,7 @@
 //! Returns the partial output `M_r(h)`, without `b_pr`.
 
 use super::BlockConfig;
-use crate::ops::{self, Activation};
+use crate::ops::Activation;
 use crate::tp::{ColumnParallelLinear, Init, ParamKind, RowParallelLinear, Scope, Shard};
 use anyhow::Result;
 use candle_core::Tensor;
@@ -13,7 +13,6 @@ pub struct MlpShard {
     fc: ColumnParallelLinear,
     pr: RowParallelLinear,
     activation: Activation,
-    kernels: crate::ops::Kernels,
 }
 
 impl MlpShard {
@@ -37,14 +36,12 @@ impl MlpShard {
             fc: ColumnParallelLinear::new(w, bias, cfg.kernels),
             pr: RowParallelLinear::new(pr, cfg.kernels),
             activation: cfg.activation,
-            kernels: cfg.kernels,
         })
     }
 
     /// `h (B, T, C)` -> partial `M_r(h) (B, T, C)`.
     pub fn forward(&self, h: &Tensor) -> Result<Tensor> {
-        let u = self.fc.forward(h)?; // (B, T, 4C/N)
-        let u = ops::activation(self.kernels, &u, self.activation)?;
+        let u = self.fc.forward_activated(h, self.activation)?; // (B, T, 4C/N)
         Ok(self.pr.forward(&u)?)
     }
 }

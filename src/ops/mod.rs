@@ -169,6 +169,30 @@ pub fn linear(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<
     fused::linear(x, w, b)
 }
 
+/// `act(x @ w + b)`: a column-parallel linear and its activation (the MLP's first half).
+/// On a GPU with fused kernels and a GELU, the bias and the activation in one kernel each
+/// way after cuBLAS's matmul (`cuda::bias_gelu`, the same bits as adding then
+/// activating); elsewhere exactly [`linear`] then [`activation`].
+pub fn linear_activation(
+    k: Kernels,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    act: Activation,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(b) = b.filter(|b| {
+        x.device().is_cuda()
+            && k.for_tensor(x) == Kernels::Fused
+            && b.dtype() == DType::F32
+            && act != Activation::Relu
+    }) {
+        let u = linear_composed(x, w, None)?;
+        return cuda::bias_gelu::bias_gelu(&u, b, act == Activation::GeluTanh);
+    }
+    activation(k, &linear(k, x, w, b)?, act)
+}
+
 /// `x (.., in) @ w^T + b` for a weight stored `(out, in)` (the tied head's `wte`): its
 /// gradient comes back `(out, in)` with no transpose in the graph.
 pub fn linear_t(k: Kernels, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {

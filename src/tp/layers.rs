@@ -27,6 +27,11 @@ impl ColumnParallelLinear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         ops::linear(self.kernels, x, &self.weight, self.bias.as_ref())
     }
+    /// `act(forward(x))`, the bias and activation fused where the kernels allow
+    /// ([`ops::linear_activation`]).
+    pub fn forward_activated(&self, x: &Tensor, act: ops::Activation) -> Result<Tensor> {
+        ops::linear_activation(self.kernels, x, &self.weight, self.bias.as_ref(), act)
+    }
     pub fn out_features(&self) -> Result<usize> {
         self.weight.dim(D::Minus1)
     }

@@ -453,3 +453,36 @@ fn gpu_embedding_backward_bucketed_equals_the_scan_bit_for_bit() {
         "{e}"
     );
 }
+
+/// The MLP's bias and GELU in one kernel each way (`ops::cuda::bias_gelu`, what
+/// `ops::linear_activation` runs on a GPU) against the two kernels it replaces, the bias
+/// add then the GELU: the output and x's gradient bit for bit, the bias's gradient to
+/// f32 rounding (the same column sums of the same bits, so in practice exactly), both
+/// GELU forms.
+#[test]
+fn gpu_bias_gelu_kernel_equals_the_bias_then_gelu_kernels() {
+    use tp_harness::ops::cuda::{bias::bias_add, bias_gelu::bias_gelu, gelu::gelu};
+    for dtype in [DType::F32, DType::BF16] {
+        for (rows, c) in [(8192, 3072), (37, 33), (1, 1000)] {
+            for tanh in [false, true] {
+                let x = random_on_gpu(&[rows, c], dtype);
+                let b = random_on_gpu(&[c], DType::F32);
+                let probe = probe_held_by(dtype, &[rows, c]);
+                let fused = output_and_grads(&[&x, &b], &probe, || {
+                    bias_gelu(x.as_tensor(), b.as_tensor(), tanh).unwrap()
+                });
+                let apart = output_and_grads(&[&x, &b], &probe, || {
+                    gelu(&bias_add(x.as_tensor(), b.as_tensor()).unwrap(), tanh).unwrap()
+                });
+                let what = format!("{dtype:?} {rows}x{c} tanh {tanh}");
+                for (name, i) in [("output", 0), ("x gradient", 1)] {
+                    let e = common::rel_err(&fused[i], &apart[i]);
+                    assert!(e == 0.0, "{what}: bias + GELU {name} differs by {e:e}");
+                }
+                let e = common::rel_err(&fused[2], &apart[2]);
+                assert!(e <= 1e-6, "{what}: bias gradient differs by {e:e}");
+                eprintln!("{what}: bias + GELU kernel equals bias then GELU");
+            }
+        }
+    }
+}

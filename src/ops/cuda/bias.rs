@@ -26,7 +26,7 @@ const MAX_GRID_Y: usize = 65_535;
 const ROWS_PER_PARTIAL: usize = 32;
 
 /// One thread a column (`THREADS` a block) over `rows` rows of the grid's y.
-fn columns_by_rows(c: usize, rows: usize) -> LaunchConfig {
+pub(super) fn columns_by_rows(c: usize, rows: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
             c.div_ceil(THREADS) as u32,
@@ -87,8 +87,7 @@ impl CustomOp2 for BiasAdd {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let db = dy.contiguous()?.apply_op1_no_bwd(&BiasGrad)?;
-        Ok((Some(dy.clone()), Some(db)))
+        Ok((Some(dy.clone()), Some(bias_grad(dy)?)))
     }
 }
 
@@ -130,6 +129,11 @@ impl CustomOp1 for BiasGrad {
         let db = by_dtype!(OP, dy.dtype(), column_sums((dy, ldy)))?;
         Ok((db, Shape::from(c)))
     }
+}
+
+/// The bias gradient `db (C,)` f32 of an output gradient `dy (.., C)`: its column sums.
+pub(super) fn bias_grad(dy: &Tensor) -> Result<Tensor> {
+    dy.contiguous()?.apply_op1_no_bwd(&BiasGrad)
 }
 
 /// `x (.., C)` (f32 or bf16, on the GPU) plus the f32 bias `b (C,)`, in x's dtype; b's

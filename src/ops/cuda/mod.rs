@@ -11,6 +11,7 @@
 
 pub mod adamw;
 pub mod bias;
+pub mod bias_gelu;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod gelu;

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # gpu-check.sh's verify mode (sourced by it, with its helpers: part, say, finish,
 # bench_row, pytorch_row, table_head): everything someone checking this project
 # independently on one lent GPU would run, in one call of at most 10 minutes, each part
@@ -19,7 +20,15 @@
 #     tool's time allows (what it covered is named);
 #   - GPT-2 124M bf16 tp 1, batch 8 x 1024: this harness, PyTorch eager, eager with SDPA
 #     and SDPA + torch.compile, interleaved over two rounds, each row the median.
+#
+# Sourced by gpu-check.sh (it needs its helpers): run `bash gpu-check.sh verify`, or
+# `bash gpu-check.sh verify --dry-run` for the plan. --help (or -h) prints this header.
 # shellcheck shell=bash
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0; }
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  echo "gpu-verify.sh is gpu-check.sh's verify mode: run bash $(dirname "$0")/gpu-check.sh verify" >&2
+  exit 2
+fi
 
 v_steps=50
 # A mini run of `v_steps` steps with a loss logged at every step (then --out DIR and the

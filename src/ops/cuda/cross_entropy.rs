@@ -1,6 +1,7 @@
 //! Cross-entropy on a GPU (`kernels/cross_entropy.cu`): each row's loss of `logits (N,
 //! V)` (f32 or bf16, read as they are) against u32 targets, one thread block a row, and
-//! its backward `(softmax - onehot) * g` in the logits' dtype; where the portable path
+//! its backward `(softmax - onehot) * g` in the logits' dtype, in one pass (each row's
+//! log-sum-exp is its loss plus its target's logit); where the portable path
 //! casts the logits to f32 and runs ~17 candle ops over them. The mean over rows stays a
 //! candle op (its backward hands each row its `1 / N`). `tests/gpu.rs` holds it to the
 //! portable path.
@@ -79,15 +80,18 @@ impl CustomOp2 for RowLosses {
         &self,
         x: &Tensor,
         t: &Tensor,
-        _: &Tensor,
+        losses: &Tensor,
         g: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let g = g.contiguous()?.to_dtype(DType::F32)?;
-        Ok((Some(x.apply_op3_no_bwd(t, &g, &RowLossesGrad)?), None))
+        // The rows' gradients and their losses, from which the backward recovers each
+        // row's log-sum-exp (one pass over the logits instead of three).
+        let g = g.to_dtype(DType::F32)?.flatten_all()?;
+        let gl = Tensor::cat(&[&g, &losses.flatten_all()?], 0)?;
+        Ok((Some(x.apply_op3_no_bwd(t, &gl, &RowLossesGrad)?), None))
     }
 }
 
-/// `dlogits` from `(logits, targets, g (N,))`.
+/// `dlogits` from `(logits, targets, [g (N,), losses (N,)])`.
 struct RowLossesGrad;
 
 fn grad<T: CudaDType + DeviceRepr + WithDType>(
@@ -96,15 +100,20 @@ fn grad<T: CudaDType + DeviceRepr + WithDType>(
     (g, lg): Arg,
 ) -> Result<CudaStorage> {
     let (n, v) = rows_of(lx)?;
+    if lg.shape().elem_count() != 2 * n || lt.shape().elem_count() != n {
+        candle_core::bail!(
+            "cross-entropy backward: {n} rows need {n} targets and 2 x {n} gradients and losses"
+        );
+    }
     let dev = x.device().clone();
     let (xv, tv, gv) = (view::<T>(x, lx)?, view::<u32>(t, lt)?, view::<f32>(g, lg)?);
     // SAFETY: the kernel writes every element of dx.
     let out = unsafe { dev.alloc::<T>(n * v)? };
-    let v64 = v as i64;
+    let (v64, n64) = (v as i64, n as i64);
     let name = instance("ce_bwd", T::DTYPE)?;
     // SAFETY: the arguments match ce_bwd_* in kernels/cross_entropy.cu; x and out hold
-    // n x V, the targets and g n each (the forward's, through its backward).
-    unsafe { launch!(dev, CROSS_ENTROPY, name, row_config(n); &xv, &tv, &gv, &out, &v64) }?;
+    // n x V, the targets n, g and the losses 2n (checked above).
+    unsafe { launch!(dev, CROSS_ENTROPY, name, row_config(n); &xv, &tv, &gv, &out, &v64, &n64) }?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 

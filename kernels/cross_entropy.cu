@@ -101,6 +101,24 @@ __device__ void ce_bwd(const T *logits, const uint32_t *targets, const float *gl
     }
 }
 
+// The same gradient with each row's max and sum recomputed (what the one pass replaced;
+// TP_CUDA_OFF=ce-one-pass runs it).
+template <typename T>
+__device__ void ce_bwd_recompute(const T *logits, const uint32_t *targets, const float *gl,
+                                 T *dx, int64_t V) {
+    const int64_t row = blockIdx.x;
+    const T *x = logits + row * V;
+    float m, s;
+    row_max_sum(x, V, &m, &s);
+    const float lse = logf(s), gr = gl[row];
+    const uint32_t t = targets[row];
+    T *d = dx + row * V;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        const float p = expf(to_f(x[v]) - m - lse);
+        store(d + v, (v == t ? p - 1.f : p) * gr);
+    }
+}
+
 #define CROSS_ENTROPY(SUFFIX, T)                                                              \
     extern "C" __global__ void ce_fwd_##SUFFIX(const T *logits, const uint32_t *targets,      \
                                                float *loss, int64_t V) {                      \
@@ -109,6 +127,11 @@ __device__ void ce_bwd(const T *logits, const uint32_t *targets, const float *gl
     extern "C" __global__ void ce_bwd_##SUFFIX(const T *logits, const uint32_t *targets,      \
                                                const float *gl, T *dx, int64_t V, int64_t N) { \
         ce_bwd<T>(logits, targets, gl, dx, V, N);                                             \
+    }                                                                                         \
+    extern "C" __global__ void ce_bwd_recompute_##SUFFIX(const T *logits,                      \
+                                                         const uint32_t *targets,             \
+                                                         const float *gl, T *dx, int64_t V) { \
+        ce_bwd_recompute<T>(logits, targets, gl, dx, V);                                      \
     }
 
 CROSS_ENTROPY(f32, float)

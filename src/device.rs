@@ -137,6 +137,78 @@ impl CudaOptions {
     }
 }
 
+/// The GPU paths written after the last GPU run, each of which `TP_CUDA_OFF` (a comma
+/// list of their names) turns back to what it replaced: to measure what each one buys
+/// (`gpu-check.sh follow`), and to work round one that fails on a GPU without a rebuild.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaPath {
+    /// Attention reading the packed qkv in place (`ops::cuda::packed_attention`); off:
+    /// the heads split and merged by copies.
+    PackedAttention,
+    /// The gradient norm in two kernels a group (`ops::cuda::sumsq`); off: four candle
+    /// ops a tensor.
+    GradNorm,
+    /// The embedding's backward from bucketed ids; off: each row's warp scans all ids.
+    EmbeddingBuckets,
+    /// The MLP's bias and GELU in one kernel; off: the bias kernel, then the GELU's.
+    BiasGelu,
+    /// The cross-entropy's backward in one pass; off: it recomputes each row's max and sum.
+    CeOnePass,
+}
+
+impl CudaPath {
+    pub const ALL: [CudaPath; 5] = [
+        CudaPath::PackedAttention,
+        CudaPath::GradNorm,
+        CudaPath::EmbeddingBuckets,
+        CudaPath::BiasGelu,
+        CudaPath::CeOnePass,
+    ];
+
+    /// Its name in `TP_CUDA_OFF`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CudaPath::PackedAttention => "packed-attention",
+            CudaPath::GradNorm => "grad-norm",
+            CudaPath::EmbeddingBuckets => "embedding-buckets",
+            CudaPath::BiasGelu => "bias-gelu",
+            CudaPath::CeOnePass => "ce-one-pass",
+        }
+    }
+}
+
+/// The paths a `TP_CUDA_OFF` value turns off (none for no value); an unknown name is an
+/// error naming the known ones.
+pub fn cuda_paths_off(value: Option<&str>) -> anyhow::Result<Vec<CudaPath>> {
+    let mut off = Vec::new();
+    for name in value
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        let Some(p) = CudaPath::ALL.into_iter().find(|p| p.name() == name) else {
+            let known: Vec<&str> = CudaPath::ALL.iter().map(|p| p.name()).collect();
+            return Err(crate::error::user(format!(
+                "TP_CUDA_OFF names {name}, not one of {}: fix or unset it",
+                known.join(", ")
+            )));
+        };
+        off.push(p);
+    }
+    Ok(off)
+}
+
+/// Whether `path` runs: not named by `TP_CUDA_OFF` (read once a process; a GPU's open
+/// refuses an unknown name before anything runs).
+pub fn cuda_path_on(path: CudaPath) -> bool {
+    static OFF: std::sync::OnceLock<Vec<CudaPath>> = std::sync::OnceLock::new();
+    let off = OFF.get_or_init(|| {
+        cuda_paths_off(std::env::var("TP_CUDA_OFF").ok().as_deref()).unwrap_or_default()
+    });
+    !off.contains(&path)
+}
+
 /// Opens GPU `ordinal` with **one explicit stream** that every thread computing on it
 /// shares: the rank threads, and their communication threads (ladders, gradient
 /// buckets). candle's `Device::new_cuda` would give each host thread CUDA's per-thread
@@ -154,6 +226,7 @@ fn open_cuda(ordinal: usize) -> anyhow::Result<Device> {
         );
     }
     let options = CudaOptions::from_env(|v| std::env::var(v).ok())?;
+    cuda_paths_off(std::env::var("TP_CUDA_OFF").ok().as_deref())?;
     let failed = |e: &dyn std::fmt::Display| {
         anyhow::anyhow!("could not open GPU {ordinal} ({e}): check nvidia-smi and the CUDA driver")
     };
@@ -316,6 +389,25 @@ impl ComputeDtype {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tp_cuda_off_names_paths_and_refuses_an_unknown_one_naming_the_known() {
+        assert_eq!(cuda_paths_off(None).unwrap(), []);
+        assert_eq!(cuda_paths_off(Some("")).unwrap(), []);
+        assert_eq!(
+            cuda_paths_off(Some("grad-norm, packed-attention")).unwrap(),
+            [CudaPath::GradNorm, CudaPath::PackedAttention]
+        );
+        let all: Vec<&str> = CudaPath::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(cuda_paths_off(Some(&all.join(","))).unwrap(), CudaPath::ALL);
+        let e = cuda_paths_off(Some("grad-norm,flash"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("TP_CUDA_OFF names flash, not one of packed-attention, grad-norm"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn config_enum_labels_are_serdes_names() {

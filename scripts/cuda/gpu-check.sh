@@ -10,7 +10,8 @@
 #                                         # each), the race check, the default experiment
 #                                         # against the CPU's val loss, GPT-2 124M bf16 tp 1
 #                                         # (fused, portable) beside PyTorch eager and SDPA
-#   bash dist/cuda/gpu-check.sh follow    # ~4 min: f32 and tp 2 rows, 3xsppp, torch.compile
+#   bash dist/cuda/gpu-check.sh follow    # ~5 min: f32 and tp 2 rows, 3xsppp, torch.compile,
+#                                         # the bf16 row with each new GPU path off in turn
 #   bash dist/cuda/gpu-check.sh profile   # ~4 min: GPT-2 124M bf16 at batch 1 and 8 (host-
 #                                         # or GPU-bound?), then every kernel of two steps
 #                                         # timed by Nsight Compute (ncu), summed by kernel
@@ -341,4 +342,15 @@ harness 60 gpt2-12xt-tp2-bf16-fused 12xt 2 bf16 fused
 harness 60 gpt2-3xsppp-tp2-bf16-fused 3xsppp 2 bf16 fused
 harness 60 gpt2-12xt-tp1-f32-fused 12xt 1 f32 fused
 harness 60 gpt2-3xsppp-tp1-bf16-fused 3xsppp 1 bf16 fused
+# What each GPU path written since the last run buys: the tp 1 bf16 row again with one of
+# them turned back to what it replaced (TP_CUDA_OFF), run after the full row above.
+say ""
+say "Each row below: 12xt tp 1 bf16 fused with one new path off (TP_CUDA_OFF=path)."
+for path in packed-attention grad-norm embedding-buckets bias-gelu ce-one-pass; do
+  o="$work/gpt2-without-$path"
+  part 40 "without-$path" env TP_CUDA_OFF="$path" "$train" --bench --device cuda --dtype bf16 \
+    --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused --set batch_size="${BATCH:-8}" \
+    --bench-warmup 3 --bench-steps 10 --quiet --out "$o" &&
+    [ "$dry" = 0 ] && bench_row "tp-harness without $path" "$o/bench.json"
+done
 finish

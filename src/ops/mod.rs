@@ -186,6 +186,7 @@ pub fn linear_activation(
             && k.for_tensor(x) == Kernels::Fused
             && b.dtype() == DType::F32
             && act != Activation::Relu
+            && crate::device::cuda_path_on(crate::device::CudaPath::BiasGelu)
     }) {
         let u = linear_composed(x, w, None)?;
         return cuda::bias_gelu::bias_gelu(&u, b, act == Activation::GeluTanh);
@@ -263,8 +264,15 @@ pub fn causal_attention_composed(qkv: &Tensor, heads: usize, head_dim: usize) ->
 /// copies), around the fused causal softmax.
 #[cfg(feature = "cuda")]
 fn causal_attention_materialised(qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    if !crate::device::cuda_path_on(crate::device::CudaPath::PackedAttention) {
+        // What it replaced: the heads split and merged by copies.
+        let [q, k, v] = split_heads(qkv, heads, head_dim)?;
+        let p = cuda::softmax::causal_softmax(&q.matmul(&k.t()?)?, scale)?;
+        return merge_heads(&p.matmul(&v)?);
+    }
     let scores = cuda::packed_attention::scores(qkv, heads, head_dim)?;
-    let p = cuda::softmax::causal_softmax(&scores, 1.0 / (head_dim as f64).sqrt())?;
+    let p = cuda::softmax::causal_softmax(&scores, scale)?;
     cuda::packed_attention::weighted_values(&p, qkv, heads, head_dim)
 }
 

@@ -65,6 +65,7 @@ fn sum_of_squares<'a>(ts: impl Iterator<Item = &'a Tensor>, kernels: Kernels) ->
     if let Some(first) = on_device.first() {
         if kernels.on(first.device()) == Kernels::Fused
             && on_device.iter().all(|t| t.dtype() == DType::F32)
+            && crate::device::cuda_path_on(crate::device::CudaPath::GradNorm)
         {
             return Ok(acc + crate::ops::cuda::sumsq::sum_of_squares(&on_device)?);
         }

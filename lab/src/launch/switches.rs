@@ -7,7 +7,7 @@
 //! computes (the data's fingerprint is recorded), and are not listed.
 
 /// Every switch a run reads, with what it does (for the line that names them).
-pub const SWITCHES: [(&str, &str); 14] = [
+pub const SWITCHES: [(&str, &str); 15] = [
     ("TP_INJECT_FAULT", "fails a rank at a step"),
     ("TP_INJECT_NAN", "poisons a step's loss"),
     ("TP_DUMP_PARAMS", "writes each rank's weights at the end"),
@@ -21,6 +21,10 @@ pub const SWITCHES: [(&str, &str); 14] = [
     ("TP_MPI_POLL_US", "sets MPI's polling interval"),
     ("TP_CUDA_POOL", "sets the GPU memory pool's policy"),
     ("TP_CUDA_EVENTS", "sets cudarc's event tracking"),
+    (
+        "TP_CUDA_OFF",
+        "turns new GPU paths back to what they replaced",
+    ),
     (
         "TP_SUBNORMALS",
         "keeps subnormal floats (keep) instead of flushing them",

@@ -110,6 +110,13 @@ fn grad<T: CudaDType + DeviceRepr + WithDType>(
     // SAFETY: the kernel writes every element of dx.
     let out = unsafe { dev.alloc::<T>(n * v)? };
     let (v64, n64) = (v as i64, n as i64);
+    if !crate::device::cuda_path_on(crate::device::CudaPath::CeOnePass) {
+        let name = instance("ce_bwd_recompute", T::DTYPE)?;
+        // SAFETY: the arguments match ce_bwd_recompute_*; x and out hold n x V, the
+        // targets n, g the first n of its 2n.
+        unsafe { launch!(dev, CROSS_ENTROPY, name, row_config(n); &xv, &tv, &gv, &out, &v64) }?;
+        return Ok(CudaStorage::wrap_cuda_slice(out, dev));
+    }
     let name = instance("ce_bwd", T::DTYPE)?;
     // SAFETY: the arguments match ce_bwd_* in kernels/cross_entropy.cu; x and out hold
     // n x V, the targets n, g and the losses 2n (checked above).

@@ -101,7 +101,10 @@ fn bucketable(n: usize, v: usize) -> bool {
 /// gradient `dy (N, C)` (contiguous, the table's dtype), by `path`.
 pub fn table_grad(ids: &Tensor, dy: &Tensor, rows: usize, path: GradPath) -> Result<Tensor> {
     let bucketed = match path {
-        GradPath::Auto => bucketable(ids.elem_count(), rows),
+        GradPath::Auto => {
+            bucketable(ids.elem_count(), rows)
+                && crate::device::cuda_path_on(crate::device::CudaPath::EmbeddingBuckets)
+        }
         GradPath::Scan => false,
         GradPath::Bucketed => true,
     };

@@ -133,10 +133,7 @@ impl Kind {
         match self {
             Kind::Scores => {
                 let (a, b) = (qkv_block(s, 0, false), qkv_block(s, 1, true));
-                let c = Operand {
-                    buf: 2,
-                    ..scores_in(s, 2, false)
-                };
+                let c = scores_in(s, 2, false);
                 (
                     vec![HeadGemm {
                         mnk: (t, t, d),

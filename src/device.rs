@@ -142,6 +142,9 @@ impl CudaOptions {
 /// (`gpu-check.sh follow`), and to work round one that fails on a GPU without a rebuild.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CudaPath {
+    /// Attention on the tensor cores without the scores (`ops::cuda::flash_attention`; bf16,
+    /// head size 64, T a multiple of 64); off: the packed path below.
+    FlashAttention,
     /// Attention reading the packed qkv in place (`ops::cuda::packed_attention`); off:
     /// the heads split and merged by copies.
     PackedAttention,
@@ -157,7 +160,8 @@ pub enum CudaPath {
 }
 
 impl CudaPath {
-    pub const ALL: [CudaPath; 5] = [
+    pub const ALL: [CudaPath; 6] = [
+        CudaPath::FlashAttention,
         CudaPath::PackedAttention,
         CudaPath::GradNorm,
         CudaPath::EmbeddingBuckets,
@@ -168,6 +172,7 @@ impl CudaPath {
     /// Its name in `TP_CUDA_OFF`.
     pub fn name(self) -> &'static str {
         match self {
+            CudaPath::FlashAttention => "flash-attention",
             CudaPath::PackedAttention => "packed-attention",
             CudaPath::GradNorm => "grad-norm",
             CudaPath::EmbeddingBuckets => "embedding-buckets",
@@ -404,7 +409,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("TP_CUDA_OFF names flash, not one of packed-attention, grad-norm"),
+            e.contains("TP_CUDA_OFF names flash, not one of flash-attention, packed-attention"),
             "{e}"
         );
     }

@@ -346,9 +346,11 @@ harness 60 gpt2-3xsppp-tp1-bf16-fused 3xsppp 1 bf16 fused
 # them turned back to what it replaced (TP_CUDA_OFF), run after the full row above.
 say ""
 say "Each row below: 12xt tp 1 bf16 fused with one new path off (TP_CUDA_OFF=path)."
-for path in packed-attention grad-norm embedding-buckets bias-gelu ce-one-pass; do
-  o="$work/gpt2-without-$path"
-  part 40 "without-$path" env TP_CUDA_OFF="$path" "$train" --bench --device cuda --dtype bf16 \
+# (flash-attention then both attentions off: GPT-2 takes the flash path where it can, so
+# the packed one is measured against the copies with both off.)
+for path in flash-attention flash-attention,packed-attention grad-norm embedding-buckets bias-gelu ce-one-pass; do
+  o="$work/gpt2-without-${path//,/-}"
+  part 35 "without-${path//,/-}" env TP_CUDA_OFF="$path" "$train" --bench --device cuda --dtype bf16 \
     --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused --set batch_size="${BATCH:-8}" \
     --bench-warmup 3 --bench-steps 10 --quiet --out "$o" &&
     [ "$dry" = 0 ] && bench_row "tp-harness without $path" "$o/bench.json"

@@ -235,8 +235,12 @@ pub fn linear_composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Ten
 pub fn causal_attention(k: Kernels, qkv: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if qkv.device().is_cuda() && k.for_tensor(qkv) == Kernels::Fused {
-        // Scores that fit: cuBLAS's tensor-core matmuls around one softmax kernel each
-        // way. Longer sequences: the kernel that never holds the scores.
+        // bf16 at head size 64 (GPT-2's): the tensor-core kernels that never hold the
+        // scores. Other scores that fit: cuBLAS's tensor-core matmuls around one softmax
+        // kernel each way. Longer sequences: the kernel that never holds the scores.
+        if cuda::flash_attention::fits(qkv, heads, head_dim) {
+            return cuda::flash_attention::causal_attention(qkv, heads);
+        }
         let (b, t, _) = qkv.dims3()?;
         if b * heads * t * t <= cuda::softmax::MAX_SCORES {
             return causal_attention_materialised(qkv, heads, head_dim);

@@ -33,11 +33,12 @@ fn attention_and_grad(f: impl Fn(&Tensor) -> Tensor, qkv: &Var, w: &Tensor) -> (
     (y.to_dtype(DType::F32).unwrap(), dq)
 }
 
-/// Both GPU attentions against the portable path: the fused dispatch (at these sizes the
-/// scores fit, so cuBLAS's matmuls reading the packed qkv in place and writing the heads
-/// merged, `ops::cuda::packed_attention`, around the causal softmax kernel; B = 2 checks
-/// each sequence's offsets) and the kernel that never holds the scores
-/// (`ops::cuda::causal_attention`, which longer sequences take).
+/// The GPU attentions against the portable path: the fused dispatch (bf16 at head size 64
+/// and T a multiple of 64, here B2 T1024: the flash kernels, `ops::cuda::flash_attention`;
+/// otherwise, the scores fitting at these sizes, cuBLAS's matmuls reading the packed qkv
+/// in place and writing the heads merged, `ops::cuda::packed_attention`, around the
+/// causal softmax kernel; B = 2 checks each sequence's offsets) and the kernel that never
+/// holds the scores (`ops::cuda::causal_attention`, which longer sequences take).
 #[test]
 fn gpu_attention_kernels_match_the_portable_path_forward_and_backward() {
     for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
@@ -49,6 +50,9 @@ fn gpu_attention_kernels_match_the_portable_path_forward_and_backward() {
             (2, 33, 2, 128),
             (1, 1, 1, 8),
             (2, 1024, 2, 64),
+            // One and two tiles of 64 (the flash kernels' diagonal and the tile before).
+            (1, 64, 1, 64),
+            (1, 128, 3, 64),
         ] {
             let qkv = random_qkv(b, t, h, d, dtype);
             let w = Tensor::randn(0f32, 1.0, (b, t, h * d), &Device::Cpu)

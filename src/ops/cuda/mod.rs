@@ -14,6 +14,7 @@ pub mod bias;
 pub mod bias_gelu;
 pub mod cross_entropy;
 pub mod embedding;
+pub mod flash_attention;
 pub mod gelu;
 pub mod layer_norm;
 pub mod packed_attention;
@@ -129,6 +130,7 @@ pub(super) const LAYER_NORM: Module = Module::new("tp_layer_norm", ptx::LAYER_NO
 pub(super) const ADAMW: Module = Module::new("tp_adamw", ptx::ADAMW);
 pub(super) const BIAS: Module = Module::new("tp_bias", ptx::BIAS);
 pub(super) const SUMSQ: Module = Module::new("tp_sumsq", ptx::SUMSQ);
+pub(super) const FLASH_ATTENTION: Module = Module::new("tp_flash_attention", ptx::FLASH_ATTENTION);
 
 /// The name of kernel `base`'s instance for `dtype` (`ln_fwd` -> `ln_fwd_bf16`).
 pub(super) fn instance(base: &str, dtype: DType) -> Result<String> {

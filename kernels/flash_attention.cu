@@ -1,10 +1,11 @@
 // Causal attention without the (B, H, T, T) scores: FlashAttention-2's tiling on the
 // tensor cores (WMMA, bf16 in, f32 accumulate), reading Q, K and V inside the packed qkv
 // (B, T, 3L) and writing y (B, T, L) merged, for head size 64 and T a multiple of 64 (the
-// caller checks; GPT-2's 12 heads of 64 at T 1024). Where the packed path holds the
-// scores and probabilities (~2.4 GB of traffic a GPT-2 layer at batch 8) and computes the
-// masked half of every product, here a block of 4 warps owns 64 rows, each warp 16, and
-// walks the key tiles up to the diagonal only.
+// caller checks, and that qkv starts 32-byte aligned, as WMMA's loads need; GPT-2's 12
+// heads of 64 at T 1024). Where the packed path holds the scores and probabilities (~2.4
+// GB of traffic a GPT-2 layer at batch 8) and computes the masked half of every product,
+// here a block of 4 warps owns 64 rows, each warp 16, and walks the key tiles up to the
+// diagonal only.
 //
 //   flash_fwd    y and each row's log-sum-exp (lse, kept for the backward)
 //   flash_delta  D = rowsum(dy * y), one warp a row
@@ -127,7 +128,9 @@ extern "C" __global__ void flash_fwd(const bf16 *qkv, bf16 *y, float *lse, int64
         const float alpha = expf(m - mn);
         l = l * alpha + sum;
         m = mn;
-        // o *= alpha row by row (through the staging tile), then o += p V.
+        // o *= alpha row by row (through the staging tile, once every lane has read its
+        // scores from it), then o += p V.
+        __syncwarp();
         stage(f, o);
 #pragma unroll
         for (int c = 0; c < 32; c++) f[r * FA_TILE + half * 32 + c] *= alpha;

@@ -30,6 +30,8 @@ pub fn fits(qkv: &Tensor, heads: usize, head_dim: usize) -> bool {
         && w == 3 * heads * head_dim
         && t > 0
         && t % TILE == 0
+        // WMMA loads from 32-byte-aligned rows: an allocation's start, or 16 bf16 on.
+        && qkv.layout().start_offset().is_multiple_of(16)
         && cuda_path_on(CudaPath::FlashAttention)
 }
 

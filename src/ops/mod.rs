@@ -15,6 +15,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod hand_backward;
+pub mod head_gemms;
 pub mod profile;
 
 pub use crate::device::Kernels;

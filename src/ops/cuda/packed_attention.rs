@@ -11,9 +11,12 @@
 //! - `y = P V` merged, from `(P, qkv)`; backward `dP = dY V^T`, and `dV = P^T dY` (the Q
 //!   and K blocks 0).
 //!
-//! `tests/gpu/kernels.rs` holds them to the portable path, forward and backward.
+//! The plan (which product reads and writes where, and its cuBLAS arguments) is
+//! `ops::head_gemms`, checked on the CPU; `tests/gpu/kernels.rs` holds the ops to the
+//! portable path, forward and backward.
 
 use super::{cpu_fwd_gpu_only, view};
+use crate::ops::head_gemms::{blas_calls, HeadGemm, Kind, Sizes};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::cublas::{result::gemm_strided_batched_ex, sys};
 use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -23,196 +26,14 @@ use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape};
 use candle_core::{Tensor, WithDType};
 
-/// The sizes of one attention: batch, sequence, heads, head size.
-#[derive(Debug, Clone, Copy)]
-struct Sizes {
-    b: usize,
-    t: usize,
-    h: usize,
-    d: usize,
-}
-
-impl Sizes {
-    /// `L = heads * head_dim`.
-    fn l(&self) -> usize {
-        self.h * self.d
-    }
-
-    /// From a packed `qkv (B, T, 3L)`.
-    fn of_qkv(l: &Layout, h: usize, d: usize) -> Result<Self> {
-        match l.dims() {
-            &[b, t, w] if w == 3 * h * d && d > 0 => Ok(Self { b, t, h, d }),
-            dims => candle_core::bail!("attention takes qkv (B, T, 3 x {h} x {d}), got {dims:?}"),
-        }
-    }
-}
-
-/// Where a GEMM operand's matrices lie: which buffer (`0` and `1` the op's inputs, `2`
-/// its output), the element offset of sequence 0's head 0, the offset from one sequence
-/// to the next and from one head to the next, the row-major leading dimension, and
-/// whether the operand enters transposed.
-#[derive(Debug, Clone, Copy)]
-struct Operand {
-    buf: usize,
-    at: usize,
-    per_seq: usize,
-    per_head: usize,
-    ld: usize,
-    trans: bool,
-}
-
-/// One row-major product a head, `C (M x N) = op(A) op(B)` with `K` the inner size, for
-/// every head of every sequence.
-#[derive(Debug, Clone, Copy)]
-struct HeadGemm {
-    mnk: (usize, usize, usize),
-    a: Operand,
-    b: Operand,
-    c: Operand,
-}
-
-/// The operands in the op's buffers, by the layout each holds.
-fn qkv_block(s: Sizes, block: usize, trans: bool) -> Operand {
-    let w = 3 * s.l();
-    Operand {
-        buf: 0,
-        at: block * s.l(),
-        per_seq: s.t * w,
-        per_head: s.d,
-        ld: w,
-        trans,
-    }
-}
-fn scores_in(s: Sizes, buf: usize, trans: bool) -> Operand {
-    Operand {
-        buf,
-        at: 0,
-        per_seq: s.h * s.t * s.t,
-        per_head: s.t * s.t,
-        ld: s.t,
-        trans,
-    }
-}
-fn merged_in(s: Sizes, buf: usize, trans: bool) -> Operand {
-    Operand {
-        buf,
-        at: 0,
-        per_seq: s.t * s.l(),
-        per_head: s.d,
-        ld: s.l(),
-        trans,
-    }
-}
-
-/// The kinds of product, each an op of candle's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// `(qkv) -> scores`: `S = Q K^T`.
-    Scores,
-    /// `(qkv, dS) -> dqkv`: `dQ = dS K`, `dK = dS^T Q`, dV 0.
-    ScoresGrad,
-    /// `(P, qkv) -> y`: `Y = P V`, merged.
-    Values,
-    /// `(dY, qkv) -> dP`: `dP = dY V^T`.
-    ValuesGradP,
-    /// `(P, dY) -> dqkv`: `dV = P^T dY`, dQ and dK 0.
-    ValuesGradV,
-}
-
-impl Kind {
-    /// The products, their output's shape, and whether it starts zeroed (a packed
-    /// gradient of which the products write only some blocks).
-    fn plan(self, s: Sizes) -> (Vec<HeadGemm>, Shape, bool) {
-        let (t, d) = (s.t, s.d);
-        let qkv_out = |block| Operand {
-            buf: 2,
-            ..qkv_block(s, block, false)
-        };
-        let packed = Shape::from((s.b, t, 3 * s.l()));
-        let scores = Shape::from((s.b, s.h, t, t));
-        match self {
-            Kind::Scores => {
-                let (a, b) = (qkv_block(s, 0, false), qkv_block(s, 1, true));
-                let c = scores_in(s, 2, false);
-                (
-                    vec![HeadGemm {
-                        mnk: (t, t, d),
-                        a,
-                        b,
-                        c,
-                    }],
-                    scores,
-                    false,
-                )
-            }
-            Kind::ScoresGrad => {
-                let ds = scores_in(s, 1, false);
-                let dq = HeadGemm {
-                    mnk: (t, d, t),
-                    a: ds,
-                    b: qkv_block(s, 1, false),
-                    c: qkv_out(0),
-                };
-                let dst = scores_in(s, 1, true);
-                let dk = HeadGemm {
-                    mnk: (t, d, t),
-                    a: dst,
-                    b: qkv_block(s, 0, false),
-                    c: qkv_out(1),
-                };
-                (vec![dq, dk], packed, true)
-            }
-            Kind::Values => {
-                let p = scores_in(s, 0, false);
-                let v = Operand {
-                    buf: 1,
-                    ..qkv_block(s, 2, false)
-                };
-                let y = merged_in(s, 2, false);
-                (
-                    vec![HeadGemm {
-                        mnk: (t, d, t),
-                        a: p,
-                        b: v,
-                        c: y,
-                    }],
-                    Shape::from((s.b, t, s.l())),
-                    false,
-                )
-            }
-            Kind::ValuesGradP => {
-                let dy = merged_in(s, 0, false);
-                let vt = Operand {
-                    buf: 1,
-                    ..qkv_block(s, 2, true)
-                };
-                let dp = scores_in(s, 2, false);
-                (
-                    vec![HeadGemm {
-                        mnk: (t, t, d),
-                        a: dy,
-                        b: vt,
-                        c: dp,
-                    }],
-                    scores,
-                    false,
-                )
-            }
-            Kind::ValuesGradV => {
-                let pt = scores_in(s, 0, true);
-                let dy = merged_in(s, 1, false);
-                (
-                    vec![HeadGemm {
-                        mnk: (t, d, t),
-                        a: pt,
-                        b: dy,
-                        c: qkv_out(2),
-                    }],
-                    packed,
-                    true,
-                )
-            }
-        }
+/// The sizes of a packed `qkv (B, T, 3L)` under `l`, or the error naming what it takes.
+fn qkv_sizes(l: &Layout, h: usize, d: usize) -> Result<Sizes> {
+    match Sizes::of_qkv(l.dims(), h, d) {
+        Some(s) => Ok(s),
+        None => candle_core::bail!(
+            "attention takes qkv (B, T, 3 x {h} x {d}), got {:?}",
+            l.dims()
+        ),
     }
 }
 
@@ -233,9 +54,8 @@ fn cublas_types(dtype: DType) -> Result<(sys::cudaDataType, sys::cublasComputeTy
     }
 }
 
-/// Runs `gemms` for every sequence over its heads: row-major `C = op(A) op(B)` is
-/// column-major `C^T = op(B)^T op(A)^T`, so cuBLAS gets B first. `bufs` are the three
-/// buffers' device addresses.
+/// Runs `gemms` for every sequence over its heads, as [`blas_calls`] lays them out.
+/// `bufs` are the three buffers' device addresses.
 ///
 /// # Safety
 /// Every operand's matrices must lie inside its buffer, of `dtype`, and the output's be
@@ -251,39 +71,36 @@ unsafe fn run(
     let (data, compute) = cublas_types(dtype)?;
     let size = dtype.size_in_bytes() as u64;
     let op = |t: bool| if t { CUBLAS_OP_T } else { CUBLAS_OP_N };
+    let at = |(buf, offset): (usize, usize)| bufs[buf] + offset as u64 * size;
     let (alpha, beta) = (1f32, 0f32);
     let blas = dev.cublas_handle();
-    for g in gemms {
-        let (m, n, k) = g.mnk;
-        for seq in 0..s.b {
-            let at = |o: &Operand| bufs[o.buf] + ((o.at + seq * o.per_seq) as u64) * size;
-            gemm_strided_batched_ex(
-                *blas.handle(),
-                op(g.b.trans),
-                op(g.a.trans),
-                n as i32,
-                m as i32,
-                k as i32,
-                &alpha as *const f32 as *const _,
-                at(&g.b) as *const _,
-                data,
-                g.b.ld as i32,
-                g.b.per_head as i64,
-                at(&g.a) as *const _,
-                data,
-                g.a.ld as i32,
-                g.a.per_head as i64,
-                &beta as *const f32 as *const _,
-                at(&g.c) as *mut _,
-                data,
-                g.c.ld as i32,
-                g.c.per_head as i64,
-                s.h as i32,
-                compute,
-                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
-            )
-            .w()?;
-        }
+    for c in blas_calls(gemms, s) {
+        gemm_strided_batched_ex(
+            *blas.handle(),
+            op(c.trans_a),
+            op(c.trans_b),
+            c.m as i32,
+            c.n as i32,
+            c.k as i32,
+            &alpha as *const f32 as *const _,
+            at(c.a) as *const _,
+            data,
+            c.lda as i32,
+            c.stride_a as i64,
+            at(c.b) as *const _,
+            data,
+            c.ldb as i32,
+            c.stride_b as i64,
+            &beta as *const f32 as *const _,
+            at(c.c) as *mut _,
+            data,
+            c.ldc as i32,
+            c.stride_c as i64,
+            c.batch as i32,
+            compute,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+        )
+        .w()?;
     }
     Ok(())
 }
@@ -361,7 +178,7 @@ impl CustomOp1 for Scores {
     fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
         forward_any(
             Kind::Scores,
-            Sizes::of_qkv(l, self.heads, self.head_dim)?,
+            qkv_sizes(l, self.heads, self.head_dim)?,
             &[(s, l)],
         )
     }
@@ -402,8 +219,8 @@ impl CustomOp2 for Pair {
         // qkv is the first input of ScoresGrad, the second of Values and ValuesGradP; the
         // other input's size follows from it. ValuesGradV has P and dY: sizes from both.
         let s = match self.kind {
-            Kind::ScoresGrad => Sizes::of_qkv(la, h, d)?,
-            Kind::Values | Kind::ValuesGradP => Sizes::of_qkv(lb, h, d)?,
+            Kind::ScoresGrad => qkv_sizes(la, h, d)?,
+            Kind::Values | Kind::ValuesGradP => qkv_sizes(lb, h, d)?,
             Kind::ValuesGradV => match (la.dims(), lb.dims()) {
                 (&[b, hh, t, t2], &[b2, t3, l]) if hh == h && t == t2 && b == b2 && t == t3 && l == h * d => {
                     Sizes { b, t, h, d }

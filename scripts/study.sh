@@ -96,7 +96,8 @@ restore() {
     ended "$to" && continue
     rm -rf "$to" && mkdir -p "$to"
     cp "$run"/* "$to/"
-    [ -f "$to/log.jsonl.gz" ] && gzip -d "$to/log.jsonl.gz"
+    # (-f: a plain log beside it, kept by an older study.sh, holds the same lines.)
+    if [ -f "$to/log.jsonl.gz" ]; then gzip -df "$to/log.jsonl.gz"; fi
   done
   return 0
 }

@@ -77,6 +77,14 @@ __device__ __forceinline__ void stage(float *f, FragC acc[4]) {
     __syncwarp();
 }
 
+// A lane's half row of the staging tile (row r, columns half*32..), times `by`, as bf16
+// at dst (the row's 64 columns of one head).
+__device__ __forceinline__ void store_half_row(bf16 *dst, const float *f, int r, int half,
+                                               float by) {
+#pragma unroll
+    for (int c = 0; c < 32; c++) dst[half * 32 + c] = __float2bfloat16(f[r * FA_TILE + half * 32 + c] * by);
+}
+
 // The sizes and where head h of sequence b starts in qkv (Q; K at +L, V at +2L), y and
 // the per-row statistics.
 struct Heads {
@@ -141,9 +149,7 @@ extern "C" __global__ void flash_fwd(const bf16 *qkv, bf16 *y, float *lse, int64
         __syncwarp();
     }
     stage(f, o);
-    const float inv = 1.f / l;
-#pragma unroll
-    for (int c = 0; c < 32; c++) y[hd.y(b, h, q) + half * 32 + c] = __float2bfloat16(f[r * FA_TILE + half * 32 + c] * inv);
+    store_half_row(y + hd.y(b, h, q), f, r, half, 1.f / l);
     if (half == 0) lse[hd.stat(b, h, q)] = m + logf(l);
 }
 
@@ -211,14 +217,10 @@ extern "C" __global__ void flash_dkdv(const bf16 *qkv, const bf16 *dy, const flo
         __syncwarp();
     }
     stage(f, dk);
-#pragma unroll
-    for (int c = 0; c < 32; c++)
-        dqkv[hd.qkv(b, h, k) + hd.L + half * 32 + c] = __float2bfloat16(f[r * FA_TILE + half * 32 + c]);
+    store_half_row(dqkv + hd.qkv(b, h, k) + hd.L, f, r, half, 1.f);
     __syncwarp();
     stage(f, dv);
-#pragma unroll
-    for (int c = 0; c < 32; c++)
-        dqkv[hd.qkv(b, h, k) + 2 * hd.L + half * 32 + c] = __float2bfloat16(f[r * FA_TILE + half * 32 + c]);
+    store_half_row(dqkv + hd.qkv(b, h, k) + 2 * hd.L, f, r, half, 1.f);
 }
 
 // Grid (T / 64, B * H), block 32 x 4: block x owns queries x*64.., warp w 16 of them. For
@@ -262,7 +264,5 @@ extern "C" __global__ void flash_dq(const bf16 *qkv, const bf16 *dy, const float
         __syncwarp();
     }
     stage(f, dq);
-#pragma unroll
-    for (int c = 0; c < 32; c++)
-        dqkv[hd.qkv(b, h, q) + half * 32 + c] = __float2bfloat16(f[r * FA_TILE + half * 32 + c]);
+    store_half_row(dqkv + hd.qkv(b, h, q), f, r, half, 1.f);
 }

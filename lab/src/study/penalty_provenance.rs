@@ -72,7 +72,7 @@ pub fn markdown(rows: &[PenaltyRow]) -> String {
     }
     let crossed = match crossed.is_empty() {
         true => "\nEvery pair's two runs computed at one SIMD level.\n".to_string(),
-        false => format!("\nPairs measured across SIMD levels (the kernels round differently, a difference of about 1e-4 in a final loss; the seeds' spread is larger):\n\n{crossed}"),
+        false => format!("\nPairs measured across SIMD levels (the kernels round differently, and at a high learning rate a final loss can move by a seed's worth: 0.0069 in one 4-layer run at 4e-3; such a pair's difference carries that too):\n\n{crossed}"),
     };
     format!(
         "\nWhere and how long (training: each run's steps x its median step time, evaluations left out):\n\n{}\nEach layout's runs by the machine that made them:\n\n{}{crossed}",

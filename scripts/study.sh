@@ -9,6 +9,10 @@
 #   scripts/study.sh --draw       draw from the records there are (unfinished runs left out)
 #   scripts/study.sh --keep       keep the records of the runs finished so far (while a
 #                                 sweep trains: commit them, and nothing finished is lost)
+#   scripts/study.sh --status [SWEEP...]  where each sweep stands (default: issue 63's), read
+#                                 from runs/<sweep>, or the kept records where runs/ has
+#                                 none: each round's runs, the hours left, the tuning so
+#                                 far (tp-sweep --status; runs and writes nothing)
 #
 # Every finished run's records (config.yaml, log.jsonl as log.jsonl.gz, comm.json,
 # summary.json, eval.json: what the tables and figures read, ~10 KB a run, no
@@ -170,6 +174,17 @@ run_sweep() { # sweep file
 if [ "${1:-}" = "--keep" ]; then
   for s in $ISSUE25 $ISSUE35 $ISSUE46 $ISSUE63; do keep "$s"; done
   echo "records of the finished runs in $KEPT/"
+  exit 0
+fi
+if [ "${1:-}" = "--status" ]; then
+  shift
+  [ -x "$BIN/tp-sweep" ] || cargo build --release
+  for s in ${*:-$ISSUE63}; do
+    dir=runs/$s
+    [ -d "$dir" ] || dir=$KEPT/$s
+    "$BIN/tp-sweep" "configs/sweeps/$s.yaml" --out "$dir" --status
+    echo
+  done
   exit 0
 fi
 if [ "${1:-}" != "--draw" ]; then

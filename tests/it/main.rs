@@ -38,6 +38,7 @@ mod sizes;
 mod study;
 mod study_script;
 mod sweep;
+mod sweep_status;
 mod t_equals_gpt2;
 mod tally_counts;
 mod tensorboard;

@@ -1,4 +1,4 @@
-//! `tp-sweep FILE.yaml [--out DIR]`: run a grid of experiments, resumable, then write
+//! `tp-sweep FILE.yaml [--out DIR] [--status]`: run a grid of experiments, resumable, then write
 //! summary.csv, summary.md and plots.
 
 use clap::Parser;
@@ -18,6 +18,11 @@ struct Args {
     /// Output folder (default runs/<sweep name>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Instead of running: where the sweep stands (each round's runs finished, diverged,
+    /// training now and to run; the time the unfinished ones need; a tuned sweep's
+    /// choices so far), read from its run directories without writing anything.
+    #[arg(long)]
+    status: bool,
 }
 
 fn main() {
@@ -25,11 +30,15 @@ fn main() {
     let run = || -> anyhow::Result<()> {
         let interrupts = Interrupts::install()?;
         let sweep = Sweep::load(&a.file)?;
-        sweep.launcher.check_available()?;
         let out = a
             .out
             .clone()
             .unwrap_or_else(|| PathBuf::from("runs").join(&sweep.name));
+        if a.status {
+            print!("{}", tp_lab::sweep::status::status(&sweep, &out)?);
+            return Ok(());
+        }
+        sweep.launcher.check_available()?;
         tp_lab::run_dir::check_out(&out, "--out")?;
         tp_harness::say!(
             "tp-sweep: {} runs into {}",

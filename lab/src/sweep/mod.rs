@@ -6,6 +6,7 @@ pub mod launcher;
 pub mod more_seeds;
 pub mod runner;
 pub mod spec;
+pub mod status;
 pub mod summary;
 pub mod tune_spec;
 pub mod tuned;

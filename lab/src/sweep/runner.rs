@@ -22,6 +22,9 @@ pub enum Status {
     /// (`diverged.json`): the point's outcome, not retried.
     Diverged(usize),
     Failed(String),
+    /// Not finished yet: only `tp-sweep --status` reads a point so (a sweep runs every
+    /// point it lists to one of the ends above).
+    Pending,
 }
 
 #[derive(Debug, Clone)]
@@ -128,7 +131,7 @@ const RECORDS: [&str; 6] = [
 ];
 
 /// A finished run of exactly `point`'s config in one of the `reuse` sweep directories.
-fn reusable(point: &Point, reuse: &[PathBuf]) -> Option<PathBuf> {
+pub(super) fn reusable(point: &Point, reuse: &[PathBuf]) -> Option<PathBuf> {
     reuse.iter().find_map(|sweep| {
         let entries = std::fs::read_dir(sweep).ok()?;
         let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();

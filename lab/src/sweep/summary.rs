@@ -39,6 +39,7 @@ fn row(r: &PointResult) -> Vec<String> {
             Status::Skipped => "finished (earlier)".into(),
             Status::Diverged(step) => format!("diverged at step {step}"),
             Status::Failed(_) => "failed".into(),
+            Status::Pending => "not finished yet".into(),
         },
         f(s.map(|s| s.forward_allreduces_per_step), 0),
         f(s.map(|s| s.allreduces_per_layer), 2),

@@ -53,9 +53,35 @@ fn point_of<'a>(results: &'a [PointResult], choice: &Choice, tune: &Tune) -> Opt
 pub fn select_and_report(
     sweep: &Sweep,
     tune: &Tune,
-    mut results: Vec<PointResult>,
+    results: Vec<PointResult>,
     out: &Path,
     interrupts: &Interrupts,
+) -> Result<Vec<PointResult>> {
+    rounds(sweep, tune, results, |_, points| {
+        run_round(sweep, points, out, interrupts).map(Some)
+    })
+}
+
+/// A round of a tuned sweep after its first selection round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Round {
+    /// Selection runs at a value one step past an edge the best lies at.
+    PastEdge,
+    /// Selection runs at the midpoints around each best.
+    Refine,
+    /// Each layout's report runs at its chosen values.
+    Report,
+}
+
+/// The rounds after the first selection round, in order, each handed to `round`: it runs
+/// them (or, for `tp-sweep --status`, reads what their points hold) and gives back their
+/// results, or `None` to stop there (a round not yet ended: the rounds after it depend
+/// on its results). Returns every result so far.
+pub fn rounds(
+    sweep: &Sweep,
+    tune: &Tune,
+    mut results: Vec<PointResult>,
+    mut round: impl FnMut(Round, Vec<Point>) -> Result<Option<Vec<PointResult>>>,
 ) -> Result<Vec<PointResult>> {
     // Values past an edge, a round at a time, until every best lies inside what was
     // tried or its side has `extend` values added.
@@ -64,16 +90,24 @@ pub fn select_and_report(
         if added.is_empty() {
             break;
         }
-        results.extend(run_round(sweep, added, out, interrupts)?);
+        let Some(ran) = round(Round::PastEdge, added)? else {
+            return Ok(results);
+        };
+        results.extend(ran);
     }
     // One refinement: the midpoints around each final choice's best on the grid's
     // lattice (rerun, the lattice best is the same and its midpoints are there).
     if tune.refine {
         let added = midpoints(sweep, tune, &results)?;
-        results.extend(run_round(sweep, added, out, interrupts)?);
+        let Some(ran) = round(Round::Refine, added)? else {
+            return Ok(results);
+        };
+        results.extend(ran);
     }
     let report = report_points(sweep, tune, &results)?;
-    results.extend(run_round(sweep, report, out, interrupts)?);
+    if let Some(ran) = round(Round::Report, report)? {
+        results.extend(ran);
+    }
     Ok(results)
 }
 

@@ -1,0 +1,241 @@
+//! `tp-sweep FILE --status`: where a sweep stands, read from its run directories without
+//! running, locking or writing anything. A study that trains for days is followed from
+//! this, not from hand-copied numbers: each round's runs (finished, diverged, training
+//! now, to run), the time the listed runs still need at the median of finished runs like
+//! them, and for a tuned sweep the choices so far (the table the sweep's summary ends
+//! with). A tuned sweep's rounds after one that has not ended are not listed: which
+//! values they try depends on its results.
+
+use super::existing::{existing, Existing};
+use super::runner::{reusable, PointResult, Status};
+use super::spec::{Point, Sweep};
+use super::tuned::{self, Round};
+use crate::analysis::stats::median;
+use crate::analysis::table::Table;
+use crate::run_dir::{self, DirLock, RunSummary};
+use crate::study::setting::Setting;
+use anyhow::Result;
+use std::path::Path;
+
+/// What a point's run directory holds now.
+enum State {
+    Finished(Box<RunSummary>),
+    Diverged(usize),
+    /// Another process (the sweep's own tp-train) holds the run's lock.
+    Training,
+    /// Not finished and not training: the sweep runs it (resuming where it can).
+    ToRun,
+}
+
+/// Reads `point`'s state under `out`, touching nothing. A directory holding a run of
+/// another config is the error the sweep itself would stop on.
+fn state(point: &Point, out: &Path, sweep: &Sweep) -> Result<State> {
+    let dir = out.join(&point.name);
+    let found = existing(point, &dir)?;
+    if found == Existing::Same {
+        if let Some(s) = run_dir::read_summary(&dir).ok().flatten() {
+            return Ok(State::Finished(Box::new(s)));
+        }
+        if let Some(d) = run_dir::read_diverged(&dir).ok().flatten() {
+            return Ok(State::Diverged(d.step));
+        }
+    }
+    if DirLock::held_elsewhere(&dir) {
+        return Ok(State::Training);
+    }
+    // A finished run of this config in a `reuse:` sweep: the sweep copies its records.
+    if found == Existing::Nothing && !dir.exists() {
+        if let Some(s) = reusable(point, &sweep.reuse)
+            .and_then(|from| run_dir::read_summary(&from).ok().flatten())
+        {
+            return Ok(State::Finished(Box::new(s)));
+        }
+    }
+    Ok(State::ToRun)
+}
+
+/// One round's points as results (unfinished ones `Pending`) and its row of counts.
+struct RoundRead {
+    results: Vec<PointResult>,
+    label: String,
+    finished: usize,
+    diverged: usize,
+    training: usize,
+}
+
+impl RoundRead {
+    fn pending(&self) -> usize {
+        self.results.len() - self.finished - self.diverged
+    }
+}
+
+fn read_round(label: &str, points: &[Point], out: &Path, sweep: &Sweep) -> Result<RoundRead> {
+    let mut read = RoundRead {
+        results: Vec::with_capacity(points.len()),
+        label: label.to_string(),
+        finished: 0,
+        diverged: 0,
+        training: 0,
+    };
+    for p in points {
+        let (status, summary) = match state(p, out, sweep)? {
+            State::Finished(s) => {
+                read.finished += 1;
+                (Status::Skipped, Some(*s))
+            }
+            State::Diverged(step) => {
+                read.diverged += 1;
+                (Status::Diverged(step), None)
+            }
+            State::Training => {
+                read.training += 1;
+                (Status::Pending, None)
+            }
+            State::ToRun => (Status::Pending, None),
+        };
+        read.results.push(PointResult {
+            point: p.clone(),
+            dir: out.join(&p.name),
+            status,
+            summary,
+        });
+    }
+    Ok(read)
+}
+
+fn round_label(r: Round) -> &'static str {
+    match r {
+        Round::PastEdge => "past an edge",
+        Round::Refine => "refinement at the midpoints",
+        Round::Report => "report seeds at each choice",
+    }
+}
+
+/// The rounds a sweep has listed so far, read; and what follows them, unlisted.
+fn read_rounds(sweep: &Sweep, out: &Path) -> Result<(Vec<RoundRead>, Option<String>)> {
+    let tune = sweep.tune.as_ref().filter(|t| t.from.is_none());
+    let first = match (tune, &sweep.tune) {
+        (Some(_), _) => "selection grid",
+        (None, Some(_)) => "report seeds at the values chosen in `tune.from`",
+        (None, None) => "grid",
+    };
+    let mut rounds = vec![read_round(first, &sweep.points, out, sweep)?];
+    let Some(t) = tune else {
+        return Ok((rounds, None));
+    };
+    let mut last = None;
+    if rounds[0].pending() == 0 {
+        let results = rounds[0].results.clone();
+        tuned::rounds(sweep, t, results, |r, points| {
+            let read = read_round(round_label(r), &points, out, sweep)?;
+            let ended = read.pending() == 0;
+            let results = read.results.clone();
+            rounds.push(read);
+            last = Some(r);
+            Ok(ended.then_some(results))
+        })?;
+    }
+    let next = match last {
+        Some(Round::Report) => None,
+        Some(Round::Refine) => Some("report seeds"),
+        _ if t.refine => {
+            Some("rounds past an edge while a best lies at one, the refinement, the report seeds")
+        }
+        _ => Some("rounds past an edge while a best lies at one, the report seeds"),
+    };
+    Ok((
+        rounds,
+        next.map(|n| {
+            format!("then: {n} (their values follow from the rounds above once they end)")
+        }),
+    ))
+}
+
+/// The seconds the unfinished runs of `rounds` still need: each at the median wall time of
+/// the finished runs of its setting (tuned keys aside); with the machines those ran on.
+/// `None` where some unfinished run has no finished run of its setting to go by.
+fn time_to_go(rounds: &[RoundRead], tuned_keys: &[String]) -> Result<(Option<f64>, Vec<String>)> {
+    let all: Vec<&PointResult> = rounds.iter().flat_map(|r| &r.results).collect();
+    let setting = |r: &PointResult| Setting::tuned(&r.point.cfg, tuned_keys);
+    let mut total = 0.0;
+    let mut machines: Vec<String> = Vec::new();
+    for r in all.iter().filter(|r| r.status == Status::Pending) {
+        let s = setting(r)?;
+        let mut like = Vec::new();
+        for f in &all {
+            if let Some(sum) = f
+                .summary
+                .as_ref()
+                .filter(|_| setting(f).is_ok_and(|x| x == s))
+            {
+                like.push(sum.wall_seconds);
+                let m = sum
+                    .machine
+                    .clone()
+                    .unwrap_or_else(|| "a machine not recorded".into());
+                if !machines.contains(&m) {
+                    machines.push(m);
+                }
+            }
+        }
+        let Some(secs) = median(like) else {
+            return Ok((None, machines));
+        };
+        total += secs;
+    }
+    Ok((Some(total), machines))
+}
+
+/// The status of `sweep` run into `out`, as text for a terminal (markdown tables).
+pub fn status(sweep: &Sweep, out: &Path) -> Result<String> {
+    let (rounds, next) = read_rounds(sweep, out)?;
+    let mut t = Table::new([
+        "round",
+        "runs",
+        "finished",
+        "diverged",
+        "training now",
+        "to run",
+    ]);
+    for r in &rounds {
+        t.row([
+            r.label.clone(),
+            r.results.len().to_string(),
+            r.finished.to_string(),
+            r.diverged.to_string(),
+            r.training.to_string(),
+            (r.pending() - r.training).to_string(),
+        ]);
+    }
+    let mut text = format!("{} ({}):\n\n{}", sweep.name, out.display(), t.markdown());
+    if let Some(n) = &next {
+        text += &format!("\n{n}\n");
+    }
+    if let Some(m) = &sweep.more_seeds {
+        text += &format!(
+            "then: a seed at a time while a group's paired 95% interval is wider than ±{} (up to {} seeds)\n",
+            m.until_ci95, m.max_seeds
+        );
+    }
+    let keys: &[String] = sweep.tune.as_ref().map_or(&[], |t| &t.decl.keys);
+    let pending: usize = rounds.iter().map(RoundRead::pending).sum();
+    text += &match time_to_go(&rounds, keys)? {
+        _ if pending == 0 => "\nEvery run listed has ended.\n".to_string(),
+        (Some(secs), machines) => format!(
+            "\nThe {pending} unfinished runs listed need about {:.1} hours more (each at the median wall time of the finished runs of its setting, evaluations included, on {}){}.\n",
+            secs / 3600.0,
+            machines.join("; "),
+            if next.is_some() { "; the rounds still to come add theirs" } else { "" }
+        ),
+        (None, _) => format!("\n{pending} runs listed are unfinished; no run of some of their settings has finished yet to time them by.\n"),
+    };
+    if let Some(t) = sweep.tune.as_ref().filter(|t| t.from.is_none()) {
+        let results: Vec<PointResult> = rounds.into_iter().flat_map(|r| r.results).collect();
+        let choices = tuned::choices(&results, t)?;
+        text += &format!(
+            "\n## Tuning so far\n\n{}",
+            crate::study::tuned_study::markdown(&choices)
+        );
+    }
+    Ok(text)
+}

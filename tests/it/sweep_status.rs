@@ -69,6 +69,8 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
         "| selection grid | 4 | 4 | 0 | 0 | 0 |",
         "| past an edge | 2 | 2 | 0 | 0 | 0 |",
         "| report seeds at each choice | 1 | 1 | 0 | 0 | 0 |",
+        "- past an edge: tttt's best lies at an edge (learning_rate at the highest value tried): trying learning_rate 0.1 too",
+        "- report seeds at each choice: note: tttt's chosen learning_rate 0.1 lies at an edge",
         "Every run listed has ended.",
         "## Tuning so far",
         "best (learning_rate at the highest value tried)",

@@ -35,7 +35,7 @@ fn main() {
             .clone()
             .unwrap_or_else(|| PathBuf::from("runs").join(&sweep.name));
         if a.status {
-            print!("{}", tp_lab::sweep::status::status(&sweep, &out)?);
+            tp_harness::say_raw!("{}", tp_lab::sweep::status::status(&sweep, &out)?);
             return Ok(());
         }
         sweep.launcher.check_available()?;

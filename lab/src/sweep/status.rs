@@ -61,6 +61,8 @@ struct RoundRead {
     finished: usize,
     diverged: usize,
     training: usize,
+    /// Why the round tries what it tries (the sweep prints these as it runs it).
+    notes: Vec<String>,
 }
 
 impl RoundRead {
@@ -76,6 +78,7 @@ fn read_round(label: &str, points: &[Point], out: &Path, sweep: &Sweep) -> Resul
         finished: 0,
         diverged: 0,
         training: 0,
+        notes: Vec::new(),
     };
     for p in points {
         let (status, summary) = match state(p, out, sweep)? {
@@ -126,8 +129,9 @@ fn read_rounds(sweep: &Sweep, out: &Path) -> Result<(Vec<RoundRead>, Option<Stri
     let mut last = None;
     if rounds[0].pending() == 0 {
         let results = rounds[0].results.clone();
-        tuned::rounds(sweep, t, results, |r, points| {
-            let read = read_round(round_label(r), &points, out, sweep)?;
+        tuned::rounds(sweep, t, results, |r, plan| {
+            let mut read = read_round(round_label(r), &plan.points, out, sweep)?;
+            read.notes = plan.notes;
             let ended = read.pending() == 0;
             let results = read.results.clone();
             rounds.push(read);
@@ -208,6 +212,12 @@ pub fn status(sweep: &Sweep, out: &Path) -> Result<String> {
         ]);
     }
     let mut text = format!("{} ({}):\n\n{}", sweep.name, out.display(), t.markdown());
+    let notes: Vec<String> = (rounds.iter())
+        .flat_map(|r| r.notes.iter().map(|n| format!("- {}: {n}\n", r.label)))
+        .collect();
+    if !notes.is_empty() {
+        text += &format!("\n{}", notes.concat());
+    }
     if let Some(n) = &next {
         text += &format!("\n{n}\n");
     }

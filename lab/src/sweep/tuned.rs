@@ -57,8 +57,11 @@ pub fn select_and_report(
     out: &Path,
     interrupts: &Interrupts,
 ) -> Result<Vec<PointResult>> {
-    rounds(sweep, tune, results, |_, points| {
-        run_round(sweep, points, out, interrupts).map(Some)
+    rounds(sweep, tune, results, |_, plan| {
+        for note in &plan.notes {
+            tp_harness::say!("tp-sweep: {note}");
+        }
+        run_round(sweep, plan.points, out, interrupts).map(Some)
     })
 }
 
@@ -73,21 +76,21 @@ pub enum Round {
     Report,
 }
 
-/// The rounds after the first selection round, in order, each handed to `round`: it runs
-/// them (or, for `tp-sweep --status`, reads what their points hold) and gives back their
+/// The rounds after the first selection round, in order, each planned and handed to
+/// `round`: it tells their notes and runs them (or, for `tp-sweep --status`, reads what their points hold) and gives back their
 /// results, or `None` to stop there (a round not yet ended: the rounds after it depend
 /// on its results). Returns every result so far.
 pub fn rounds(
     sweep: &Sweep,
     tune: &Tune,
     mut results: Vec<PointResult>,
-    mut round: impl FnMut(Round, Vec<Point>) -> Result<Option<Vec<PointResult>>>,
+    mut round: impl FnMut(Round, Planned) -> Result<Option<Vec<PointResult>>>,
 ) -> Result<Vec<PointResult>> {
     // Values past an edge, a round at a time, until every best lies inside what was
     // tried or its side has `extend` values added.
     loop {
         let added = past_edges(sweep, tune, &results)?;
-        if added.is_empty() {
+        if added.points.is_empty() {
             break;
         }
         let Some(ran) = round(Round::PastEdge, added)? else {
@@ -125,9 +128,17 @@ fn run_round(
     run_sweep(&round, out, interrupts)
 }
 
+/// A round's points and what to tell of it (why each value is tried, a choice at an
+/// edge): printed by the sweep as it runs the round, listed by the status.
+#[derive(Debug, Default)]
+pub struct Planned {
+    pub points: Vec<Point>,
+    pub notes: Vec<String>,
+}
+
 /// The selection points one step past each final choice's edge, where its side has room.
-fn past_edges(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Vec<Point>> {
-    let mut added: Vec<Point> = Vec::new();
+fn past_edges(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Planned> {
+    let mut plan = Planned::default();
     for c in choices(results, tune)? {
         if !c.complete {
             continue;
@@ -146,68 +157,68 @@ fn past_edges(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Vec
                 continue;
             }
             for &seed in &tune.decl.selection_seeds {
-                added.push(sweep.derive(like, &v, seed)?);
+                plan.points.push(sweep.derive(like, &v, seed)?);
             }
-            tp_harness::say!(
-                "tp-sweep: {}'s best lies at an edge ({}): trying {} too",
+            plan.notes.push(format!(
+                "{}'s best lies at an edge ({}): trying {} too",
                 c.variant,
                 c.edge_note(),
                 v.label()
-            );
+            ));
         }
     }
-    Ok(added)
+    Ok(plan)
 }
 
 /// The selection points of one refinement round.
-fn midpoints(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Vec<Point>> {
-    let mut added: Vec<Point> = Vec::new();
+fn midpoints(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Planned> {
+    let mut plan = Planned::default();
     for c in choices(results, tune)? {
         let Some(like) = point_of(results, &c, tune) else {
             continue;
         };
         for v in c.midpoints(|v| tune.on_lattice(v)) {
             for &seed in &tune.decl.selection_seeds {
-                added.push(sweep.derive(like, &v, seed)?);
+                plan.points.push(sweep.derive(like, &v, seed)?);
             }
-            tp_harness::say!(
-                "tp-sweep: {}: refining around its best: trying {} too",
+            plan.notes.push(format!(
+                "{}: refining around its best: trying {} too",
                 c.variant,
                 v.label()
-            );
+            ));
         }
     }
-    Ok(added)
+    Ok(plan)
 }
 
 /// Each final choice's report points at its chosen values (a choice at an edge said so).
-fn report_points(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Vec<Point>> {
-    let mut report: Vec<Point> = Vec::new();
+fn report_points(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Planned> {
+    let mut plan = Planned::default();
     for c in choices(results, tune)? {
         let Some(best) = c.best.as_ref().filter(|_| c.complete) else {
-            tp_harness::say!(
-                "tp-sweep: {} has no final choice of {} (its selection runs are unfinished or every one diverged): no report runs for it",
+            plan.notes.push(format!(
+                "{} has no final choice of {} (its selection runs are unfinished or every one diverged): no report runs for it",
                 c.variant,
                 tune.decl.keys.join(", ")
-            );
+            ));
             continue;
         };
         if !c.edges.is_empty() {
-            tp_harness::say!(
-                "tp-sweep: note: {}'s chosen {} lies at an edge ({}): the best may lie beyond; raise tune.extend or widen tune.grid",
+            plan.notes.push(format!(
+                "note: {}'s chosen {} lies at an edge ({}): the best may lie beyond; raise tune.extend or widen tune.grid",
                 c.variant,
                 best.label(),
                 c.edge_note()
-            );
+            ));
         }
         let Some(like) = point_of(results, &c, tune) else {
             continue;
         };
         for &seed in &tune.report_seeds {
-            report.push(sweep.derive(like, best, seed)?);
+            plan.points.push(sweep.derive(like, best, seed)?);
         }
     }
-    Ok(report)
+    Ok(plan)
 }
 
 /// The results compared: a tuned sweep's report runs (not its selection runs), every

@@ -120,3 +120,30 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
     );
     assert_eq!(listing(&out), files, "the status wrote under out/");
 }
+
+/// An untuned grid is one round; its unfinished run is timed by its finished sibling (the
+/// same setting but for the layout); a tuned sweep's table is not there.
+#[test]
+fn an_untuned_grids_status_is_one_round_timed_by_its_finished_runs() {
+    let d = scratch("sweep-status-grid");
+    std::fs::write(
+        d.join("sweep.yaml"),
+        format!("name: tiny\n{BASE}grid: {{pattern: [tttt, sppp]}}\n"),
+    )
+    .unwrap();
+    assert_ok(&bin("tp-sweep", &d, &["sweep.yaml", "--out", "out"], &[]));
+    let done = status(&d);
+    assert!(done.contains("| grid | 2 | 2 | 0 | 0 | 0 |"), "{done}");
+    assert!(done.contains("Every run listed has ended."), "{done}");
+    assert!(
+        !done.contains("Tuning") && !done.contains("then:"),
+        "{done}"
+    );
+    std::fs::remove_dir_all(d.join("out/pattern=sppp")).unwrap();
+    let one = status(&d);
+    assert!(one.contains("| grid | 2 | 1 | 0 | 0 | 1 |"), "{one}");
+    assert!(
+        one.contains("The 1 unfinished runs listed need about "),
+        "{one}"
+    );
+}

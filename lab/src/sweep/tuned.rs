@@ -77,9 +77,9 @@ pub enum Round {
 }
 
 /// The rounds after the first selection round, in order, each planned and handed to
-/// `round`: it tells their notes and runs them (or, for `tp-sweep --status`, reads what their points hold) and gives back their
-/// results, or `None` to stop there (a round not yet ended: the rounds after it depend
-/// on its results). Returns every result so far.
+/// `round`: it tells their notes and runs them (or, for `tp-sweep --status`, reads what
+/// their points hold) and gives back their results, or `None` to stop there (a round not
+/// yet ended: the rounds after it depend on its results). Returns every result so far.
 pub fn rounds(
     sweep: &Sweep,
     tune: &Tune,

@@ -44,7 +44,7 @@ fn listing(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
 
 /// Before a run the status lists the selection grid as to run and creates nothing; after
 /// the sweep every round has ended; with a report run gone, one is to run, timed by the
-/// finished runs' median on the machine they name; with a run past the edge unfinished
+/// median of the finished runs that had the cores to themselves, on the machine they name; with a run past the edge unfinished
 /// and another held by a trainer, the rounds after it are not listed and the tuning
 /// table says which seed is pending. The status writes nothing in any of these.
 #[test]
@@ -81,6 +81,25 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
 
     let report = out.join("pattern=tttt,learning_rate=0.1,seed=1");
     std::fs::remove_dir_all(&report).unwrap();
+    // Half the finished runs took 6 minutes with the cores to themselves, half 1000 hours
+    // beside a build: the one to run is timed by the former.
+    let mut runs: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("summary.json").is_file())
+        .collect();
+    runs.sort();
+    assert_eq!(runs.len(), 6, "{runs:?}");
+    for (i, run) in runs.iter().enumerate() {
+        let mut s = tp_lab::run_dir::read_summary(run).unwrap().unwrap();
+        (s.wall_seconds, s.sharing_slowdown) = match i % 2 {
+            0 => (360.0, Some(1.01)),
+            _ => (3.6e6, Some(3.0)),
+        };
+        let json = serde_json::to_string_pretty(&s).unwrap();
+        std::fs::write(run.join("summary.json"), json).unwrap();
+    }
     let files = listing(&out);
     let one_left = status(&d);
     assert!(
@@ -88,8 +107,9 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
         "{one_left}"
     );
     assert!(
-        one_left.contains("The 1 unfinished runs listed need about ") && one_left.contains("fused"),
-        "timed and its machine named: {one_left}"
+        one_left.contains("The 1 unfinished runs listed need about 0.1 hours more")
+            && one_left.contains("fused"),
+        "timed by the unshared runs and its machine named: {one_left}"
     );
     assert_eq!(listing(&out), files, "the status wrote under out/");
 

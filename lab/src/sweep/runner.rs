@@ -131,7 +131,7 @@ const RECORDS: [&str; 6] = [
 ];
 
 /// A finished run of exactly `point`'s config in one of the `reuse` sweep directories.
-pub(super) fn reusable(point: &Point, reuse: &[PathBuf]) -> Option<PathBuf> {
+fn reusable(point: &Point, reuse: &[PathBuf]) -> Option<PathBuf> {
     reuse.iter().find_map(|sweep| {
         let entries = std::fs::read_dir(sweep).ok()?;
         let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
@@ -157,6 +157,40 @@ fn copy_records(from: &Path, dir: &Path) -> Result<()> {
     tp_harness::util::write_atomic(&dir.join(run_dir::SUMMARY_FILE), &summary)
 }
 
+/// How a point ended before this sweep looked at it, read without touching anything: the
+/// one decision both the sweep (which then prints it, copying reused records) and
+/// `tp-sweep --status` (which only reports it) take.
+pub(super) enum Ended {
+    Finished(Box<RunSummary>),
+    Diverged(run_dir::DivergedReport),
+    /// A finished run of exactly this config in a `reuse:` sweep (its directory here);
+    /// the sweep copies its records in.
+    Reusable(PathBuf, Box<RunSummary>),
+}
+
+/// How `point` (whose directory `dir` holds what `found` says) ended before, if it did.
+pub(super) fn ended(
+    point: &Point,
+    found: &Existing,
+    dir: &Path,
+    reuse: &[PathBuf],
+) -> Option<Ended> {
+    if *found == Existing::Same {
+        if let Some(s) = read_summary(dir) {
+            return Some(Ended::Finished(Box::new(s)));
+        }
+        if let Some(d) = run_dir::read_diverged(dir).ok().flatten() {
+            return Some(Ended::Diverged(d));
+        }
+    }
+    if *found != Existing::Nothing || dir.exists() {
+        return None;
+    }
+    let from = reusable(point, reuse)?;
+    let summary = read_summary(&from)?;
+    Some(Ended::Reusable(from, Box::new(summary)))
+}
+
 /// The point's result where it needs no run: finished earlier, diverged earlier, or
 /// finished in a `reuse` sweep (its records copied in); each says so in one line.
 fn ended_before(
@@ -172,27 +206,24 @@ fn ended_before(
         status,
         summary,
     };
-    let summary = read_summary(dir).filter(|_| *found == Existing::Same);
-    let diverged = run_dir::read_diverged(dir).ok().flatten();
-    if let (None, Some(d), Existing::Same) = (&summary, &diverged, found) {
-        tp_harness::say!(
-            "{tag}: diverged earlier ({} became {} at step {}), skipped",
-            d.what,
-            d.value,
-            d.step
-        );
-        return Ok(Some(result(Status::Diverged(d.step), None)));
-    }
-    // A finished run of exactly this config elsewhere (`reuse:`) is its result.
-    let reused = match (&summary, found) {
-        (None, Existing::Nothing) if !dir.exists() => reusable(point, reuse),
-        _ => None,
+    let summary = match ended(point, found, dir, reuse) {
+        None => return Ok(None),
+        Some(Ended::Diverged(d)) => {
+            tp_harness::say!(
+                "{tag}: diverged earlier ({} became {} at step {}), skipped",
+                d.what,
+                d.value,
+                d.step
+            );
+            return Ok(Some(result(Status::Diverged(d.step), None)));
+        }
+        Some(Ended::Finished(s)) => Some(*s),
+        Some(Ended::Reusable(from, _)) => {
+            copy_records(&from, dir)?;
+            tp_harness::say!("{tag}: finished in {}, its records copied", from.display());
+            read_summary(dir)
+        }
     };
-    if let Some(from) = &reused {
-        copy_records(from, dir)?;
-        tp_harness::say!("{tag}: finished in {}, its records copied", from.display());
-    }
-    let summary = summary.or_else(|| reused.and_then(|_| read_summary(dir)));
     Ok(summary.map(|s| {
         tp_harness::say!("{tag}: finished earlier, skipped");
         result(Status::Skipped, Some(s))

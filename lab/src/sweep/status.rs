@@ -2,17 +2,18 @@
 //! running, locking or writing anything. A study that trains for days is followed from
 //! this, not from hand-copied numbers: each round's runs (finished, diverged, training
 //! now, to run), the time the listed runs still need at the median of finished runs like
-//! them, and for a tuned sweep the choices so far (the table the sweep's summary ends
+//! them that had the cores to themselves, and for a tuned sweep the choices so far (the table the sweep's summary ends
 //! with). A tuned sweep's rounds after one that has not ended are not listed: which
 //! values they try depends on its results.
 
-use super::existing::{existing, Existing};
-use super::runner::{reusable, PointResult, Status};
+use super::existing::existing;
+use super::runner::{ended, Ended, PointResult, Status};
 use super::spec::{Point, Sweep};
+use super::summary::SHARED;
 use super::tuned::{self, Round};
 use crate::analysis::stats::median;
 use crate::analysis::table::Table;
-use crate::run_dir::{self, DirLock, RunSummary};
+use crate::run_dir::{DirLock, RunSummary};
 use crate::study::setting::Setting;
 use anyhow::Result;
 use std::path::Path;
@@ -32,26 +33,12 @@ enum State {
 fn state(point: &Point, out: &Path, sweep: &Sweep) -> Result<State> {
     let dir = out.join(&point.name);
     let found = existing(point, &dir)?;
-    if found == Existing::Same {
-        if let Some(s) = run_dir::read_summary(&dir).ok().flatten() {
-            return Ok(State::Finished(Box::new(s)));
-        }
-        if let Some(d) = run_dir::read_diverged(&dir).ok().flatten() {
-            return Ok(State::Diverged(d.step));
-        }
-    }
-    if DirLock::held_elsewhere(&dir) {
-        return Ok(State::Training);
-    }
-    // A finished run of this config in a `reuse:` sweep: the sweep copies its records.
-    if found == Existing::Nothing && !dir.exists() {
-        if let Some(s) = reusable(point, &sweep.reuse)
-            .and_then(|from| run_dir::read_summary(&from).ok().flatten())
-        {
-            return Ok(State::Finished(Box::new(s)));
-        }
-    }
-    Ok(State::ToRun)
+    Ok(match ended(point, &found, &dir, &sweep.reuse) {
+        Some(Ended::Finished(s) | Ended::Reusable(_, s)) => State::Finished(s),
+        Some(Ended::Diverged(d)) => State::Diverged(d.step),
+        None if DirLock::held_elsewhere(&dir) => State::Training,
+        None => State::ToRun,
+    })
 }
 
 /// One round's points as results (unfinished ones `Pending`) and its row of counts.
@@ -156,7 +143,8 @@ fn read_rounds(sweep: &Sweep, out: &Path) -> Result<(Vec<RoundRead>, Option<Stri
 }
 
 /// The seconds the unfinished runs of `rounds` still need: each at the median wall time of
-/// the finished runs of its setting (tuned keys aside); with the machines those ran on.
+/// the finished runs of its setting (tuned keys aside) that had the cores to themselves
+/// (all of them where none did); with the machines those ran on.
 /// `None` where some unfinished run has no finished run of its setting to go by.
 fn time_to_go(rounds: &[RoundRead], tuned_keys: &[String]) -> Result<(Option<f64>, Vec<String>)> {
     let all: Vec<&PointResult> = rounds.iter().flat_map(|r| &r.results).collect();
@@ -172,7 +160,10 @@ fn time_to_go(rounds: &[RoundRead], tuned_keys: &[String]) -> Result<(Option<f64
                 .as_ref()
                 .filter(|_| setting(f).is_ok_and(|x| x == s))
             {
-                like.push(sum.wall_seconds);
+                // Runs slowed by sharing the cores (a build beside them) would make the
+                // estimate read high: timed by the unshared ones where there are any.
+                let alone = sum.sharing_slowdown.is_some_and(|x| x <= SHARED);
+                like.push((alone, sum.wall_seconds));
                 let m = sum
                     .machine
                     .clone()
@@ -182,7 +173,9 @@ fn time_to_go(rounds: &[RoundRead], tuned_keys: &[String]) -> Result<(Option<f64
                 }
             }
         }
-        let Some(secs) = median(like) else {
+        let any_alone = like.iter().any(|(alone, _)| *alone);
+        let walls = like.into_iter().filter(|(alone, _)| *alone || !any_alone);
+        let Some(secs) = median(walls.map(|(_, w)| w).collect()) else {
             return Ok((None, machines));
         };
         total += secs;
@@ -232,7 +225,7 @@ pub fn status(sweep: &Sweep, out: &Path) -> Result<String> {
     text += &match time_to_go(&rounds, keys)? {
         _ if pending == 0 => "\nEvery run listed has ended.\n".to_string(),
         (Some(secs), machines) => format!(
-            "\nThe {pending} unfinished runs listed need about {:.1} hours more (each at the median wall time of the finished runs of its setting, evaluations included, on {}){}.\n",
+            "\nThe {pending} unfinished runs listed need about {:.1} hours more (each at the median wall time, evaluations included, of the finished runs of its setting that had the cores to themselves, a sharing slowdown of at most {SHARED}, where any did; on {}){}.\n",
             secs / 3600.0,
             machines.join("; "),
             if next.is_some() { "; the rounds still to come add theirs" } else { "" }

@@ -42,11 +42,13 @@ fn listing(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
     all
 }
 
-/// Before a run the status lists the selection grid as to run and creates nothing; after
-/// the sweep every round has ended; with a report run gone, one is to run, timed by the
-/// median of the finished runs that had the cores to themselves, on the machine they name; with a run past the edge unfinished
-/// and another held by a trainer, the rounds after it are not listed and the tuning
-/// table says which seed is pending. The status writes nothing in any of these.
+/// Before a run the status lists the selection grid as to run, counts the report round
+/// not listed yet, and creates nothing; after the sweep every round has ended; with a
+/// report run gone, one is to run, timed by the median of the finished runs that had the
+/// cores to themselves, on the machine they name; with a run past the edge unfinished and
+/// another held by a trainer, the rounds after it are not listed (the report round's runs
+/// are counted and timed) and the tuning table says which seed is pending. The status
+/// writes nothing in any of these.
 #[test]
 fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing() {
     let d = scratch("sweep-status");
@@ -57,6 +59,10 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
         "{before}"
     );
     assert!(before.contains("then: rounds past an edge"), "{before}");
+    assert!(
+        before.contains("The 4 unfinished runs listed are not timed yet; the report seeds' 1 runs (not listed yet) are not timed yet; rounds past an edge before them add theirs (no run of their settings has finished yet"),
+        "the report round counted before it is listed: {before}"
+    );
     assert!(
         !d.join("out").exists(),
         "the status made the sweep's folder"
@@ -111,6 +117,7 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
             && one_left.contains("fused"),
         "timed by the unshared runs and its machine named: {one_left}"
     );
+    assert!(!one_left.contains("report seeds' "), "listed: {one_left}");
     assert_eq!(listing(&out), files, "the status wrote under out/");
 
     // A run past the edge not finished (its summary gone: interrupted), its sibling
@@ -132,6 +139,10 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
     );
     assert!(
         partial.contains("then: rounds past an edge while a best lies at one, the report seeds"),
+        "{partial}"
+    );
+    assert!(
+        partial.contains("The 2 unfinished runs listed need about 0.2 hours more; the report seeds' 1 runs (not listed yet) need about 0.1 hours more; rounds past an edge before them add theirs"),
         "{partial}"
     );
     assert!(

@@ -1,8 +1,9 @@
 //! `tp-sweep FILE --status`: where a sweep stands, read from its run directories without
 //! running, locking or writing anything. A study that trains for days is followed from
 //! this, not from hand-copied numbers: each round's runs (finished, diverged, training
-//! now, to run), the time the listed runs still need at the median of finished runs like
-//! them that had the cores to themselves, and for a tuned sweep the choices so far (the table the sweep's summary ends
+//! now, to run), the time the listed runs (and a tuned sweep's report runs, known in
+//! number before they are listed) still need at the median of finished runs like them
+//! that had the cores to themselves, and for a tuned sweep the choices so far (the table the sweep's summary ends
 //! with). A tuned sweep's rounds after one that has not ended are not listed: which
 //! values they try depends on its results.
 
@@ -10,6 +11,7 @@ use super::existing::existing;
 use super::runner::{ended, Ended, PointResult, Status};
 use super::spec::{Point, Sweep};
 use super::summary::SHARED;
+use super::tune_spec::Tune;
 use super::tuned::{self, Round};
 use crate::analysis::stats::median;
 use crate::analysis::table::Table;
@@ -45,6 +47,8 @@ fn state(point: &Point, out: &Path, sweep: &Sweep) -> Result<State> {
 struct RoundRead {
     results: Vec<PointResult>,
     label: String,
+    /// Which of a tuned sweep's later rounds this is (`None`: the first).
+    round: Option<Round>,
     finished: usize,
     diverged: usize,
     training: usize,
@@ -62,6 +66,7 @@ fn read_round(label: &str, points: &[Point], out: &Path, sweep: &Sweep) -> Resul
     let mut read = RoundRead {
         results: Vec::with_capacity(points.len()),
         label: label.to_string(),
+        round: None,
         finished: 0,
         diverged: 0,
         training: 0,
@@ -119,6 +124,7 @@ fn read_rounds(sweep: &Sweep, out: &Path) -> Result<(Vec<RoundRead>, Option<Stri
         tuned::rounds(sweep, t, results, |r, plan| {
             let mut read = read_round(round_label(r), &plan.points, out, sweep)?;
             read.notes = plan.notes;
+            read.round = Some(r);
             let ended = read.pending() == 0;
             let results = read.results.clone();
             rounds.push(read);
@@ -142,45 +148,110 @@ fn read_rounds(sweep: &Sweep, out: &Path) -> Result<(Vec<RoundRead>, Option<Stri
     ))
 }
 
-/// The seconds the unfinished runs of `rounds` still need: each at the median wall time of
-/// the finished runs of its setting (tuned keys aside) that had the cores to themselves
-/// (all of them where none did); with the machines those ran on.
-/// `None` where some unfinished run has no finished run of its setting to go by.
-fn time_to_go(rounds: &[RoundRead], tuned_keys: &[String]) -> Result<(Option<f64>, Vec<String>)> {
-    let all: Vec<&PointResult> = rounds.iter().flat_map(|r| &r.results).collect();
-    let setting = |r: &PointResult| Setting::tuned(&r.point.cfg, tuned_keys);
-    let mut total = 0.0;
+/// The seconds runs of the settings `to_run` need: each at the median wall time of the
+/// finished runs among `all` of its setting (tuned keys aside) that had the cores to
+/// themselves (all of them where none did); with the machines those ran on. `None` where
+/// some setting has no finished run to go by.
+fn time_to_go(
+    all: &[PointResult],
+    to_run: &[Setting],
+    tuned_keys: &[String],
+) -> Result<(Option<f64>, Vec<String>)> {
+    // (setting, had the cores to itself, wall seconds) of each finished run.
+    let mut finished = Vec::new();
     let mut machines: Vec<String> = Vec::new();
-    for r in all.iter().filter(|r| r.status == Status::Pending) {
-        let s = setting(r)?;
-        let mut like = Vec::new();
-        for f in &all {
-            if let Some(sum) = f
-                .summary
-                .as_ref()
-                .filter(|_| setting(f).is_ok_and(|x| x == s))
-            {
-                // Runs slowed by sharing the cores (a build beside them) would make the
-                // estimate read high: timed by the unshared ones where there are any.
-                let alone = sum.sharing_slowdown.is_some_and(|x| x <= SHARED);
-                like.push((alone, sum.wall_seconds));
-                let m = sum
-                    .machine
-                    .clone()
-                    .unwrap_or_else(|| "a machine not recorded".into());
-                if !machines.contains(&m) {
-                    machines.push(m);
-                }
-            }
+    for (r, sum) in all
+        .iter()
+        .filter_map(|r| r.summary.as_ref().map(|s| (r, s)))
+    {
+        // Runs slowed by sharing the cores (a build beside them) would make the
+        // estimate read high: timed by the unshared ones where there are any.
+        let alone = sum.sharing_slowdown.is_some_and(|x| x <= SHARED);
+        finished.push((
+            Setting::tuned(&r.point.cfg, tuned_keys)?,
+            alone,
+            sum.wall_seconds,
+        ));
+        let m = (sum.machine.clone()).unwrap_or_else(|| "a machine not recorded".into());
+        if !machines.contains(&m) {
+            machines.push(m);
         }
-        let any_alone = like.iter().any(|(alone, _)| *alone);
-        let walls = like.into_iter().filter(|(alone, _)| *alone || !any_alone);
-        let Some(secs) = median(walls.map(|(_, w)| w).collect()) else {
+    }
+    let mut total = 0.0;
+    for s in to_run {
+        let like: Vec<_> = finished.iter().filter(|f| f.0 == *s).collect();
+        let any_alone = like.iter().any(|f| f.1);
+        let walls = like.iter().filter(|f| f.1 || !any_alone).map(|f| f.2);
+        let Some(secs) = median(walls.collect()) else {
             return Ok((None, machines));
         };
         total += secs;
     }
     Ok((Some(total), machines))
+}
+
+/// Where a tuned sweep's report round is not listed yet: its runs (each final choice's
+/// setting once a report seed), known before the rounds ahead of it end, unlike theirs.
+fn report_runs(rounds: &[RoundRead], t: &Tune) -> Result<Vec<Setting>> {
+    if rounds.iter().any(|r| r.round == Some(Round::Report)) {
+        return Ok(Vec::new());
+    }
+    let results: Vec<PointResult> = rounds.iter().flat_map(|r| r.results.clone()).collect();
+    let cells = tuned::choices(&results, t)?;
+    Ok(cells
+        .into_iter()
+        .flat_map(|c| vec![c.setting; t.report_seeds.len()])
+        .collect())
+}
+
+/// The time still to go: the unfinished runs listed, and a tuned sweep's report runs
+/// where they are not listed yet (their number is known; the rounds before them may add
+/// runs that are not).
+fn time_text(rounds: &[RoundRead], sweep: &Sweep) -> Result<String> {
+    let keys: &[String] = sweep.tune.as_ref().map_or(&[], |t| &t.decl.keys);
+    let results: Vec<PointResult> = rounds.iter().flat_map(|r| r.results.clone()).collect();
+    let pending: Vec<Setting> = (results.iter())
+        .filter(|r| r.status == Status::Pending)
+        .map(|r| Setting::tuned(&r.point.cfg, keys))
+        .collect::<Result<_>>()?;
+    let tune = sweep.tune.as_ref().filter(|t| t.from.is_none());
+    let report = tune.map_or(Ok(Vec::new()), |t| report_runs(rounds, t))?;
+    if pending.is_empty() && report.is_empty() {
+        return Ok("\nEvery run listed has ended.\n".into());
+    }
+    let (now, machines) = time_to_go(&results, &pending, keys)?;
+    let (later, _) = time_to_go(&results, &report, keys)?;
+    let need = |s: Option<f64>| {
+        s.map_or("are not timed yet".into(), |s| {
+            format!("need about {:.1} hours more", s / 3600.0)
+        })
+    };
+    let mut text = match pending.len() {
+        0 => "\nEvery run listed has ended".to_string(),
+        n => format!("\nThe {n} unfinished runs listed {}", need(now)),
+    };
+    if !report.is_empty() {
+        text += &format!(
+            "; the report seeds' {} runs (not listed yet) {}",
+            report.len(),
+            need(later)
+        );
+        // Past an edge while a best lies at one (then the refinement): their runs
+        // follow from results not in yet.
+        let refined = rounds.iter().any(|r| r.round == Some(Round::Refine));
+        if !refined {
+            text += match tune.is_some_and(|t| t.refine) {
+                true => "; the rounds before them (past an edge, the refinement) add theirs",
+                false => "; rounds past an edge before them add theirs",
+            };
+        }
+    }
+    if now.is_some() || later.is_some() {
+        text += &format!(" (each run at the median wall time, evaluations included, of the finished runs of its setting that had the cores to themselves, a sharing slowdown of at most {SHARED}, where any did; on {})", machines.join("; "));
+    } else {
+        text += " (no run of their settings has finished yet to time them by)";
+    }
+    Ok(text + ".\n")
 }
 
 /// The status of `sweep` run into `out`, as text for a terminal (markdown tables).
@@ -220,18 +291,7 @@ pub fn status(sweep: &Sweep, out: &Path) -> Result<String> {
             m.until_ci95, m.max_seeds
         );
     }
-    let keys: &[String] = sweep.tune.as_ref().map_or(&[], |t| &t.decl.keys);
-    let pending: usize = rounds.iter().map(RoundRead::pending).sum();
-    text += &match time_to_go(&rounds, keys)? {
-        _ if pending == 0 => "\nEvery run listed has ended.\n".to_string(),
-        (Some(secs), machines) => format!(
-            "\nThe {pending} unfinished runs listed need about {:.1} hours more (each at the median wall time, evaluations included, of the finished runs of its setting that had the cores to themselves, a sharing slowdown of at most {SHARED}, where any did; on {}){}.\n",
-            secs / 3600.0,
-            machines.join("; "),
-            if next.is_some() { "; the rounds still to come add theirs" } else { "" }
-        ),
-        (None, _) => format!("\n{pending} runs listed are unfinished; no run of some of their settings has finished yet to time them by.\n"),
-    };
+    text += &time_text(&rounds, sweep)?;
     if let Some(t) = sweep.tune.as_ref().filter(|t| t.from.is_none()) {
         let results: Vec<PointResult> = rounds.into_iter().flat_map(|r| r.results).collect();
         let choices = tuned::choices(&results, t)?;

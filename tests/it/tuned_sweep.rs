@@ -29,7 +29,7 @@ fn final_val(dir: &Path) -> f64 {
 /// Six steps from scratch: a larger rate is better, so each layout's best is the highest
 /// value, the grid grows once past it (extend: 1), the best there is still at the edge
 /// and said so; each layout's report seeds run at the value its own selection runs
-/// choose (recomputed here from their summaries), and a rerun runs nothing.
+/// choose (recomputed here from their summaries), seed by seed, and a rerun runs nothing.
 #[test]
 fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_there() {
     let d = scratch("tuned-sweep");
@@ -41,6 +41,22 @@ fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_ther
         "{text}"
     );
     assert!(text.contains("note: pppp's chosen learning_rate"), "{text}");
+    // The report runs seed by seed (a pair with the baseline made together), not layout
+    // by layout.
+    let report_order: Vec<(&str, &str)> = (text.lines())
+        .filter(|l| l.ends_with(": running ..."))
+        .filter_map(|l| {
+            let name = l.split("] ").nth(1)?.strip_suffix(": running ...")?;
+            let seed = name.rsplit("seed=").next()?;
+            let pattern = name.strip_prefix("pattern=")?.split(',').next()?;
+            ["1", "2"].contains(&seed).then_some((pattern, seed))
+        })
+        .collect();
+    let seeds: Vec<&str> = report_order.iter().map(|r| r.1).collect();
+    assert_eq!(seeds, ["1", "1", "2", "2"], "{text}");
+    for pair in report_order.chunks(2) {
+        assert_ne!(pair[0].0, pair[1].0, "both layouts of a seed: {text}");
+    }
     let out = d.join("out");
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("tuning.json")).unwrap()).unwrap();

@@ -191,9 +191,13 @@ fn midpoints(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Plan
     Ok(plan)
 }
 
-/// Each final choice's report points at its chosen values (a choice at an edge said so).
+/// Each final choice's report points at its chosen values (a choice at an edge said so),
+/// seed by seed: every layout's run of one seed before the next seed's, so that a study
+/// stopped (or moved to another machine) between runs has whole pairs with its baseline,
+/// each pair made by one machine, not one layout's seeds all here and the baseline's there.
 fn report_points(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<Planned> {
     let mut plan = Planned::default();
+    let mut cells = Vec::new();
     for c in choices(results, tune)? {
         let Some(best) = c.best.as_ref().filter(|_| c.complete) else {
             plan.notes.push(format!(
@@ -214,7 +218,10 @@ fn report_points(sweep: &Sweep, tune: &Tune, results: &[PointResult]) -> Result<
         let Some(like) = point_of(results, &c, tune) else {
             continue;
         };
-        for &seed in &tune.report_seeds {
+        cells.push((like, best.clone()));
+    }
+    for &seed in &tune.report_seeds {
+        for (like, best) in &cells {
             plan.points.push(sweep.derive(like, best, seed)?);
         }
     }

@@ -3,9 +3,9 @@
 //! this, not from hand-copied numbers: each round's runs (finished, diverged, training
 //! now, to run), the time the listed runs (and a tuned sweep's report runs, known in
 //! number before they are listed) still need at the median of finished runs like them
-//! that had the cores to themselves, and for a tuned sweep the choices so far (the table the sweep's summary ends
-//! with). A tuned sweep's rounds after one that has not ended are not listed: which
-//! values they try depends on its results.
+//! that had the cores to themselves, and for a tuned sweep the choices so far (the table
+//! the sweep's summary ends with). A tuned sweep's rounds after one that has not ended are
+//! not listed: which values they try depends on its results.
 
 use super::existing::existing;
 use super::runner::{ended, Ended, PointResult, Status};
@@ -17,6 +17,7 @@ use crate::analysis::stats::median;
 use crate::analysis::table::Table;
 use crate::run_dir::{DirLock, RunSummary};
 use crate::study::setting::Setting;
+use crate::study::tuning::Choice;
 use anyhow::Result;
 use std::path::Path;
 
@@ -148,16 +149,11 @@ fn read_rounds(sweep: &Sweep, out: &Path) -> Result<(Vec<RoundRead>, Option<Stri
     ))
 }
 
-/// The seconds runs of the settings `to_run` need: each at the median wall time of the
-/// finished runs among `all` of its setting (tuned keys aside) that had the cores to
-/// themselves (all of them where none did); with the machines those ran on. `None` where
-/// some setting has no finished run to go by.
-fn time_to_go(
-    all: &[PointResult],
-    to_run: &[Setting],
-    tuned_keys: &[String],
-) -> Result<(Option<f64>, Vec<String>)> {
-    // (setting, had the cores to itself, wall seconds) of each finished run.
+/// Each finished run among `all` as (its setting, tuned keys aside; whether it had the
+/// cores to itself; its wall seconds), and the machines they ran on.
+type Timed = (Vec<(Setting, bool, f64)>, Vec<String>);
+
+fn timed_runs(all: &[PointResult], tuned_keys: &[String]) -> Result<Timed> {
     let mut finished = Vec::new();
     let mut machines: Vec<String> = Vec::new();
     for (r, sum) in all
@@ -177,50 +173,54 @@ fn time_to_go(
             machines.push(m);
         }
     }
+    Ok((finished, machines))
+}
+
+/// The seconds runs of the settings `to_run` need: each at the median wall time of the
+/// `finished` runs of its setting that had the cores to themselves (all of them where
+/// none did). `None` where some setting has no finished run to go by.
+fn seconds(finished: &[(Setting, bool, f64)], to_run: &[Setting]) -> Option<f64> {
     let mut total = 0.0;
     for s in to_run {
         let like: Vec<_> = finished.iter().filter(|f| f.0 == *s).collect();
         let any_alone = like.iter().any(|f| f.1);
         let walls = like.iter().filter(|f| f.1 || !any_alone).map(|f| f.2);
-        let Some(secs) = median(walls.collect()) else {
-            return Ok((None, machines));
-        };
-        total += secs;
+        total += median(walls.collect())?;
     }
-    Ok((Some(total), machines))
+    Some(total)
 }
 
 /// Where a tuned sweep's report round is not listed yet: its runs (each final choice's
 /// setting once a report seed), known before the rounds ahead of it end, unlike theirs.
-fn report_runs(rounds: &[RoundRead], t: &Tune) -> Result<Vec<Setting>> {
+fn report_runs(rounds: &[RoundRead], choices: &[Choice], t: &Tune) -> Vec<Setting> {
     if rounds.iter().any(|r| r.round == Some(Round::Report)) {
-        return Ok(Vec::new());
+        return Vec::new();
     }
-    let results: Vec<PointResult> = rounds.iter().flat_map(|r| r.results.clone()).collect();
-    let cells = tuned::choices(&results, t)?;
-    Ok(cells
-        .into_iter()
-        .flat_map(|c| vec![c.setting; t.report_seeds.len()])
-        .collect())
+    (choices.iter())
+        .flat_map(|c| vec![c.setting.clone(); t.report_seeds.len()])
+        .collect()
 }
 
-/// The time still to go: the unfinished runs listed, and a tuned sweep's report runs
-/// where they are not listed yet (their number is known; the rounds before them may add
-/// runs that are not).
-fn time_text(rounds: &[RoundRead], sweep: &Sweep) -> Result<String> {
+/// The time still to go: the unfinished runs listed (among `results`), and a tuned
+/// sweep's report runs where they are not listed yet (their number is known; the rounds
+/// before them may add runs that are not).
+fn time_text(
+    rounds: &[RoundRead],
+    results: &[PointResult],
+    tuning: Option<(&Tune, &[Choice])>,
+    sweep: &Sweep,
+) -> Result<String> {
     let keys: &[String] = sweep.tune.as_ref().map_or(&[], |t| &t.decl.keys);
-    let results: Vec<PointResult> = rounds.iter().flat_map(|r| r.results.clone()).collect();
     let pending: Vec<Setting> = (results.iter())
         .filter(|r| r.status == Status::Pending)
         .map(|r| Setting::tuned(&r.point.cfg, keys))
         .collect::<Result<_>>()?;
-    let tune = sweep.tune.as_ref().filter(|t| t.from.is_none());
-    let report = tune.map_or(Ok(Vec::new()), |t| report_runs(rounds, t))?;
+    let report = tuning.map_or(Vec::new(), |(t, c)| report_runs(rounds, c, t));
     if pending.is_empty() && report.is_empty() {
         return Ok("\nEvery run listed has ended.\n".into());
     }
-    let (now, machines) = time_to_go(&results, &pending, keys)?;
-    let (later, _) = time_to_go(&results, &report, keys)?;
+    let (finished, machines) = timed_runs(results, keys)?;
+    let (now, later) = (seconds(&finished, &pending), seconds(&finished, &report));
     let need = |s: Option<f64>| {
         s.map_or("are not timed yet".into(), |s| {
             format!("need about {:.1} hours more", s / 3600.0)
@@ -240,7 +240,7 @@ fn time_text(rounds: &[RoundRead], sweep: &Sweep) -> Result<String> {
         // follow from results not in yet.
         let refined = rounds.iter().any(|r| r.round == Some(Round::Refine));
         if !refined {
-            text += match tune.is_some_and(|t| t.refine) {
+            text += match tuning.is_some_and(|(t, _)| t.refine) {
                 true => "; the rounds before them (past an edge, the refinement) add theirs",
                 false => "; rounds past an edge before them add theirs",
             };
@@ -291,13 +291,15 @@ pub fn status(sweep: &Sweep, out: &Path) -> Result<String> {
             m.until_ci95, m.max_seeds
         );
     }
-    text += &time_text(&rounds, sweep)?;
-    if let Some(t) = sweep.tune.as_ref().filter(|t| t.from.is_none()) {
-        let results: Vec<PointResult> = rounds.into_iter().flat_map(|r| r.results).collect();
-        let choices = tuned::choices(&results, t)?;
+    let results: Vec<PointResult> = rounds.iter().flat_map(|r| r.results.clone()).collect();
+    let tune = sweep.tune.as_ref().filter(|t| t.from.is_none());
+    let choices = tune.map(|t| tuned::choices(&results, t)).transpose()?;
+    let tuning = tune.zip(choices.as_deref());
+    text += &time_text(&rounds, &results, tuning, sweep)?;
+    if let Some(c) = &choices {
         text += &format!(
             "\n## Tuning so far\n\n{}",
-            crate::study::tuned_study::markdown(&choices)
+            crate::study::tuned_study::markdown(c)
         );
     }
     Ok(text)

@@ -85,40 +85,7 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
     }
     assert!(!done.contains("then:"), "{done}");
 
-    let report = out.join("pattern=tttt,learning_rate=0.1,seed=1");
-    std::fs::remove_dir_all(&report).unwrap();
-    // Half the finished runs took 6 minutes with the cores to themselves, half 1000 hours
-    // beside a build: the one to run is timed by the former.
-    let mut runs: Vec<_> = std::fs::read_dir(&out)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.join("summary.json").is_file())
-        .collect();
-    runs.sort();
-    assert_eq!(runs.len(), 6, "{runs:?}");
-    for (i, run) in runs.iter().enumerate() {
-        let mut s = tp_lab::run_dir::read_summary(run).unwrap().unwrap();
-        (s.wall_seconds, s.sharing_slowdown) = match i % 2 {
-            0 => (360.0, Some(1.01)),
-            _ => (3.6e6, Some(3.0)),
-        };
-        let json = serde_json::to_string_pretty(&s).unwrap();
-        std::fs::write(run.join("summary.json"), json).unwrap();
-    }
-    let files = listing(&out);
-    let one_left = status(&d);
-    assert!(
-        one_left.contains("| report seeds at each choice | 1 | 0 | 0 | 0 | 1 |"),
-        "{one_left}"
-    );
-    assert!(
-        one_left.contains("The 1 unfinished runs listed need about 0.1 hours more")
-            && one_left.contains("fused"),
-        "timed by the unshared runs and its machine named: {one_left}"
-    );
-    assert!(!one_left.contains("report seeds' "), "listed: {one_left}");
-    assert_eq!(listing(&out), files, "the status wrote under out/");
+    one_run_left_is_timed_by_the_unshared_runs(&d, &out);
 
     // A run past the edge not finished (its summary gone: interrupted), its sibling
     // held by a trainer: the refinement-less sweep's next round, the report, is unknown.
@@ -150,6 +117,43 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
         "both selection seeds pending at 0.1: {partial}"
     );
     assert_eq!(listing(&out), files, "the status wrote under out/");
+}
+
+/// The report run removed: half the finished runs took 6 minutes with the cores to
+/// themselves, half 1000 hours beside a build; the one to run is timed by the former.
+fn one_run_left_is_timed_by_the_unshared_runs(d: &Path, out: &Path) {
+    let report = out.join("pattern=tttt,learning_rate=0.1,seed=1");
+    std::fs::remove_dir_all(&report).unwrap();
+    let mut runs: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("summary.json").is_file())
+        .collect();
+    runs.sort();
+    assert_eq!(runs.len(), 6, "{runs:?}");
+    for (i, run) in runs.iter().enumerate() {
+        let mut s = tp_lab::run_dir::read_summary(run).unwrap().unwrap();
+        (s.wall_seconds, s.sharing_slowdown) = match i % 2 {
+            0 => (360.0, Some(1.01)),
+            _ => (3.6e6, Some(3.0)),
+        };
+        let json = serde_json::to_string_pretty(&s).unwrap();
+        std::fs::write(run.join("summary.json"), json).unwrap();
+    }
+    let files = listing(out);
+    let one_left = status(d);
+    assert!(
+        one_left.contains("| report seeds at each choice | 1 | 0 | 0 | 0 | 1 |"),
+        "{one_left}"
+    );
+    assert!(
+        one_left.contains("The 1 unfinished runs listed need about 0.1 hours more")
+            && one_left.contains("fused"),
+        "timed by the unshared runs and its machine named: {one_left}"
+    );
+    assert!(!one_left.contains("report seeds' "), "listed: {one_left}");
+    assert_eq!(listing(out), files, "the status wrote under out/");
 }
 
 /// An untuned grid is one round; its unfinished run is timed by its finished sibling (the

@@ -41,22 +41,7 @@ fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_ther
         "{text}"
     );
     assert!(text.contains("note: pppp's chosen learning_rate"), "{text}");
-    // The report runs seed by seed (a pair with the baseline made together), not layout
-    // by layout.
-    let report_order: Vec<(&str, &str)> = (text.lines())
-        .filter(|l| l.ends_with(": running ..."))
-        .filter_map(|l| {
-            let name = l.split("] ").nth(1)?.strip_suffix(": running ...")?;
-            let seed = name.rsplit("seed=").next()?;
-            let pattern = name.strip_prefix("pattern=")?.split(',').next()?;
-            ["1", "2"].contains(&seed).then_some((pattern, seed))
-        })
-        .collect();
-    let seeds: Vec<&str> = report_order.iter().map(|r| r.1).collect();
-    assert_eq!(seeds, ["1", "1", "2", "2"], "{text}");
-    for pair in report_order.chunks(2) {
-        assert_ne!(pair[0].0, pair[1].0, "both layouts of a seed: {text}");
-    }
+    report_runs_go_seed_by_seed(&text);
     let out = d.join("out");
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("tuning.json")).unwrap()).unwrap();
@@ -119,13 +104,35 @@ fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_ther
         16,
         "{text}"
     );
+    penalty_table_compares_best_against_best(&d, &out);
+}
 
-    // The penalty table: best against best, with the chosen value and the grid; the
-    // tuning table and figure beside it.
-    let runs = point_dirs(&out);
+/// The report runs seed by seed (a pair with the baseline made together), not layout
+/// by layout.
+fn report_runs_go_seed_by_seed(text: &str) {
+    let report_order: Vec<(&str, &str)> = (text.lines())
+        .filter(|l| l.ends_with(": running ..."))
+        .filter_map(|l| {
+            let name = l.split("] ").nth(1)?.strip_suffix(": running ...")?;
+            let seed = name.rsplit("seed=").next()?;
+            let pattern = name.strip_prefix("pattern=")?.split(',').next()?;
+            ["1", "2"].contains(&seed).then_some((pattern, seed))
+        })
+        .collect();
+    let seeds: Vec<&str> = report_order.iter().map(|r| r.1).collect();
+    assert_eq!(seeds, ["1", "1", "2", "2"], "{text}");
+    for pair in report_order.chunks(2) {
+        assert_ne!(pair[0].0, pair[1].0, "both layouts of a seed: {text}");
+    }
+}
+
+/// The penalty table: best against best, with the chosen value and the grid; the
+/// tuning table and figure beside it.
+fn penalty_table_compares_best_against_best(d: &Path, out: &Path) {
+    let runs = point_dirs(out);
     let mut args: Vec<&str> = vec!["--penalty", "--out", "pen", "--margin", "0.5"];
     args.extend(runs.iter().map(String::as_str));
-    let o = bin("tp-plot", &d, &args, &[]);
+    let o = bin("tp-plot", d, &args, &[]);
     assert_ok(&o);
     let pen = std::fs::read_to_string(d.join("pen/penalty.md")).unwrap();
     assert!(pen.contains("learning_rate tuned"), "{pen}");
@@ -137,7 +144,7 @@ fn a_tuned_sweep_chooses_each_layouts_value_on_selection_seeds_then_reports_ther
     assert_png(&d.join("pen/tuning.png"));
     let tuning = std::fs::read_to_string(d.join("pen/tuning.csv")).unwrap();
     assert_eq!(tuning.lines().count(), 7, "{tuning}");
-    report_runs_alone_are_drawn(&d, &runs);
+    report_runs_alone_are_drawn(d, &runs);
 }
 
 /// A tuned sweep's report runs alone (no selection run given): their sweep's record says

@@ -143,7 +143,8 @@ impl CudaOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CudaPath {
     /// Attention on the tensor cores without the scores (`ops::cuda::flash_attention`; bf16,
-    /// head size 64, T a multiple of 64); off: the packed path below.
+    /// head size 64, T a multiple of 64), where the scores do not fit; off: the scalar
+    /// kernel that never holds them either.
     FlashAttention,
     /// Attention reading the packed qkv in place (`ops::cuda::packed_attention`); off:
     /// the heads split and merged by copies.

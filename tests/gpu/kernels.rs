@@ -33,12 +33,12 @@ fn attention_and_grad(f: impl Fn(&Tensor) -> Tensor, qkv: &Var, w: &Tensor) -> (
     (y.to_dtype(DType::F32).unwrap(), dq)
 }
 
-/// The GPU attentions against the portable path: the fused dispatch (bf16 at head size 64
-/// and T a multiple of 64, here B2 T1024: the flash kernels, `ops::cuda::flash_attention`;
-/// otherwise, the scores fitting at these sizes, cuBLAS's matmuls reading the packed qkv
-/// in place and writing the heads merged, `ops::cuda::packed_attention`, around the
-/// causal softmax kernel; B = 2 checks each sequence's offsets) and the kernel that never
-/// holds the scores (`ops::cuda::causal_attention`, which longer sequences take).
+/// The GPU attentions against the portable path: the fused dispatch (the scores fitting
+/// at these sizes: cuBLAS's matmuls reading the packed qkv in place and writing the heads
+/// merged, `ops::cuda::packed_attention`, around the causal softmax kernel; B = 2 checks
+/// each sequence's offsets), and the two that never hold the scores, which longer
+/// sequences take: the flash kernels (`ops::cuda::flash_attention`, bf16 at head size 64
+/// and T a multiple of 64) and the kernel for the rest (`ops::cuda::causal_attention`).
 #[test]
 fn gpu_attention_kernels_match_the_portable_path_forward_and_backward() {
     for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
@@ -63,10 +63,16 @@ fn gpu_attention_kernels_match_the_portable_path_forward_and_backward() {
             let (y_ref, dq_ref) = attention_and_grad(portable, &qkv, &w);
             let fused = |x: &Tensor| ops::causal_attention(Kernels::Fused, x, h, d).unwrap();
             let unheld = |x: &Tensor| ops::cuda::causal_attention(x, h, d).unwrap();
-            for (which, (y, dq)) in [
+            let mut paths = vec![
                 ("scores held", attention_and_grad(fused, &qkv, &w)),
                 ("scores never held", attention_and_grad(unheld, &qkv, &w)),
-            ] {
+            ];
+            if ops::cuda::flash_attention::fits(&qkv, h, d) {
+                let flash =
+                    |x: &Tensor| ops::cuda::flash_attention::causal_attention(x, h).unwrap();
+                paths.push(("flash", attention_and_grad(flash, &qkv, &w)));
+            }
+            for (which, (y, dq)) in paths {
                 let what = format!("{dtype:?} B{b} T{t} H{h} D{d}, {which}");
                 let e = common::rel_err(&y, &y_ref);
                 assert!(e <= tol, "{what}: attention output differs by {e:e}");

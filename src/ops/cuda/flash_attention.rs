@@ -1,11 +1,14 @@
 //! Causal attention on the tensor cores without the `(B, H, T, T)` scores
 //! (`kernels/flash_attention.cu`, FlashAttention-2's tiling): bf16 qkv packed `(B, T, 3L)`
-//! read in place, `y (B, T, L)` written merged, head size 64 and T a multiple of 64 (GPT-2's
-//! shape; others take `packed_attention`). The forward keeps each row's log-sum-exp for
-//! the backward inside the op (an op is made per call, so its state is that call's);
-//! the backward is three kernels (`D = rowsum(dy y)`, then dK and dV a key tile, dQ a
-//! query tile), each gradient with one writer. `tests/gpu/kernels.rs` holds it to the
-//! portable path; `TP_CUDA_OFF=flash-attention` turns it back to `packed_attention`.
+//! read in place, `y (B, T, L)` written merged, head size 64 and T a multiple of 64, for
+//! sequences whose scores do not fit (`ops::causal_attention`: where they fit, cuBLAS and
+//! the softmax kernel in `packed_attention` made a GPT-2 step on an H200 1.9x as fast,
+//! 39.7 ms against 75.9 on 2026-11-29; these tiles need tuning before they win). The
+//! forward keeps each row's log-sum-exp for the backward inside the op (an op is made per
+//! call, so its state is that call's); the backward is three kernels (`D = rowsum(dy y)`,
+//! then dK and dV a key tile, dQ a query tile), each gradient with one writer.
+//! `tests/gpu/kernels.rs` holds it to the portable path; `TP_CUDA_OFF=flash-attention`
+//! turns it back to the scalar kernel (`ops::cuda::causal_attention`).
 
 use super::{cpu_fwd_gpu_only, launch, view, warp_rows, FLASH_ATTENTION};
 use crate::device::{cuda_path_on, CudaPath};

@@ -124,7 +124,7 @@ fn the_status_counts_each_rounds_runs_from_their_directories_and_writes_nothing(
 fn one_run_left_is_timed_by_the_unshared_runs(d: &Path, out: &Path) {
     let report = out.join("pattern=tttt,learning_rate=0.1,seed=1");
     std::fs::remove_dir_all(&report).unwrap();
-    let mut runs: Vec<_> = std::fs::read_dir(&out)
+    let mut runs: Vec<_> = std::fs::read_dir(out)
         .unwrap()
         .flatten()
         .map(|e| e.path())

@@ -10,12 +10,13 @@
 #                                         # each), the race check, the default experiment
 #                                         # against the CPU's val loss, GPT-2 124M bf16 tp 1
 #                                         # (fused, portable) beside PyTorch eager and SDPA
-#   bash dist/cuda/gpu-check.sh follow    # ~5 min: f32 and tp 2 rows, 3xsppp, torch.compile,
-#                                         # the bf16 row with each new GPU path off in turn
+#   bash dist/cuda/gpu-check.sh follow    # ~1 min: the bf16 row with each new GPU path off
+#                                         # in turn (all off last), torch.compile, tp 2, 3xsppp, f32
 #   bash dist/cuda/gpu-check.sh profile   # ~4 min: GPT-2 124M bf16 at batch 1 and 8 (host-
 #                                         # or GPU-bound?), then every kernel of two steps
 #                                         # timed by Nsight Compute (ncu), summed by kernel
-#   bash dist/cuda/gpu-check.sh verify    # <= 9.3 min planned: an independent check in
+#   bash dist/cuda/gpu-check.sh verify    # <= 9.5 min planned (6.4 on an H200,
+#                                         # 2026-11-29): an independent check in
 #                                         # one call (gpu-verify.sh): the GPU tests, the
 #                                         # default experiment step by step against the
 #                                         # CPU's log, bit identity over layouts, launch
@@ -321,25 +322,31 @@ EOF
   finish
 fi
 
-# follow: the rest of the GPT-2 table, most wanted first (the goal is bf16 12xt against
-# torch.compile; a short budget skips the rows at the end).
+# follow: the rest of the GPT-2 table, most wanted first (a short budget skips the rows
+# at the end): what each GPU path new since the last run buys (the goal is bf16 12xt
+# against torch.compile, which verify measures beside it), then torch.compile, tp 2,
+# 3xsppp and f32. (Each harness row took 2-4 s on an H200, torch.compile's 21 s.)
 table_head
-pytorch 120 torch-compile-bf16 --dtype bf16 --sdpa --compile
-harness 60 gpt2-12xt-tp2-bf16-fused 12xt 2 bf16 fused
-harness 60 gpt2-3xsppp-tp2-bf16-fused 3xsppp 2 bf16 fused
-harness 60 gpt2-12xt-tp1-f32-fused 12xt 1 f32 fused
-harness 60 gpt2-3xsppp-tp1-bf16-fused 3xsppp 1 bf16 fused
+harness 30 gpt2-12xt-tp1-bf16-fused 12xt 1 bf16 fused
 # What each GPU path written since the last run buys: the tp 1 bf16 row again with one of
 # them turned back to what it replaced (TP_CUDA_OFF), run after the full row above.
 say ""
 say "Each row below: 12xt tp 1 bf16 fused with one new path off (TP_CUDA_OFF=path)."
 # (flash-attention then both attentions off: GPT-2 takes the flash path where it can, so
 # the packed one is measured against the copies with both off.)
-for path in flash-attention flash-attention,packed-attention grad-norm embedding-buckets bias-gelu ce-one-pass; do
+# The last row has all six off: the step as the last GPU run measured it.
+for path in flash-attention flash-attention,packed-attention grad-norm embedding-buckets bias-gelu ce-one-pass \
+  flash-attention,packed-attention,grad-norm,embedding-buckets,bias-gelu,ce-one-pass; do
   o="$work/gpt2-without-${path//,/-}"
-  part 35 "without-${path//,/-}" env TP_CUDA_OFF="$path" "$train" --bench --device cuda --dtype bf16 \
+  part 30 "without-${path//,/-}" env TP_CUDA_OFF="$path" "$train" --bench --device cuda --dtype bf16 \
     --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused --set batch_size="${BATCH:-8}" \
     --bench-warmup 3 --bench-steps 10 --quiet --out "$o" &&
     [ "$dry" = 0 ] && bench_row "tp-harness without $path" "$o/bench.json"
 done
+table_head
+pytorch 90 torch-compile-bf16 --dtype bf16 --sdpa --compile
+harness 30 gpt2-12xt-tp2-bf16-fused 12xt 2 bf16 fused
+harness 30 gpt2-3xsppp-tp2-bf16-fused 3xsppp 2 bf16 fused
+harness 30 gpt2-12xt-tp1-f32-fused 12xt 1 f32 fused
+harness 30 gpt2-3xsppp-tp1-bf16-fused 3xsppp 1 bf16 fused
 finish

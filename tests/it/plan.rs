@@ -411,3 +411,31 @@ fn gpt2_medium_at_tp_8_computes_its_share_of_6n_plus_attention_with_a_split_head
     let md = std::fs::read_to_string(d.join("plan/plan.md")).unwrap();
     assert!(md.contains("the embedding and LM head replicated on every rank"));
 }
+
+/// Each MFU the planner lists for a GPU is its record's, recomputed: PyTorch's from the
+/// `mfu` its script wrote, the harness's from its bench.json's tokens a second, counting
+/// 6N + 12LTC FLOPs a GPT-2 124M token (vocab 50304) against 989.4 TFLOP/s; and the
+/// step time it names is the record's.
+#[test]
+fn the_planners_mfu_references_are_their_records() {
+    for r in tp_lab::planner::catalog::MFU_REFERENCES {
+        let path = r
+            .source
+            .strip_prefix("H200, ")
+            .expect("a source names its GPU");
+        let text = std::fs::read_to_string(std::path::Path::new(REPO).join(path))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        // PyTorch's script prints lines before its record; a bench.json is one object.
+        let record: serde_json::Value = serde_json::from_str(&text)
+            .or_else(|_| serde_json::from_str(text.trim().lines().last().unwrap()))
+            .unwrap();
+        let (c, layers, t, vocab) = (768.0, 12.0, 1024.0, 50304.0);
+        let per_token = 6.0 * (12.0 * layers * c * c + vocab * c) + 12.0 * layers * t * c;
+        let mfu = record["mfu"]
+            .as_f64()
+            .unwrap_or_else(|| record["tokens_per_s"].as_f64().unwrap() * per_token / 1e12 / 989.4);
+        assert!((mfu - r.mfu).abs() < 5e-4, "{}: {mfu} in {path}", r.what);
+        let ms = format!("{:.1} ms", record["ms_per_step"].as_f64().unwrap());
+        assert!(r.what.contains(&ms), "{}: the record says {ms}", r.what);
+    }
+}

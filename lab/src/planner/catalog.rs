@@ -75,12 +75,13 @@ pub struct MfuReference {
 /// GPT-2 124M training steps measured on one H200 (batch 8 x 1024, bf16, tp 1), their
 /// MFU counting 6N + 12·L·T·C FLOPs a token (attention whole, PaLM's convention) against
 /// 989 TFLOP/s. Only what was measured here: published figures of other tools are not
-/// in the list unless their record is.
+/// in the list unless their record is (`tests/it/plan.rs` recomputes each from it).
 pub const MFU_REFERENCES: [MfuReference; 4] = [
     MfuReference {
-        what: "this harness (fused kernels), 57.5 ms a step",
-        mfu: 0.123,
-        source: "H200, docs/gpu-runs/2026-11-28-h200/call3-gpt2-12xt-tp1-bf16-fused.bench.json",
+        what: "this harness (fused kernels), 39.7 ms a step",
+        mfu: 0.178,
+        source:
+            "H200, docs/gpu-runs/2026-11-29-h200/call2-gpt2-12xt-tp1-bf16-without-flash.bench.json",
     },
     MfuReference {
         what: "PyTorch eager, 62.3 ms",

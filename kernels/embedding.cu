@@ -99,34 +99,65 @@ __device__ uint32_t lower_bound(const uint32_t *keys, uint32_t n, uint32_t key) 
     return lo;
 }
 
-// dtable[v, :] as emb_bwd computes it, from the sorted keys: one warp a table row finds
-// its bucket by binary search and adds its positions' gradient rows in ascending order
-// (the same additions in the same order: the same bits), instead of scanning all n ids.
+// Columns one warp of the sorted path takes (8 a lane): GPT-2's 768 in three warps a row.
+// Positions it loads before adding them, in order. A frequent id (a space is ~16% of
+// Shakespeare's characters: ~1300 of GPT-2's 8192 positions) made one warp a row walk its
+// positions one dependent key-then-row load at a time: 2.6 ms of the H200's 39.7 ms step
+// (2026-11-29). Now the keys come 32 at a time and 8 rows' loads are in flight at once,
+// and three warps share the row's columns. `src/ops/cuda/embedding.rs` launches
+// V x ceil(C / SORTED_WARP_COLUMNS) warps.
+#define SORTED_PER_LANE 8
+#define SORTED_WARP_COLUMNS (32 * SORTED_PER_LANE)
+#define SORTED_UNROLL 8
+
+// dtable[v, c0 .. c0 + 256] as emb_bwd computes it, from the sorted keys: the warp finds
+// its row's bucket by binary search and adds its positions' gradient rows in ascending
+// order (the same additions in the same order: the same bits), instead of scanning all
+// n ids.
 template <typename T>
 __device__ void emb_bwd_sorted(const uint32_t *keys, const T *dy, T *dtable, uint32_t n, int C,
                                int64_t V) {
-    const int64_t v = warp_index();
-    if (v >= V) return;
+    const int64_t slices = (C + SORTED_WARP_COLUMNS - 1) / SORTED_WARP_COLUMNS;
+    const int64_t w = warp_index();
+    if (w >= V * slices) return;  // warp-uniform: the shuffles below have every lane
+    const int64_t v = w / slices;
+    const int c0 = (int)(w % slices) * SORTED_WARP_COLUMNS;
     const int lane = threadIdx.x;
     const uint32_t first = (uint32_t)v * n;
     const uint32_t lo = lower_bound(keys, n, first), hi = lower_bound(keys, n, first + n);
-    for (int c0 = 0; c0 < C; c0 += 32 * PER_LANE) {
-        float acc[PER_LANE];
+    float acc[SORTED_PER_LANE];
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) acc[e] = 0.f;
-        for (uint32_t k = lo; k < hi; k++) {
-            const T *g = dy + (int64_t)(keys[k] - first) * C;
+    for (int e = 0; e < SORTED_PER_LANE; e++) acc[e] = 0.f;
+    for (uint32_t k0 = lo; k0 < hi; k0 += 32) {
+        // 32 positions' rows, one a lane, handed round by shuffles.
+        const uint32_t m = min(32u, hi - k0);
+        const uint32_t mine = (uint32_t)lane < m ? keys[k0 + lane] - first : 0u;
+        for (uint32_t j0 = 0; j0 < m; j0 += SORTED_UNROLL) {
+            float g[SORTED_UNROLL][SORTED_PER_LANE];
 #pragma unroll
-            for (int e = 0; e < PER_LANE; e++) {
-                const int c = c0 + lane + 32 * e;
-                if (c < C) acc[e] += to_f(g[c]);
+            for (int u = 0; u < SORTED_UNROLL; u++) {
+                const uint32_t r = __shfl_sync(0xffffffffu, mine, (j0 + u) & 31);
+#pragma unroll
+                for (int e = 0; e < SORTED_PER_LANE; e++) {
+                    const int c = c0 + lane + 32 * e;
+                    g[u][e] = (j0 + u < m && c < C) ? to_f(dy[(int64_t)r * C + c]) : 0.f;
+                }
+            }
+            // Added in ascending position, and only the rows that exist (adding a 0 to
+            // a -0 would change its bits).
+#pragma unroll
+            for (int u = 0; u < SORTED_UNROLL; u++) {
+                if (j0 + u < m) {
+#pragma unroll
+                    for (int e = 0; e < SORTED_PER_LANE; e++) acc[e] += g[u][e];
+                }
             }
         }
+    }
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            const int c = c0 + lane + 32 * e;
-            if (c < C) store(dtable + v * C + c, acc[e]);
-        }
+    for (int e = 0; e < SORTED_PER_LANE; e++) {
+        const int c = c0 + lane + 32 * e;
+        if (c < C) store(dtable + v * C + c, acc[e]);
     }
 }
 

@@ -421,14 +421,27 @@ fn gpu_sum_of_squares_kernel_matches_a_host_f64_sum_and_repeats_its_bits() {
 
 /// The embedding's two backward paths give the same bits: each table row's warp scanning
 /// every id, and the ids bucketed by one block's sort first (GPT-2's 8192 ids of 50304
-/// rows, a small table with many repeats, a single id); past the sort's size the
-/// bucketed path refuses, naming why.
+/// rows, a small table with many repeats, Shakespeare's 65 characters at GPT-2's width, a
+/// single id; every sixth position one frequent id, as a space is); past the sort's size
+/// the bucketed path refuses, naming why.
 #[test]
 fn gpu_embedding_backward_bucketed_equals_the_scan_bit_for_bit() {
     use tp_harness::ops::cuda::embedding::{table_grad, GradPath, SORT_N};
     for dtype in [DType::F32, DType::BF16] {
-        for (v, c, n) in [(50304, 768, SORT_N), (7, 1000, 2000), (65, 33, 1)] {
-            let ids: Vec<u32> = (0..n).map(|i| ((i * 7919 + i / 3) % v) as u32).collect();
+        for (v, c, n) in [
+            (50304, 768, SORT_N),
+            (7, 1000, 2000),
+            (65, 768, SORT_N),
+            (65, 33, 1),
+        ] {
+            let id = |i: usize| {
+                if i.is_multiple_of(6) {
+                    1
+                } else {
+                    (i * 7919 + i / 3) % v
+                }
+            };
+            let ids: Vec<u32> = (0..n).map(|i| id(i) as u32).collect();
             let ids = Tensor::new(ids.as_slice(), &gpu()).unwrap();
             let dy = random_on_gpu(&[n, c], dtype);
             let grad = |path| {

@@ -92,6 +92,10 @@ pub enum GradPath {
 /// Ids the bucketing sort takes (`SORT_N` in kernels/embedding.cu).
 pub const SORT_N: usize = 8192;
 
+/// Columns one warp of the bucketed backward takes (`SORTED_WARP_COLUMNS` in
+/// kernels/embedding.cu).
+const SORTED_WARP_COLUMNS: usize = 256;
+
 /// Whether `n` ids of a table of `v` rows fit the bucketing sort.
 fn bucketable(n: usize, v: usize) -> bool {
     n <= SORT_N && (v as u64) * (n as u64) < u32::MAX as u64
@@ -155,9 +159,13 @@ fn grad<T: CudaDType + DeviceRepr + WithDType>(
         // n <= SORT_N (checked above), keys n.
         unsafe { launch!(dev, EMBEDDING, "emb_sort_ids", one_block; &iv, &keys, &n32, &v32) }?;
         let name = instance("emb_bwd_sorted", T::DTYPE)?;
+        // One warp a row's SORTED_WARP_COLUMNS (kernels/embedding.cu) columns.
+        let warps = v * c.div_ceil(SORTED_WARP_COLUMNS);
         // SAFETY: the arguments match emb_bwd_sorted_*; keys hold n sorted keys (the
         // launch before, on the same stream), dy n x C, out V x C.
-        unsafe { launch!(dev, EMBEDDING, name, warp_rows(v); &keys, &gv, &out, &n32, &ci, &v64) }?;
+        unsafe {
+            launch!(dev, EMBEDDING, name, warp_rows(warps); &keys, &gv, &out, &n32, &ci, &v64)
+        }?;
         return Ok(CudaStorage::wrap_cuda_slice(out, dev));
     }
     let name = instance("emb_bwd", T::DTYPE)?;

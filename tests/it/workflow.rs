@@ -159,3 +159,30 @@ fn tp_sample_streams_its_text_as_it_is_generated() {
     let _ = child.wait();
     assert!(still_running, "tp-sample printed only when it had finished");
 }
+
+/// A run's record names the source its binary was built from: the commit git reports for
+/// this checkout, "+modified" where the compiled sources differed from it (where git
+/// cannot say, the record says nothing).
+#[test]
+fn a_runs_summary_names_the_commit_its_binary_was_built_from() {
+    let d = scratch("build-named");
+    train(&d, &["--out", "run"]);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("run/summary.json")).unwrap())
+            .unwrap();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(REPO)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match (head, summary["build"].as_str()) {
+        (Some(head), Some(build)) => assert!(
+            build == head || build == format!("{head}+modified"),
+            "built from {build}, the checkout is at {head}"
+        ),
+        (None, None) => {}
+        (head, build) => panic!("git says {head:?}, the record {build:?}"),
+    }
+}

@@ -181,6 +181,7 @@ pub fn run_summary(
             .map(|t| t.comm.iter().map(|c| c.bytes).sum()),
         wall_seconds,
         machine: Some(machine(cfg)),
+        build: option_env!("TP_BUILD").map(str::to_string),
         subnormals: (cfg.parallel.device == DeviceKind::Cpu).then(|| {
             if tp_harness::util::subnormals::flushed() {
                 "flushed to zero".to_string()

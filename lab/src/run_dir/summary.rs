@@ -50,6 +50,11 @@ pub struct RunSummary {
     /// avx512 kernels", "portable ops", "cuda"). Absent in runs made before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
+    /// The source that invocation's binary was built from: its commit, "+modified" where
+    /// the compiled sources differed from it (lab/build.rs). Absent in runs made before
+    /// it was kept and in builds outside a git checkout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
     /// What that invocation's CPU threads did with subnormal floats: "flushed to zero"
     /// (the default, util/subnormals.rs) or "kept" (`TP_SUBNORMALS=keep`). Absent in runs
     /// made before it was recorded, which kept them, and in GPU runs. A run that stays

@@ -11,10 +11,12 @@
 #                                         # against the CPU's val loss, GPT-2 124M bf16 tp 1
 #                                         # (fused, portable) beside PyTorch eager and SDPA
 #   bash dist/cuda/gpu-check.sh follow    # ~1 min: the bf16 row with each new GPU path off
-#                                         # in turn (all off last), torch.compile, tp 2, 3xsppp, f32
+#                                         # in turn (all off last), T 2048 with and without
+#                                         # the flash kernels, torch.compile, tp 2, 3xsppp, f32
 #   bash dist/cuda/gpu-check.sh profile   # ~4 min: GPT-2 124M bf16 at batch 1 and 8 (host-
 #                                         # or GPU-bound?), then every kernel of two steps
-#                                         # timed by Nsight Compute (ncu), summed by kernel
+#                                         # timed by Nsight Compute (ncu), summed by kernel,
+#                                         # and the flash kernels alone at T 2048
 #   bash dist/cuda/gpu-check.sh verify    # <= 9.5 min planned (6.4 on an H200,
 #                                         # 2026-11-29): an independent check in
 #                                         # one call (gpu-verify.sh): the GPU tests, the
@@ -251,6 +253,16 @@ if [ "$mode" = profile ]; then
     --dtype bf16 --preset gpt2 --pattern 12xt --tp 1 --set kernels=$k \
     --set batch_size="${BATCH:-8}" --bench-warmup 1 --bench-steps 1 --quiet --out "$work/ncu-run"
   [ "$dry" = 0 ] && $py "$here/ncu-summary.py" --steps 2 "$work/ncu-gpt2-bf16.log" | tee -a "$summary"
+  # The flash kernels alone where the default takes them (T 2048), two steps: what each
+  # of the four costs, to tune them by.
+  say ""
+  say "## The flash attention's kernels (GPT-2 bf16 tp 1, batch ${BATCH:-8}, T 2048, ncu, per step)"
+  part 90 ncu-flash "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum \
+    --csv --page raw --print-units base -k regex:flash --launch-count 2000 "$train" --bench \
+    --device cuda --dtype bf16 --preset gpt2 --pattern 12xt --tp 1 --set kernels=$k \
+    --set block_size=2048 --set batch_size="${BATCH:-8}" --bench-warmup 1 --bench-steps 1 \
+    --quiet --out "$work/ncu-flash-run"
+  [ "$dry" = 0 ] && $py "$here/ncu-summary.py" --steps 2 "$work/ncu-flash.log" | tee -a "$summary"
   finish
 fi
 
@@ -342,6 +354,19 @@ for path in flash-attention flash-attention,packed-attention grad-norm embedding
     --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused --set batch_size="${BATCH:-8}" \
     --bench-warmup 3 --bench-steps 10 --quiet --out "$o" &&
     [ "$dry" = 0 ] && bench_row "tp-harness without $path" "$o/bench.json"
+done
+# The flash kernels where the default takes them, scores that do not fit (T 2048 at batch
+# 8: 2^28.6 scores a layer), against the scalar kernel that took those before them
+# (TP_CUDA_OFF=flash-attention): at GPT-2's T 1024 they made the step 1.9x as slow as
+# cuBLAS and the softmax kernel (2026-11-29), so this is where they are tuned.
+say ""
+say "Each row below: 12xt tp 1 bf16 fused at T 2048 (the attention never holds the scores)."
+for off in none flash-attention; do
+  o="$work/gpt2-t2048-without-$off"
+  part 40 "t2048-without-$off" env TP_CUDA_OFF="${off#none}" "$train" --bench --device cuda \
+    --dtype bf16 --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused --set block_size=2048 \
+    --set batch_size="${BATCH:-8}" --bench-warmup 2 --bench-steps 5 --quiet --out "$o" &&
+    [ "$dry" = 0 ] && bench_row "tp-harness T 2048, $([ $off = none ] && echo flash || echo 'scalar attention')" "$o/bench.json"
 done
 table_head
 pytorch 90 torch-compile-bf16 --dtype bf16 --sdpa --compile

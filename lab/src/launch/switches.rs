@@ -80,6 +80,9 @@ mod tests {
         ];
         // Read by tests alone (never by a run): whether the test script requires a BLAS.
         let tests_only = ["TP_TEST_BLAS"];
+        // Set by the build (lab/build.rs), read when compiling, never from a run's
+        // environment: the source a binary was built from.
+        let build_time = ["TP_BUILD"];
         // Both crates' sources: the lab's and the engine's (the repository's src/).
         let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut stack = vec![lab.join("src"), lab.join("../src")];
@@ -108,7 +111,8 @@ mod tests {
             assert!(
                 SWITCHES.iter().any(|(n, _)| *n == v)
                     || data.contains(&v.as_str())
-                    || tests_only.contains(&v.as_str()),
+                    || tests_only.contains(&v.as_str())
+                    || build_time.contains(&v.as_str()),
                 "{v} is read by the code but neither a switch nor a data location"
             );
         }

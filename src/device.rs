@@ -158,16 +158,20 @@ pub enum CudaPath {
     BiasGelu,
     /// The cross-entropy's backward in one pass; off: it recomputes each row's max and sum.
     CeOnePass,
+    /// The packed attention's products one cuBLAS batch each over every sequence's every
+    /// head (`ops::head_gemms`); off: one strided batch a sequence, over its heads.
+    BatchedHeads,
 }
 
 impl CudaPath {
-    pub const ALL: [CudaPath; 6] = [
+    pub const ALL: [CudaPath; 7] = [
         CudaPath::FlashAttention,
         CudaPath::PackedAttention,
         CudaPath::GradNorm,
         CudaPath::EmbeddingBuckets,
         CudaPath::BiasGelu,
         CudaPath::CeOnePass,
+        CudaPath::BatchedHeads,
     ];
 
     /// Its name in `TP_CUDA_OFF`.
@@ -179,6 +183,7 @@ impl CudaPath {
             CudaPath::EmbeddingBuckets => "embedding-buckets",
             CudaPath::BiasGelu => "bias-gelu",
             CudaPath::CeOnePass => "ce-one-pass",
+            CudaPath::BatchedHeads => "batched-heads",
         }
     }
 }

@@ -40,8 +40,8 @@ const WARPS: u32 = 4;
 /// A storage and its layout, as a kernel wrapper takes each input.
 pub(super) type Arg<'a> = (&'a CudaStorage, &'a Layout);
 
-/// The name suffix of a kernel's instance for `dtype` (every kernel of this crate has an
-/// f32 and a bf16 one).
+/// The name suffix of a kernel's instance for `dtype` (every kernel of this crate that
+/// reads tensors has an f32 and a bf16 one).
 pub(super) fn suffix(dtype: DType) -> Result<&'static str> {
     match dtype {
         DType::F32 => Ok("f32"),
@@ -131,6 +131,7 @@ pub(super) const ADAMW: Module = Module::new("tp_adamw", ptx::ADAMW);
 pub(super) const BIAS: Module = Module::new("tp_bias", ptx::BIAS);
 pub(super) const SUMSQ: Module = Module::new("tp_sumsq", ptx::SUMSQ);
 pub(super) const FLASH_ATTENTION: Module = Module::new("tp_flash_attention", ptx::FLASH_ATTENTION);
+pub(super) const HEAD_ADDRESSES: Module = Module::new("tp_head_addresses", ptx::HEAD_ADDRESSES);
 
 /// The name of kernel `base`'s instance for `dtype` (`ln_fwd` -> `ln_fwd_bf16`).
 pub(super) fn instance(base: &str, dtype: DType) -> Result<String> {

@@ -1,8 +1,7 @@
 //! Causal attention on a GPU that reads the packed `qkv (B, T, 3L)` where it lies and
-//! writes its output `(B, T, L)` merged: cuBLAS's strided-batched GEMMs over the heads of
-//! each sequence address every head's Q, K and V inside the packed rows (leading
-//! dimension 3L, the next head `head_dim` further on), so no head is split or merged by a
-//! copy. Those copies (`ucopy`, `copy2d`) were ~10 ms of an H200's GPT-2 124M bf16 step
+//! writes its output `(B, T, L)` merged: cuBLAS's batched GEMMs, one a product over every
+//! sequence's every head, address each head's Q, K and V inside the packed rows (leading
+//! dimension 3L), so no head is split or merged by a copy. Those copies (`ucopy`, `copy2d`) were ~10 ms of an H200's GPT-2 124M bf16 step
 //! (docs/gpu-runs/2026-11-28-h200/call2-ncu-every-kernel.md). The scores `(B, H, T, T)`
 //! are still held, and softmaxed by `cuda::softmax` (with its backward). Two ops, each
 //! with its backward beside it, the backward's GEMMs writing into the packed gradient:
@@ -15,11 +14,12 @@
 //! `ops::head_gemms`, checked on the CPU; `tests/gpu/kernels.rs` holds the ops to the
 //! portable path, forward and backward.
 
-use super::{cpu_fwd_gpu_only, view};
-use crate::ops::head_gemms::{blas_calls, HeadGemm, Kind, Sizes};
+use super::{cpu_fwd_gpu_only, launch, view, HEAD_ADDRESSES};
+use crate::device::{cuda_path_on, CudaPath};
+use crate::ops::head_gemms::{blas_calls, BlasCall, HeadGemm, Kind, Sizes};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::cublas::{result::gemm_strided_batched_ex, sys};
-use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DevicePtrMut};
+use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 use candle_core::cuda_backend::{gemm_reduced_precision_bf16, gemm_reduced_precision_f32};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
@@ -54,8 +54,11 @@ fn cublas_types(dtype: DType) -> Result<(sys::cudaDataType, sys::cublasComputeTy
     }
 }
 
-/// Runs `gemms` for every sequence over its heads, as [`blas_calls`] lays them out.
-/// `bufs` are the three buffers' device addresses.
+/// Runs `gemms` as [`blas_calls`] lays them out: each product one pointer-array batch over
+/// every sequence's every head, its matrices' device addresses (A's, B's, then C's)
+/// written by `kernels/head_addresses.cu` on the stream the products run on, and freed
+/// behind them; with `TP_CUDA_OFF=batched-heads`, one strided batch a sequence over its
+/// heads. `bufs` are the three buffers' device addresses.
 ///
 /// # Safety
 /// Every operand's matrices must lie inside its buffer, of `dtype`, and the output's be
@@ -67,42 +70,124 @@ unsafe fn run(
     gemms: &[HeadGemm],
     bufs: [u64; 3],
 ) -> Result<()> {
-    use sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-    let (data, compute) = cublas_types(dtype)?;
-    let size = dtype.size_in_bytes() as u64;
-    let op = |t: bool| if t { CUBLAS_OP_T } else { CUBLAS_OP_N };
-    let at = |(buf, offset): (usize, usize)| bufs[buf] + offset as u64 * size;
-    let (alpha, beta) = (1f32, 0f32);
-    let blas = dev.cublas_handle();
+    let size = dtype.size_in_bytes();
     for c in blas_calls(gemms, s) {
-        gemm_strided_batched_ex(
-            *blas.handle(),
-            op(c.trans_a),
-            op(c.trans_b),
-            c.m as i32,
-            c.n as i32,
-            c.k as i32,
-            &alpha as *const f32 as *const _,
-            at(c.a) as *const _,
-            data,
-            c.lda as i32,
-            c.stride_a as i64,
-            at(c.b) as *const _,
-            data,
-            c.ldb as i32,
-            c.stride_b as i64,
-            &beta as *const f32 as *const _,
-            at(c.c) as *mut _,
-            data,
-            c.ldc as i32,
-            c.stride_c as i64,
-            c.batch as i32,
-            compute,
-            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
-        )
-        .w()?;
+        let base = c
+            .operands
+            .map(|(buf, at, _, _)| bufs[buf] + (at * size) as u64);
+        match cuda_path_on(CudaPath::BatchedHeads) {
+            true => batched(dev, dtype, &c, base)?,
+            false => {
+                for seq in 0..c.seqs {
+                    let first = seq * c.heads;
+                    let at =
+                        |w: usize| bufs[c.operands[w].0] + (c.matrix(w, first).1 * size) as u64;
+                    strided(dev, dtype, &c, [at(0), at(1), at(2)])?;
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// `c`'s `count()` matrices in one `cublasGemmBatchedEx`, operand `w`'s first at
+/// `base[w]`.
+///
+/// # Safety
+/// As [`run`]'s.
+unsafe fn batched(dev: &CudaDevice, dtype: DType, c: &BlasCall, base: [u64; 3]) -> Result<()> {
+    let (data, compute) = cublas_types(dtype)?;
+    let size = dtype.size_in_bytes() as i64;
+    let step = |w: usize| (c.operands[w].2 as i64 * size, c.operands[w].3 as i64 * size);
+    let [(a_seq, a_head), (b_seq, b_head), (c_seq, c_head)] = [0, 1, 2].map(step);
+    let (heads, count) = (c.heads as i64, c.count() as i64);
+    // SAFETY: the kernel writes all 3 x count addresses.
+    let list = dev.alloc::<u64>(3 * c.count())?;
+    let cfg = LaunchConfig {
+        grid_dim: ((c.count() as u32).div_ceil(256), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the arguments match head_addresses in kernels/head_addresses.cu; list holds
+    // 3 x count addresses.
+    launch!(dev, HEAD_ADDRESSES, "head_addresses", cfg;
+        &list, &base[0], &base[1], &base[2], &a_seq, &a_head, &b_seq, &b_head, &c_seq,
+        &c_head, &heads, &count)?;
+    let stream = dev.cuda_stream();
+    let (at, held) = list.device_ptr(&stream);
+    let of = |w: u64| at + w * count as u64 * 8;
+    let (alpha, beta) = (1f32, 0f32);
+    sys::cublasGemmBatchedEx(
+        *dev.cublas_handle().handle(),
+        op(c.trans_a),
+        op(c.trans_b),
+        c.m as i32,
+        c.n as i32,
+        c.k as i32,
+        &alpha as *const f32 as *const _,
+        of(0) as *const *const _,
+        data,
+        c.lda as i32,
+        of(1) as *const *const _,
+        data,
+        c.ldb as i32,
+        &beta as *const f32 as *const _,
+        of(2) as *const *mut _,
+        data,
+        c.ldc as i32,
+        count as i32,
+        compute,
+        sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+    )
+    .result()
+    .w()?;
+    drop(held);
+    Ok(())
+}
+
+/// One sequence of `c`: its heads in one `cublasGemmStridedBatchedEx`, operand `w`'s first
+/// matrix at `at[w]`.
+///
+/// # Safety
+/// As [`run`]'s.
+unsafe fn strided(dev: &CudaDevice, dtype: DType, c: &BlasCall, at: [u64; 3]) -> Result<()> {
+    let (data, compute) = cublas_types(dtype)?;
+    let per_head = |w: usize| c.operands[w].3 as i64;
+    let (alpha, beta) = (1f32, 0f32);
+    gemm_strided_batched_ex(
+        *dev.cublas_handle().handle(),
+        op(c.trans_a),
+        op(c.trans_b),
+        c.m as i32,
+        c.n as i32,
+        c.k as i32,
+        &alpha as *const f32 as *const _,
+        at[0] as *const _,
+        data,
+        c.lda as i32,
+        per_head(0),
+        at[1] as *const _,
+        data,
+        c.ldb as i32,
+        per_head(1),
+        &beta as *const f32 as *const _,
+        at[2] as *mut _,
+        data,
+        c.ldc as i32,
+        per_head(2),
+        c.heads as i32,
+        compute,
+        sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+    )
+    .w()
+}
+
+/// cuBLAS's operation for a transposed operand or not.
+fn op(transposed: bool) -> sys::cublasOperation_t {
+    match transposed {
+        true => sys::cublasOperation_t::CUBLAS_OP_T,
+        false => sys::cublasOperation_t::CUBLAS_OP_N,
+    }
 }
 
 /// The op's output for inputs `ins` (storage and layout each): allocated (zeroed where

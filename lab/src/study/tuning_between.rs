@@ -6,11 +6,12 @@
 //! grid (in log value where the values are positive, since such grids are geometric) has
 //! its lowest point between the neighbours; its depth below the chosen value's mean is an
 //! order of magnitude for what a finer grid could gain there. It interpolates the means of
-//! a few selection seeds: exploratory, never a reported loss. Beside a cliff (one
-//! neighbour far higher than the other: past a rate where training stalls) a parabola
-//! describes the cliff, not the valley, and its lowest point can sit far below every
-//! loss measured (12 x 128 on names: 0.039 below the best, whose other neighbour was
-//! 0.0024 above it); there it says so instead of giving a number.
+//! a few selection seeds: exploratory, never a reported loss. Where one neighbour rises
+//! far more than the other (a cliff on one side, past a rate where training stalls, or a
+//! flat floor on the other, a neighbour that ties the best) a parabola describes the
+//! steep side, not the valley, and its lowest point can sit far below every loss
+//! measured (12 x 128 on names: 0.039 below the best, whose other neighbour was 0.0024
+//! above it); there it says so instead of giving a number.
 
 use super::tuning::Choice;
 
@@ -26,16 +27,16 @@ pub struct Between {
 }
 
 /// How much more one neighbour's rise above the chosen mean may be than the other's before
-/// the three points are read as a cliff: a real parabola whose lowest point lies near a
+/// the three points are read as lopsided: a real parabola whose lowest point lies near a
 /// neighbour gives about 10 (the test's curve), the Shakespeare study's choices 1.6-3.2.
-const CLIFF_RATIO: f64 = 20.0;
+const LOPSIDED_RATIO: f64 = 20.0;
 
 /// What the three points say.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Estimate {
     Valley(Between),
     /// One neighbour's rise above the chosen mean is this many times the other's.
-    Cliff(f64),
+    Lopsided(f64),
 }
 
 /// For tuned key `i` of a choice: `None` where the choice is not final or its value has no
@@ -67,8 +68,8 @@ pub fn between(c: &Choice, i: usize) -> Option<Estimate> {
         let (a, b) = (y0 - y1, y2 - y1);
         (a.min(b), a.max(b))
     };
-    if near > 0.0 && far > CLIFF_RATIO * near {
-        return Some(Estimate::Cliff(far / near));
+    if near > 0.0 && far > LOPSIDED_RATIO * near {
+        return Some(Estimate::Lopsided(far / near));
     }
     // Newton's form: p(x) = y0 + s (x - x0) + a (x - x0)(x - x1).
     let s = (y1 - y0) / (x1 - x0);
@@ -91,7 +92,7 @@ pub fn between(c: &Choice, i: usize) -> Option<Estimate> {
 }
 
 /// `learning_rate ≈ 0.00302: 1.8000 (-0.0041)` for each key that has one (or why not:
-/// a cliff), `; `-joined.
+/// lopsided), `; `-joined.
 pub fn note(c: &Choice) -> String {
     let Some(best) = &c.best else {
         return String::new();
@@ -108,8 +109,8 @@ pub fn note(c: &Choice) -> String {
                     b.loss,
                     b.gain
                 ),
-                Estimate::Cliff(r) => format!(
-                    "{k}: not estimated, a cliff beside the best (one neighbour rises {r:.0}x the other)"
+                Estimate::Lopsided(r) => format!(
+                    "{k}: not estimated, lopsided (one neighbour rises {r:.0}x the other: a cliff or a flat floor beside the best)"
                 ),
             })
         })
@@ -177,9 +178,9 @@ mod tests {
 
     /// 12 x 128 12xt on names: 0.004 at 2.0657, 0.008 (chosen) at 2.0633, 0.016 at 2.3826,
     /// where training stalls. The parabola through them would claim 0.039 below the best;
-    /// the note says a cliff instead, with the ratio of the two rises (0.319 / 0.0024).
+    /// the note says it is lopsided instead, with the ratio of the two rises (0.319 / 0.0024).
     #[test]
-    fn beside_a_cliff_no_lowest_point_is_claimed() {
+    fn lopsided_neighbours_claim_no_lowest_point() {
         let means = [
             ("0.002", 2.0890),
             ("0.004", 2.0657),
@@ -197,13 +198,13 @@ mod tests {
             .collect();
         let c = &choose(&runs, &decl())[0];
         assert_eq!(c.best.as_ref().unwrap().0[0].1, "0.008");
-        let Some(Estimate::Cliff(r)) = between(c, 0) else {
-            panic!("a cliff: {:?}", between(c, 0))
+        let Some(Estimate::Lopsided(r)) = between(c, 0) else {
+            panic!("lopsided: {:?}", between(c, 0))
         };
         assert!((r - 0.3193 / 0.0024).abs() < 1.0, "{r}");
         assert_eq!(
             note(c),
-            "learning_rate: not estimated, a cliff beside the best (one neighbour rises 133x the other)"
+            "learning_rate: not estimated, lopsided (one neighbour rises 133x the other: a cliff or a flat floor beside the best)"
         );
     }
 

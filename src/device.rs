@@ -161,10 +161,13 @@ pub enum CudaPath {
     /// The packed attention's products one cuBLAS batch each over every sequence's every
     /// head (`ops::head_gemms`); off: one strided batch a sequence, over its heads.
     BatchedHeads,
+    /// LayerNorm's weight partials summed in registers, written once; off: summed in
+    /// the partial's global memory row by row.
+    LnRegisterSums,
 }
 
 impl CudaPath {
-    pub const ALL: [CudaPath; 7] = [
+    pub const ALL: [CudaPath; 8] = [
         CudaPath::FlashAttention,
         CudaPath::PackedAttention,
         CudaPath::GradNorm,
@@ -172,6 +175,7 @@ impl CudaPath {
         CudaPath::BiasGelu,
         CudaPath::CeOnePass,
         CudaPath::BatchedHeads,
+        CudaPath::LnRegisterSums,
     ];
 
     /// Its name in `TP_CUDA_OFF`.
@@ -184,6 +188,7 @@ impl CudaPath {
             CudaPath::BiasGelu => "bias-gelu",
             CudaPath::CeOnePass => "ce-one-pass",
             CudaPath::BatchedHeads => "batched-heads",
+            CudaPath::LnRegisterSums => "ln-register-sums",
         }
     }
 }

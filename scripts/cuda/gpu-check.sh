@@ -346,11 +346,12 @@ say ""
 say "Each row below: 12xt tp 1 bf16 fused with one new path off (TP_CUDA_OFF=path)."
 # (flash-attention then both attentions off: GPT-2 takes the flash path where it can, so
 # the packed one is measured against the copies with both off.)
-# The last row has all seven off: the step of 2026-11-28.
+# The last row has all eight off: the step of 2026-11-28.
 for path in flash-attention flash-attention,packed-attention grad-norm embedding-buckets bias-gelu ce-one-pass \
-  batched-heads flash-attention,packed-attention,grad-norm,embedding-buckets,bias-gelu,ce-one-pass,batched-heads; do
+  batched-heads ln-register-sums \
+  flash-attention,packed-attention,grad-norm,embedding-buckets,bias-gelu,ce-one-pass,batched-heads,ln-register-sums; do
   o="$work/gpt2-without-${path//,/-}"
-  part 30 "without-${path//,/-}" env TP_CUDA_OFF="$path" "$train" --bench --device cuda --dtype bf16 \
+  part 25 "without-${path//,/-}" env TP_CUDA_OFF="$path" "$train" --bench --device cuda --dtype bf16 \
     --preset gpt2 --pattern 12xt --tp 1 --set kernels=fused --set batch_size="${BATCH:-8}" \
     --bench-warmup 3 --bench-steps 10 --quiet --out "$o" &&
     [ "$dry" = 0 ] && bench_row "tp-harness without $path" "$o/bench.json"

@@ -7,6 +7,7 @@
 use super::{
     by_dtype, cpu_fwd_gpu_only, instance, launch, rows_of, view, warp_rows, Arg, LAYER_NORM,
 };
+use crate::device::{cuda_path_on, CudaPath};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
 use candle_core::cuda_backend::CudaDType;
@@ -190,12 +191,13 @@ fn dw<T: CudaDType + DeviceRepr + WithDType>(
     let partial = unsafe { dev.alloc::<f32>(partials * 2 * c)? };
     let out = unsafe { dev.alloc::<f32>(2 * c)? };
     let (n64, ci, rpw, cols) = (n as i64, c as i32, ROWS_PER_WARP as i32, 2 * c as i32);
+    let in_registers = i32::from(cuda_path_on(CudaPath::LnRegisterSums));
     let name = instance("ln_dw_partial", T::DTYPE)?;
     // SAFETY: the arguments match ln_dw_partial_* in kernels/layer_norm.cu; x and dy hold
     // n x C, partial `partials` rows of 2C.
     unsafe {
         launch!(dev, LAYER_NORM, name, warp_rows(partials);
-            &xv, &gv, &partial, &n64, &ci, &eps, &rpw)
+            &xv, &gv, &partial, &n64, &ci, &eps, &rpw, &in_registers)
     }?;
     let p64 = partials as i64;
     // SAFETY: the arguments match ln_dw_reduce; partial holds `partials` rows of 2C, out
